@@ -1,0 +1,127 @@
+# yuanlm build. `make` builds bin/yuanlm and the test binaries; `make run` the demo; `make test` the tests;
+# `make bench` the CPU benchmarks. CUDA=auto builds the CUDA backend when nvcc is found, CUDA=0 skips it.
+# Library locations come from pkg-config, or from MPI_HOME / HDF5_HOME / CUDA_HOME / NCCL_HOME / CUDNN_HOME /
+# OPENBLAS_HOME / BOOST_HOME / SPM_HOME on machines with modules instead of Debian packages.
+
+CUDA      ?= auto
+CUDA_HOME ?= /usr/local/cuda
+NVCC      ?= $(CUDA_HOME)/bin/nvcc
+CUDA_ARCH ?= sm_90
+ARCH      ?= -march=native
+JOBS      ?= $(shell nproc)
+
+ifeq ($(CUDA),auto)
+  CUDA := $(if $(wildcard $(NVCC)),1,0)
+endif
+
+CXX      ?= g++
+CXXFLAGS ?= -O3 $(ARCH)
+# -fno-math-errno lets sqrt vectorise (the AdamW kernel); nothing here reads errno after a math call.
+CXXFLAGS += -std=c++17 -fopenmp -fno-math-errno -Wall -Wextra -Isrc -MMD -MP
+LDFLAGS  += -fopenmp
+
+pc = $(shell pkg-config $(1) $(2) 2>/dev/null)
+ifdef MPI_HOME
+  MPI_INC := -I$(MPI_HOME)/include
+  MPI_LIB := $(call libdir,$(MPI_HOME)) -lmpi
+else
+  MPI_INC = $(call pc,--cflags,ompi)
+  MPI_LIB = $(call pc,--libs,ompi)
+endif
+ifdef HDF5_HOME
+  HDF5_INC := -I$(HDF5_HOME)/include
+  HDF5_LIB := $(call libdir,$(HDF5_HOME)) -lhdf5
+else
+  HDF5_INC = $(call pc,--cflags,hdf5-serial)
+  HDF5_LIB = $(call pc,--libs,hdf5-serial)
+endif
+# libdir DIR: link and run-time search flags for a library installed outside the default paths.
+libdir = $(if $(1),-L$(1)/lib -Xlinker -rpath -Xlinker $(1)/lib)
+BOOST_INC := $(if $(BOOST_HOME),-I$(BOOST_HOME)/include)
+BOOST_LIB := $(call libdir,$(BOOST_HOME)) -lboost_program_options
+SPM_INC   := $(if $(SPM_HOME),-I$(SPM_HOME)/include)
+SPM_LIB   := $(call libdir,$(SPM_HOME)) -lsentencepiece -lsentencepiece_train
+# OpenBLAS is dlopen()ed at run time (src/ops/matmul.cpp); only its header and its run-time path are needed.
+BLAS_INC  := $(if $(OPENBLAS_HOME),-I$(OPENBLAS_HOME)/include)
+BLAS_LIB  := $(call libdir,$(OPENBLAS_HOME)) -ldl
+
+CPPFLAGS += -DOMPI_SKIP_MPICXX $(MPI_INC) $(HDF5_INC) $(BOOST_INC) $(SPM_INC) $(BLAS_INC)
+LIBS      = $(MPI_LIB) $(HDF5_LIB) $(BOOST_LIB) $(SPM_LIB) $(BLAS_LIB) -lpthread
+
+# core: the model and the CPU reference ops, with no MPI/HDF5/Boost, so GPU machines can link kernel tests.
+CORE_SRC := $(wildcard src/util/*.cpp src/model/*.cpp src/ops/*.cpp)
+APP_SRC  := $(filter-out src/main.cpp $(CORE_SRC),$(wildcard src/*/*.cpp))
+TEST_SRC := $(wildcard tests/*.cpp)
+BENCH_SRC:= $(wildcard tools/bench/*.cpp)
+
+CORE_OBJ := $(CORE_SRC:%.cpp=build/%.o)
+APP_OBJ  := $(APP_SRC:%.cpp=build/%.o)
+TEST_OBJ := $(TEST_SRC:%.cpp=build/%.o)
+BENCH_BIN:= $(BENCH_SRC:tools/bench/%.cpp=bin/%)
+
+BACKENDS := cpu
+ifeq ($(CUDA)$(if $(wildcard cuda/*.cu),+),1+)
+  BACKENDS += cuda
+  CU_SRC    := $(wildcard cuda/*.cu)
+  CU_OBJ    := $(CU_SRC:%.cu=build/%.o)
+  CU_TEST   := $(wildcard tests/cuda/*.cu)
+  NVCCFLAGS ?= -O3 -arch=$(CUDA_ARCH) -std=c++17 -Xcompiler -fopenmp,-Wall,-Wextra -Isrc -Icuda -MMD -MP
+  CPPFLAGS  += -DYUAN_CUDA -I$(CUDA_HOME)/include $(if $(NCCL_HOME),-I$(NCCL_HOME)/include) $(if $(CUDNN_HOME),-I$(CUDNN_HOME)/include)
+  CUDA_LIB  := -L$(CUDA_HOME)/lib64 $(if $(NCCL_HOME),-L$(NCCL_HOME)/lib) $(if $(CUDNN_HOME),-L$(CUDNN_HOME)/lib) \
+               -lcudart -lcublasLt -lcublas -lnccl -lcudnn
+  LIBS      += $(CUDA_LIB)
+endif
+
+.PHONY: all deps test bench bench-gpu run clean
+all: bin/yuanlm bin/test_yuanlm $(BENCH_BIN) $(if $(CU_OBJ),bin/test_cuda)
+	@echo "built backends: $(BACKENDS)"
+
+bin/yuanlm: build/src/main.o $(APP_OBJ) $(CORE_OBJ) $(CU_OBJ)
+	@mkdir -p $(@D)
+	$(CXX) $(LDFLAGS) -o $@ $^ $(LIBS)
+
+bin/test_yuanlm: $(TEST_OBJ) $(APP_OBJ) $(CORE_OBJ) $(CU_OBJ)
+	@mkdir -p $(@D)
+	$(CXX) $(LDFLAGS) -o $@ $^ $(LIBS) -lgtest
+
+bin/%: build/tools/bench/%.o $(APP_OBJ) $(CORE_OBJ) $(CU_OBJ)
+	@mkdir -p $(@D)
+	$(CXX) $(LDFLAGS) -o $@ $^ $(LIBS)
+
+# CUDA kernel tests: CUDA runtime + core only (no MPI, HDF5, Boost), so they build on bare GPU machines.
+bin/test_cuda: $(CU_TEST:%.cu=build/%.o) $(CU_OBJ) $(CORE_OBJ)
+	@mkdir -p $(@D)
+	$(CXX) $(LDFLAGS) -o $@ $^ $(BLAS_LIB) $(CUDA_LIB) -lgtest -lgtest_main -lpthread
+
+build/%.o: %.cpp
+	@mkdir -p $(@D)
+	$(CXX) $(CPPFLAGS) -DYUAN_BACKENDS='"$(BACKENDS)"' $(CXXFLAGS) -c -o $@ $<
+
+build/%.o: %.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(filter -I% -D%,$(CPPFLAGS)) $(NVCCFLAGS) -c -o $@ $<
+
+deps:
+	env/install-deps.sh
+
+test: deps
+	$(MAKE) -j$(JOBS) all
+	tests/run_tests.sh
+
+bench: deps
+	$(MAKE) -j$(JOBS) all
+	tools/bench/run_bench.sh
+
+# On a GPU machine: kernel throughput, MFU and the PyTorch ratio (tools/bench/run_bench_gpu.sh).
+bench-gpu:
+	$(MAKE) -j$(JOBS) bin/test_cuda $(filter bin/bench_gpu%,$(BENCH_BIN))
+	tools/bench/run_bench_gpu.sh
+
+run: deps
+	$(MAKE) -j$(JOBS) bin/yuanlm
+	tools/demo.sh
+
+clean:
+	rm -rf build bin
+
+-include $(shell find build -name '*.d' 2>/dev/null)

@@ -1,0 +1,320 @@
+#include "config/config.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <set>
+#include <type_traits>
+#include <variant>
+
+#include <boost/program_options.hpp>
+
+#include "util/error.h"
+#include "util/log.h"
+
+namespace po = boost::program_options;
+
+namespace yuan {
+
+namespace {
+
+// One row of the option table. Defaults are not stored here: they are the member initialisers in config.h and
+// gpt.h, read back through a default Config, so there is a single source of truth.
+struct Field {
+  const char* key;
+  std::variant<int*, uint64_t*, double*, std::string*> ptr;
+  const char* help;
+};
+
+// The table, bound to the fields of `c`; deck order.
+std::vector<Field> fields(Config& c) {
+  return {
+      {"model.n_layer", &c.model.n_layer, "transformer blocks (required)"},
+      {"model.n_head", &c.model.n_head, "attention heads per block; must divide n_embd (required)"},
+      {"model.n_embd", &c.model.n_embd, "residual stream width (required)"},
+      {"model.seq_len", &c.model.seq_len, "context length in tokens (required)"},
+      {"model.vocab_size", &c.model.vocab_size, "token ids are < vocab_size; match the tokenizer (required)"},
+      {"data.train", &c.data.train, "glob of training shards (*.h5)"},
+      {"data.val", &c.data.val, "glob of validation shards; empty: no evaluation"},
+      {"data.prefetch", &c.data.prefetch, "micro-batches read ahead by the loader thread"},
+      {"train.micro_batch", &c.train.micro_batch, "sequences per forward/backward on one rank"},
+      {"train.global_batch", &c.train.global_batch,
+       "sequences per optimizer step over all ranks; a multiple of ranks x micro_batch"},
+      {"train.steps", &c.train.steps, "optimizer steps"},
+      {"train.seed", &c.train.seed, "seed for initialisation and data order"},
+      {"train.device", &c.train.device, "cpu | cuda | auto (cuda when built with it and a GPU is visible)"},
+      {"train.log_every", &c.train.log_every, "steps between log lines"},
+      {"train.eval_every", &c.train.eval_every, "steps between val-loss evaluations; 0: only at start and end"},
+      {"train.eval_batches", &c.train.eval_batches, "micro-batches per rank per evaluation"},
+      {"optim.lr", &c.optim.lr, "peak learning rate, reached after warmup"},
+      {"optim.warmup_steps", &c.optim.warmup_steps, "linear warmup steps"},
+      {"optim.min_lr", &c.optim.min_lr, "learning rate at the end of the cosine decay"},
+      {"optim.weight_decay", &c.optim.weight_decay, "AdamW decoupled weight decay (matrices and embeddings)"},
+      {"optim.beta1", &c.optim.beta1, "Adam first-moment decay"},
+      {"optim.beta2", &c.optim.beta2, "Adam second-moment decay"},
+      {"optim.eps", &c.optim.eps, "Adam epsilon"},
+      {"optim.grad_clip", &c.optim.grad_clip, "clip the global gradient L2 norm to this; 0 disables"},
+      {"optim.zero", &c.optim.zero, "ZeRO stage: 0 replicated, 1 optimizer state sharded, 2 gradients too"},
+      {"optim.bucket_mb", &c.optim.bucket_mb, "gradient communication bucket size in MiB"},
+      {"run.dir", &c.run.dir, "directory for logs, config.ini and checkpoints"},
+  };
+}
+
+std::vector<Field> fields(const Config& c) {
+  return fields(const_cast<Config&>(c));  // callers only read through these pointers
+}
+
+std::string format_double(double v) {
+  char buf[32];
+  // Shortest %g-style text that parses back to the same double: "0.0006", "1e-08", "0.30000000000000004".
+  auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::general);
+  return std::string(buf, r.ptr);
+}
+
+std::string render(const Field& f) {
+  return std::visit(
+      [](auto* p) -> std::string {
+        using T = std::remove_pointer_t<decltype(p)>;
+        if constexpr (std::is_same_v<T, std::string>) return *p;
+        else if constexpr (std::is_same_v<T, double>) return format_double(*p);
+        else return std::to_string(*p);
+      },
+      f.ptr);
+}
+
+// Converts `text` into the field; `where` ("deck.ini: " or "") prefixes the error.
+void assign(const Field& f, const std::string& text, const std::string& where) {
+  std::visit(
+      [&](auto* p) {
+        using T = std::remove_pointer_t<decltype(p)>;
+        if constexpr (std::is_same_v<T, std::string>) {
+          *p = text;
+        } else {
+          const char* what = std::is_same_v<T, double> ? "a finite number"
+                             : std::is_same_v<T, int>  ? "an integer"
+                                                       : "a non-negative integer";
+          auto r = std::from_chars(text.data(), text.data() + text.size(), *p);
+          if (r.ec != std::errc() || r.ptr != text.data() + text.size() || !std::isfinite(static_cast<double>(*p)))
+            throw Error(strf("%s%s: '%s' is not %s", where.c_str(), f.key, text.c_str(), what), true);
+        }
+      },
+      f.ptr);
+}
+
+const Field* find_field(const std::vector<Field>& table, const std::string& key) {
+  for (const Field& f : table)
+    if (key == f.key) return &f;
+  return nullptr;
+}
+
+size_t levenshtein(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string after_dot(const std::string& key) {
+  size_t dot = key.rfind('.');
+  return dot == std::string::npos ? key : key.substr(dot + 1);
+}
+
+std::string did_you_mean(const std::string& key, const char* dashes) {
+  std::string near = closest_key(key);
+  return near.empty() ? "" : strf(" (did you mean '%s%s'?)", dashes, near.c_str());
+}
+
+// Every table key as a string-valued program_options option: conversion happens in assign(), which gives
+// errors that name the key, and keeping parsed options unstored lets us see duplicates and their order.
+po::options_description key_options() {
+  po::options_description d;
+  const Config defaults;
+  for (const Field& f : fields(defaults)) d.add_options()(f.key, po::value<std::string>());
+  return d;
+}
+
+void read_deck(const std::string& path, Config& c) {
+  std::ifstream in(path);
+  if (!in) throw Error(strf("cannot read config deck '%s'", path.c_str()), true);
+  po::parsed_options parsed(nullptr);
+  try {
+    parsed = po::parse_config_file(in, key_options(), /*allow_unregistered=*/true);
+  } catch (const po::error& e) {
+    throw Error(strf("%s: %s", path.c_str(), e.what()), true);
+  }
+  auto table = fields(c);
+  std::set<std::string> seen;
+  for (const po::option& o : parsed.options) {
+    if (o.unregistered)
+      throw Error(
+          strf("%s: unknown key '%s'%s", path.c_str(), o.string_key.c_str(), did_you_mean(o.string_key, "").c_str()),
+          true);
+    if (!seen.insert(o.string_key).second)
+      throw Error(strf("%s: key '%s' is set twice", path.c_str(), o.string_key.c_str()), true);
+    assign(*find_field(table, o.string_key), o.value.at(0), path + ": ");
+  }
+}
+
+void print_help(const std::string& command) {
+  say("usage: yuanlm %s [DECK] [--section.key=value ...]", command.c_str());
+  say("  DECK (or --config DECK) is an INI file with [model] [data] [train] [optim] [run] sections;");
+  say("  --section.key=value (or --section.key value) overrides it. Defaults in parentheses.");
+  std::string section;
+  for (const ConfigOption& o : config_options()) {
+    std::string s = o.key.substr(0, o.key.find('.'));
+    if (s != section) say("\n[%s]", (section = s).c_str());
+    std::string lhs = strf("  --%s (%s)", o.key.c_str(), o.default_value.c_str());
+    say("%-36s %s", lhs.c_str(), o.help.c_str());
+  }
+}
+
+void at_least(const char* key, double v, double lo) {
+  if (!(v >= lo)) throw Error(strf("%s must be >= %g (got %.10g)", key, lo, v), true);
+}
+void above(const char* key, double v, double lo) {
+  if (!(v > lo)) throw Error(strf("%s must be > %g (got %.10g)", key, lo, v), true);
+}
+
+}  // namespace
+
+std::string Config::to_ini() const {
+  std::string out, section;
+  for (const Field& f : fields(*this)) {
+    std::string key = f.key;
+    std::string s = key.substr(0, key.find('.'));
+    if (s != section) out += (section.empty() ? "[" : "\n[") + (section = s) + "]\n";
+    out += after_dot(key) + " = " + render(f) + "\n";
+  }
+  return out;
+}
+
+uint64_t Config::hash() const {
+  uint64_t h = 14695981039346656037ull;  // FNV-1a 64
+  for (unsigned char ch : to_ini()) h = (h ^ ch) * 1099511628211ull;
+  return h;
+}
+
+std::vector<ConfigOption> config_options() {
+  std::vector<ConfigOption> out;
+  const Config defaults;  // the table points into it
+  for (const Field& f : fields(defaults)) out.push_back({f.key, f.help, render(f)});
+  return out;
+}
+
+std::string closest_key(const std::string& key) {
+  std::string best;
+  size_t best_d = SIZE_MAX;
+  const Config defaults;
+  for (const Field& f : fields(defaults)) {
+    std::string k = f.key, tail = after_dot(k);
+    // The tail match catches a key in the wrong section ("train.lr") or with no section at all ("n_layer").
+    size_t d_full = levenshtein(key, k), d_tail = levenshtein(after_dot(key), tail);
+    size_t d = std::min(d_full <= k.size() / 3 ? d_full : SIZE_MAX, d_tail <= tail.size() / 3 ? d_tail : SIZE_MAX);
+    if (d < best_d) best_d = d, best = k;
+  }
+  return best;
+}
+
+bool parse_config(const std::vector<std::string>& args, const std::string& command, Config& out) {
+  po::options_description cli;
+  cli.add_options()("help,h", "")("config", po::value<std::string>());
+  cli.add(key_options());
+  po::positional_options_description positional;
+  positional.add("config", 1);
+  po::parsed_options parsed(nullptr);
+  try {
+    // No guessing: an abbreviated key would silently bind to whichever option it prefixes.
+    parsed = po::command_line_parser(args)
+                 .options(cli)
+                 .positional(positional)
+                 .style(po::command_line_style::default_style & ~po::command_line_style::allow_guessing)
+                 .allow_unregistered()
+                 .run();
+  } catch (const po::error& e) {
+    throw Error(strf("command line: %s", e.what()), true);
+  }
+
+  std::string deck;
+  for (const po::option& o : parsed.options) {
+    if (o.string_key == "help") {
+      print_help(command);
+      return false;
+    }
+    if (o.unregistered) {
+      std::string given = o.original_tokens.at(0).substr(0, o.original_tokens[0].find('='));
+      std::string key = given.substr(given.find_first_not_of('-'));
+      throw Error(strf("unknown option '%s'%s", given.c_str(), did_you_mean(key, "--").c_str()), true);
+    }
+    if (o.string_key == "config") {
+      if (!deck.empty())
+        throw Error(strf("two config decks given: '%s' and '%s'", deck.c_str(), o.value.at(0).c_str()), true);
+      deck = o.value.at(0);
+    }
+  }
+
+  Config c;
+  if (!deck.empty()) read_deck(deck, c);
+  // Command line after the deck so it wins; a key repeated on the command line takes its last value, which lets
+  // job scripts append overrides.
+  auto table = fields(c);
+  for (const po::option& o : parsed.options)
+    if (const Field* f = find_field(table, o.string_key)) assign(*f, o.value.at(0), "");
+  out = c;
+  return true;
+}
+
+void validate(const Config& c, int world) {
+  at_least("model.n_layer", c.model.n_layer, 1);
+  at_least("model.n_head", c.model.n_head, 1);
+  at_least("model.n_embd", c.model.n_embd, 1);
+  at_least("model.seq_len", c.model.seq_len, 1);
+  at_least("model.vocab_size", c.model.vocab_size, 2);  // the upper bound (2^31-1) is enforced by int parsing
+  if (c.model.n_embd % c.model.n_head != 0)
+    throw Error(strf("model.n_embd (%d) must be divisible by model.n_head (%d)", c.model.n_embd, c.model.n_head),
+                true);
+
+  if (c.data.train.empty()) throw Error("data.train must name the training shards (a glob of *.h5)", true);
+  at_least("data.prefetch", c.data.prefetch, 1);
+
+  at_least("train.micro_batch", c.train.micro_batch, 1);
+  at_least("train.global_batch", c.train.global_batch, 1);
+  at_least("train.steps", c.train.steps, 1);
+  at_least("train.log_every", c.train.log_every, 1);
+  at_least("train.eval_every", c.train.eval_every, 0);
+  at_least("train.eval_batches", c.train.eval_batches, 1);
+  const std::string& dev = c.train.device;
+  if (dev != "cpu" && dev != "cuda" && dev != "auto")
+    throw Error(strf("train.device must be cpu, cuda or auto (got '%s')", dev.c_str()), true);
+  long per_step = static_cast<long>(world) * c.train.micro_batch;
+  if (c.train.global_batch % per_step != 0)
+    throw Error(strf("train.global_batch (%d) must be divisible by world size (%d) x train.micro_batch (%d) = %ld",
+                     c.train.global_batch, world, c.train.micro_batch, per_step),
+                true);
+
+  const OptimConfig& o = c.optim;
+  above("optim.lr", o.lr, 0);
+  at_least("optim.min_lr", o.min_lr, 0);
+  if (o.min_lr > o.lr)
+    throw Error(strf("optim.min_lr (%g) must be <= optim.lr (%g)", o.min_lr, o.lr), true);
+  at_least("optim.warmup_steps", o.warmup_steps, 0);
+  at_least("optim.weight_decay", o.weight_decay, 0);
+  for (auto [key, beta] : {std::pair{"optim.beta1", o.beta1}, std::pair{"optim.beta2", o.beta2}})
+    if (!(beta >= 0 && beta < 1)) throw Error(strf("%s must be in [0, 1) (got %g)", key, beta), true);
+  above("optim.eps", o.eps, 0);
+  at_least("optim.grad_clip", o.grad_clip, 0);
+  if (o.zero < 0 || o.zero > 2) throw Error(strf("optim.zero must be 0, 1 or 2 (got %d)", o.zero), true);
+  above("optim.bucket_mb", o.bucket_mb, 0);
+
+  if (c.run.dir.empty()) throw Error("run.dir must not be empty", true);
+}
+
+}  // namespace yuan

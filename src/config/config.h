@@ -1,0 +1,78 @@
+// The run's configuration: one struct per INI section. Decks in input/*.ini set values, `--section.key=value`
+// on the command line overrides them, and validate() turns every bad value into a one-line error naming the
+// key. The resolved config is printed at start, saved to run.dir/config.ini, and hashed so ranks can check they
+// all run the same thing.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/gpt.h"
+
+namespace yuan {
+
+struct DataConfig {
+  std::string train;  // glob of training shards
+  std::string val;    // glob of validation shards (may be empty: no eval)
+  int prefetch = 4;   // micro-batches read ahead by the loader thread
+};
+
+struct TrainConfig {
+  int micro_batch = 4;    // sequences per forward/backward on one rank
+  int global_batch = 8;   // sequences per optimizer step over all ranks
+  int steps = 100;
+  uint64_t seed = 1337;
+  std::string device = "auto";  // cpu | cuda | auto
+  int log_every = 1;
+  int eval_every = 0;    // steps between val-loss evaluations (0: only at start and end)
+  int eval_batches = 8;  // micro-batches per rank per evaluation
+};
+
+struct OptimConfig {
+  double lr = 6e-4;
+  int warmup_steps = 10;
+  double min_lr = 6e-5;
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double grad_clip = 1.0;  // global L2 norm; 0 disables
+  int zero = 1;            // 0 replicated, 1 optimizer state sharded, 2 gradients sharded too
+  double bucket_mb = 25;   // gradient communication bucket size
+};
+
+struct RunConfig {
+  std::string dir = "runs/default";
+};
+
+struct Config {
+  GPTConfig model;
+  DataConfig data;
+  TrainConfig train;
+  OptimConfig optim;
+  RunConfig run;
+
+  std::string to_ini() const;  // every key, resolved, in deck format
+  uint64_t hash() const;       // of to_ini()
+};
+
+// Checks ranges and consistency; throws Error naming the offending key. `world` is the data-parallel size.
+void validate(const Config& c, int world);
+
+struct ConfigOption {
+  std::string key;  // "section.key"
+  std::string help;
+  std::string default_value;
+};
+// The option table in deck order, for --help and the README.
+std::vector<ConfigOption> config_options();
+
+// Parses `args` (what follows the subcommand): an optional deck path (positional or --config), then
+// --section.key=value overrides. Unknown keys get a did-you-mean. Returns false when --help was asked
+// (usage already printed).
+bool parse_config(const std::vector<std::string>& args, const std::string& command, Config& out);
+
+// Closest known key to `key` by edit distance, or "" when none is close.
+std::string closest_key(const std::string& key);
+
+}  // namespace yuan

@@ -1,0 +1,60 @@
+// Streaming training and validation batches from sharded HDF5 token files (format: docs/FORMAT.md).
+//
+// The corpus is cut into windows of seq_len+1 tokens with stride seq_len inside each shard. Samples form one
+// global stream: sample g belongs to epoch g / n_windows and is window perm_epoch(g % n_windows), where perm
+// is a bijection keyed by (seed, epoch) computed on the fly (no permutation array, O(1) memory). Optimizer
+// step s consumes global samples [g0, g0 + global_batch); rank r of N takes the contiguous slice
+// [g0 + r*global_batch/N, g0 + (r+1)*global_batch/N), in micro-batches. So the union over ranks is the same
+// whatever N, and the whole position is one integer (`next_sample`) that a checkpoint saves.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace yuan {
+
+struct LoaderSpec {
+  std::string glob;       // shard files
+  int seq_len = 0;
+  int vocab_size = 0;     // every token id must be < vocab_size (checked as data is read)
+  uint64_t seed = 0;
+  int rank = 0, world = 1;
+  int global_batch = 0;   // sequences per optimizer step, all ranks
+  int micro_batch = 0;    // sequences per next_micro_batch() call
+  int prefetch = 4;       // micro-batches read ahead by the background thread
+};
+
+class TrainLoader {
+ public:
+  // Opens and validates every shard (throws Error naming the file). Starts reading at global sample
+  // `next_sample` (0 for a new run, the checkpoint's value on resume).
+  TrainLoader(const LoaderSpec& spec, uint64_t next_sample = 0);
+  ~TrainLoader();
+  // This rank's next micro-batch: micro_batch rows of seq_len+1 token ids, valid until the next call.
+  // After global_batch/(world*micro_batch) calls the loader has moved on to the next optimizer step.
+  const int32_t* next_micro_batch();
+  uint64_t next_sample() const;  // global sample index where the next optimizer step starts
+  uint64_t epoch() const;        // epoch of next_sample()
+  uint64_t windows() const;      // windows per epoch
+  double wait_seconds() const;   // time next_micro_batch() spent waiting for the prefetch thread (cumulative)
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// A fixed evaluation set: the first `batches * micro_batch * world` windows in file order (no shuffle), rank r
+// taking every world-th. Reading wraps around when the set is larger than the corpus.
+class ValLoader {
+ public:
+  ValLoader(const LoaderSpec& spec, int batches);
+  ~ValLoader();
+  int batches() const;
+  const int32_t* batch(int i);  // micro_batch rows of seq_len+1
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace yuan

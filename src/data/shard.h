@@ -1,0 +1,74 @@
+// One shard of a tokenized corpus: an HDF5 file with a 1-D unsigned /tokens dataset and a few attributes
+// (schema: docs/FORMAT.md). The reader accepts any file that follows the schema, whoever wrote it; the writer
+// is what `yuanlm prep` uses.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "data/hdf5_check.h"
+#include "util/memory.h"
+
+namespace yuan {
+
+constexpr int kShardFormatVersion = 1;
+
+struct ShardMeta {
+  int vocab_size = 0;
+  int eot_id = 0;
+  std::string tokenizer;  // "<kind>:sha256:<hex of the tokenizer file>"
+};
+
+class ShardReader {
+ public:
+  // Opens `path` read-only (no file locking: parallel file systems often refuse it, and nobody writes a
+  // finished shard) and checks the schema. Reads are expected to be about `window` tokens; that sizes the
+  // chunk cache. Throws Error naming the file.
+  ShardReader(const std::string& path, size_t window);
+  ShardReader(const ShardReader&) = delete;
+  ShardReader& operator=(const ShardReader&) = delete;
+
+  const std::string& path() const { return path_; }
+  const ShardMeta& meta() const { return meta_; }
+  uint64_t tokens() const { return tokens_; }
+  // Tokens [offset, offset+n) as int32, every id checked < vocab_size.
+  void read(uint64_t offset, size_t n, int32_t* out);
+
+ private:
+  std::string path_;
+  ShardMeta meta_;
+  uint64_t tokens_ = 0;
+  size_t elem_size_ = 0;  // bytes per token in memory: the file's width, so HDF5 converts nothing but order
+  Hid file_, dset_, fspace_, mspace_, memtype_;
+  size_t mspace_n_ = 0;
+  std::vector<uint8_t> scratch_;
+};
+
+class ShardWriter {
+ public:
+  // Writes `path`.tmp and renames it to `path` in close(), so an interrupted write never leaves a file that
+  // looks like a finished shard. `capacity` (the most tokens this shard will get) caps the chunk size so that
+  // small shards stay small on disk.
+  ShardWriter(const std::string& path, const ShardMeta& meta, uint64_t capacity);
+  ~ShardWriter();  // without close(): the .tmp is removed
+  ShardWriter(const ShardWriter&) = delete;
+  ShardWriter& operator=(const ShardWriter&) = delete;
+
+  void begin_document();  // the next token appended starts a document (recorded in /doc_offsets)
+  void append(const uint32_t* ids, size_t n);
+  uint64_t tokens() const { return written_ + staged_; }
+  void close();
+
+ private:
+  void flush();
+  std::string path_, tmp_;
+  ShardMeta meta_;
+  Hid file_, dset_;
+  HostArray<uint32_t> stage_;  // one chunk, so every write is a whole chunk
+  size_t staged_ = 0;
+  uint64_t written_ = 0;
+  std::vector<uint64_t> doc_offsets_;
+  bool closed_ = false;
+};
+
+}  // namespace yuan

@@ -1,0 +1,103 @@
+#include "dist/world.h"
+
+#include <cinttypes>
+#include <cstdio>
+#include <vector>
+
+#include "dist/mpi_check.h"
+
+namespace yuan::dist {
+
+namespace {
+WorldInfo g_world;
+std::vector<std::string> g_hosts;  // by rank, so errors can say where the odd rank runs
+bool g_initialized = false;
+bool g_owns_mpi = false;  // false when the embedding program initialised MPI itself
+}  // namespace
+
+void init(int* argc, char*** argv) {
+  if (g_initialized) return;
+  int already = 0;
+  MPI_Initialized(&already);
+  if (!already) {
+    int provided = 0;
+    MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+    g_owns_mpi = true;
+    // The loader thread never calls MPI, so FUNNELED is all we need; a library offering less cannot be trusted
+    // with OpenMP regions around MPI calls.
+    if (provided < MPI_THREAD_FUNNELED) {
+      std::fprintf(stderr, "error: the MPI library provides thread level %d < MPI_THREAD_FUNNELED\n", provided);
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+  }
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  g_initialized = true;
+
+  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &g_world.rank));
+  MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &g_world.size));
+  MPI_Comm local;
+  MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, g_world.rank, MPI_INFO_NULL, &local));
+  MPI_CHECK(MPI_Comm_rank(local, &g_world.local_rank));
+  MPI_CHECK(MPI_Comm_size(local, &g_world.local_size));
+  MPI_CHECK(MPI_Comm_free(&local));
+
+  char name[MPI_MAX_PROCESSOR_NAME] = {};
+  int len = 0;
+  MPI_CHECK(MPI_Get_processor_name(name, &len));
+  g_world.host.assign(name, static_cast<size_t>(len));
+  std::vector<char> all(static_cast<size_t>(g_world.size) * MPI_MAX_PROCESSOR_NAME);
+  MPI_CHECK(MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR,
+                          MPI_COMM_WORLD));
+  g_hosts.clear();
+  for (int r = 0; r < g_world.size; r++) g_hosts.emplace_back(all.data() + static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME);
+  set_process_identity(g_world.rank, g_world.size, g_world.host);
+}
+
+void finalize() {
+  if (!g_initialized) return;
+  g_initialized = false;
+  int done = 0;
+  MPI_Finalized(&done);
+  if (g_owns_mpi && !done) MPI_Finalize();
+}
+
+bool initialized() { return g_initialized; }
+const WorldInfo& world() { return g_world; }
+
+static double allreduce(double x, MPI_Op op) {
+  YUAN_CHECK(g_initialized, "dist::allreduce before dist::init");
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, op, MPI_COMM_WORLD));
+  return x;
+}
+double allreduce_sum(double x) { return allreduce(x, MPI_SUM); }
+double allreduce_max(double x) { return allreduce(x, MPI_MAX); }
+
+void barrier() {
+  YUAN_CHECK(g_initialized, "dist::barrier before dist::init");
+  MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+}
+
+void check_same_everywhere(uint64_t value, const char* what) {
+  YUAN_CHECK(g_initialized, "dist::check_same_everywhere(%s) before dist::init", what);
+  std::vector<uint64_t> all(static_cast<size_t>(g_world.size));
+  MPI_CHECK(MPI_Allgather(&value, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD));
+  for (int r = 1; r < g_world.size; r++) {
+    if (all[r] == all[0]) continue;
+    // Every rank sees the same gathered values, so every rank throws this same collective error.
+    throw Error(strf("%s differs between ranks: rank %d@%s has %" PRIu64 ", rank 0@%s has %" PRIu64, what, r,
+                     g_hosts[r].c_str(), all[r], g_hosts[0].c_str(), all[0]),
+                true);
+  }
+}
+
+int fail(const Error& e) {
+  if (!e.collective() || process_rank() == 0)
+    std::fprintf(stderr, "error: [rank %d@%s] %s\n", process_rank(), process_host().c_str(), e.what());
+  std::fflush(stderr);
+  // A lone rank's error would leave the others blocked in their next collective: take the whole job down.
+  if (!e.collective() && g_initialized && g_world.size > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+  finalize();
+  return 1;
+}
+
+}  // namespace yuan::dist

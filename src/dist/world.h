@@ -1,0 +1,32 @@
+// The MPI control plane: rendezvous, who-am-I, small host-side agreements (scalars, config hash) and ending
+// the job. Tensor traffic goes through a Communicator (dist/communicator.h).
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "util/error.h"
+
+namespace yuan::dist {
+
+struct WorldInfo {
+  int rank = 0, size = 1;
+  int local_rank = 0, local_size = 1;  // within the node (MPI_COMM_TYPE_SHARED)
+  std::string host = "localhost";
+};
+
+void init(int* argc, char*** argv);  // MPI_Init_thread(FUNNELED); sets the process identity for messages
+void finalize();
+bool initialized();
+const WorldInfo& world();
+
+double allreduce_sum(double x);
+double allreduce_max(double x);
+void barrier();
+// Throws Error naming the first rank whose value differs from rank 0's.
+void check_same_everywhere(uint64_t value, const char* what);
+
+// Ends the whole job after `e`: prints "error: [rank R@host] msg" (collective errors on rank 0 only) and
+// returns the exit code for main(). Non-collective errors abort every rank through MPI_Abort.
+int fail(const Error& e);
+
+}  // namespace yuan::dist

@@ -1,0 +1,70 @@
+// yuanlm: one binary, one subcommand per job step. Every rank runs the same command line.
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "dist/world.h"
+#include "prep/prep.h"
+#include "train/train.h"
+#include "util/error.h"
+#include "util/threads.h"
+
+#ifndef YUAN_VERSION
+#define YUAN_VERSION "0.1.0"
+#endif
+
+namespace {
+
+struct Command {
+  const char* name;
+  const char* help;
+  int (*run)(const std::vector<std::string>&);
+};
+
+const Command kCommands[] = {
+    {"train", "train a GPT from a config deck (under mpirun/srun for data parallelism)", yuan::train_main},
+    {"prep", "tokenize text into sharded HDF5 corpus files", yuan::prep_main},
+};
+
+void usage(std::FILE* f) {
+  std::fprintf(f,
+               "yuanlm %s: GPT pretraining for MPI clusters (backends: %s)\n\n"
+               "usage: [mpirun -np N] yuanlm <command> [options]     yuanlm <command> --help\n\ncommands:\n",
+               YUAN_VERSION, YUAN_BACKENDS);
+  for (const Command& c : kCommands) std::fprintf(f, "  %-8s %s\n", c.name, c.help);
+  std::fprintf(f, "\n  --version  print the version and the compiled-in backends\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
+    usage(stdout);
+    return argc < 2 ? 1 : 0;
+  }
+  if (!std::strcmp(argv[1], "--version")) {
+    std::printf("yuanlm %s (backends: %s)\n", YUAN_VERSION, YUAN_BACKENDS);
+    return 0;
+  }
+  const Command* cmd = nullptr;
+  for (const Command& c : kCommands)
+    if (argv[1] == std::string(c.name)) cmd = &c;
+  if (!cmd) {
+    std::fprintf(stderr, "error: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 1;
+  }
+  yuan::dist::init(&argc, &argv);
+  int rc;
+  try {
+    yuan::configure_threads(yuan::dist::world().local_size);
+    rc = cmd->run(std::vector<std::string>(argv + 2, argv + argc));
+  } catch (const yuan::Error& e) {
+    return yuan::dist::fail(e);
+  } catch (const std::exception& e) {
+    return yuan::dist::fail(yuan::Error(e.what()));
+  }
+  yuan::dist::finalize();
+  return rc;
+}

@@ -1,0 +1,53 @@
+// CPU reference ops of the GPT forward and backward (OpenMP across rows, loops written to vectorise).
+// The CUDA kernels in cuda/<family>.cu implement the same math. Conventions, shared by every family:
+//   N = B*T rows, C channels, OC output channels, V vocabulary, NH heads, hs = C/NH.
+//   Matrices are row-major; weights are [out, in].
+//   Backward functions ADD into every gradient they produce (parameter gradients accumulate over
+//   micro-batches; the caller zeroes activation gradients).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace yuan::ops {
+
+// encoder.cpp — out[b,t,:] = wte[tok[b,t],:] + wpe[t,:]
+void encoder_forward(float* out, const int32_t* tok, const float* wte, const float* wpe, int B, int T, int C,
+                     int tok_stride);
+void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tok, int B, int T, int C,
+                      int tok_stride);
+
+// layernorm.cpp — y = (x - mean) * rstd * w + b, rstd = 1/sqrt(var + 1e-5), biased variance over C.
+// mean and rstd ([N]) are saved for backward.
+constexpr float kLayerNormEps = 1e-5f;
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
+                       int N, int C);
+void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
+                        const float* mean, const float* rstd, int N, int C);
+// out = a + b (the residual stream); its backward is dout flowing unchanged into both branches.
+void residual_forward(float* out, const float* a, const float* b, size_t n);
+
+// matmul.cpp — out[N,OC] = inp[N,C] @ w[OC,C]^T + bias[OC] (bias may be null). OpenBLAS sgemm underneath.
+void matmul_forward(float* out, const float* inp, const float* w, const float* bias, int N, int C, int OC);
+// dinp += dout @ w; dw += dout^T @ inp; dbias += sum over rows of dout (dbias may be null).
+void matmul_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp, const float* w,
+                     int N, int C, int OC);
+
+// attention.cpp — causal multi-head self-attention on qkv[B,T,3C] (q | k | v, each NH heads of hs):
+// att = softmax(q k^T / sqrt(hs) + causal mask), out[B,T,C] = att v. att ([B,NH,T,T]) is saved for backward.
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH);
+// dqkv += gradient of qkv; datt is scratch of att's size.
+void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att, int B, int T,
+                        int C, int NH);
+
+// gelu.cpp — GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+void gelu_forward(float* out, const float* inp, size_t n);
+void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n);
+
+// classifier.cpp — fused softmax + cross-entropy over logits[N,V] (computed by the tied wte matmul).
+// losses[i] = logsumexp(logits[i]) - logits[i][target[i]]. When dlogits_scale != 0 the logits are
+// overwritten in place by their gradient, dlogits_scale * (softmax - onehot(target)), so no second [N,V]
+// buffer is needed. Targets are read with `tgt_stride` between rows of T (tokens rows are T+1 long).
+void classifier_forward_backward(float* logits, float* losses, const int32_t* targets, int B, int T, int V,
+                                 int tgt_stride, float dlogits_scale);
+
+}  // namespace yuan::ops

@@ -1,0 +1,161 @@
+#include "prep/documents.h"
+
+#include <glob.h>
+
+// property_tree pulls in boost/bind.hpp, which otherwise nags about its global placeholders.
+#define BOOST_BIND_GLOBAL_PLACEHOLDERS
+#include <boost/property_tree/json_parser.hpp>
+#include <boost/property_tree/ptree.hpp>
+#include <sstream>
+
+#include "util/error.h"
+
+namespace yuan {
+
+InputFormat parse_input_format(const std::string& s) {
+  for (InputFormat f : {InputFormat::Auto, InputFormat::Text, InputFormat::Jsonl, InputFormat::Fortune})
+    if (s == input_format_name(f)) return f;
+  throw Error(strf("--format: unknown format '%s' (auto, text, jsonl or fortune)", s.c_str()));
+}
+
+const char* input_format_name(InputFormat f) {
+  switch (f) {
+    case InputFormat::Auto: return "auto";
+    case InputFormat::Text: return "text";
+    case InputFormat::Jsonl: return "jsonl";
+    case InputFormat::Fortune: return "fortune";
+  }
+  return "?";
+}
+
+InputFormat resolve_input_format(const std::string& path, InputFormat f) {
+  if (f != InputFormat::Auto) return f;
+  auto ends = [&](const char* ext) {
+    size_t n = std::char_traits<char>::length(ext);
+    return path.size() >= n && path.compare(path.size() - n, n, ext) == 0;
+  };
+  if (ends(".jsonl") || ends(".json") || ends(".ndjson")) return InputFormat::Jsonl;
+  if (ends(".txt")) return InputFormat::Text;
+  std::ifstream in(path);
+  YUAN_CHECK(in, "%s: cannot open input", path.c_str());
+  std::string line;
+  bool first = true;
+  for (size_t bytes = 0; bytes < (1 << 16) && std::getline(in, line); bytes += line.size() + 1) {
+    if (line == "%") return InputFormat::Fortune;
+    if (first && line.find_first_not_of(" \t\r") != std::string::npos) {
+      if (line[line.find_first_not_of(" \t\r")] == '{') return InputFormat::Jsonl;
+      first = false;
+    }
+  }
+  return InputFormat::Text;
+}
+
+std::vector<InputFile> expand_inputs(const std::vector<std::string>& args, InputFormat format) {
+  std::vector<InputFile> out;
+  for (const std::string& a : args) {
+    glob_t g{};
+    int rc = glob(a.c_str(), 0, nullptr, &g);
+    std::vector<std::string> paths(g.gl_pathv, g.gl_pathv + (rc == 0 ? g.gl_pathc : 0));
+    globfree(&g);
+    YUAN_CHECK(rc == 0, "%s: no input file matches", a.c_str());
+    for (const std::string& p : paths) out.push_back({p, resolve_input_format(p, format)});
+  }
+  return out;
+}
+
+Documents::Documents(const std::vector<InputFile>& files, bool blank_separated)
+    : files_(files), blank_separated_(blank_separated) {}
+
+bool Documents::next(std::string& doc) {
+  for (; file_ < files_.size(); file_++, open_ = false) {
+    if (!open_) {
+      in_ = std::ifstream(files_[file_].path, std::ios::binary);
+      YUAN_CHECK(in_, "%s: cannot open input", files_[file_].path.c_str());
+      open_ = true;
+      line_no_ = 0;
+    }
+    if (next_in_file(doc)) return true;
+    YUAN_CHECK(!in_.bad(), "%s: read error", files_[file_].path.c_str());
+  }
+  return false;
+}
+
+namespace {
+
+// ESC '[' parameters final-byte: the colour codes fortune files wrap titles in.
+void strip_ansi(std::string& s) {
+  size_t o = 0;
+  for (size_t i = 0; i < s.size(); i++) {
+    if (s[i] == '\x1b' && i + 1 < s.size() && s[i + 1] == '[') {
+      i += 2;
+      while (i < s.size() && !(s[i] >= 0x40 && s[i] <= 0x7e)) i++;
+      continue;
+    }
+    s[o++] = s[i];
+  }
+  s.resize(o);
+}
+
+void trim_blank_lines(std::string& s) {
+  size_t b = s.find_first_not_of("\r\n"), e = s.find_last_not_of(" \t\r\n");
+  s = b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+}
+
+}  // namespace
+
+bool Documents::next_in_file(std::string& doc) {
+  const InputFile& f = files_[file_];
+  std::string line;
+  doc.clear();
+  while (std::getline(in_, line)) {
+    line_no_++;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    switch (f.format) {
+      case InputFormat::Jsonl: {
+        if (line.find_first_not_of(" \t") == std::string::npos) continue;
+        boost::property_tree::ptree obj;
+        try {
+          std::istringstream is(line);
+          boost::property_tree::read_json(is, obj);
+        } catch (const boost::property_tree::json_parser_error& e) {
+          throw Error(strf("%s:%zu: bad JSON: %s", f.path.c_str(), line_no_, e.message().c_str()));
+        }
+        auto text = obj.get_optional<std::string>("text");
+        YUAN_CHECK(text, "%s:%zu: no \"text\" field", f.path.c_str(), line_no_);
+        if (text->empty()) continue;
+        doc = *text;
+        return true;
+      }
+      case InputFormat::Fortune:
+        if (line != "%") {
+          doc += line;
+          doc += '\n';
+          continue;
+        }
+        strip_ansi(doc);
+        trim_blank_lines(doc);
+        if (!doc.empty()) return true;
+        continue;
+      default:
+        if (!blank_separated_) {
+          if (line.empty()) continue;
+          doc = line;
+          return true;
+        }
+        if (!line.empty()) {
+          doc += line;
+          doc += '\n';
+          continue;
+        }
+        trim_blank_lines(doc);
+        if (!doc.empty()) return true;
+        continue;
+    }
+  }
+  // The last document of a file needs no separator after it.
+  if (f.format == InputFormat::Fortune) strip_ansi(doc);
+  trim_blank_lines(doc);
+  return !doc.empty();
+}
+
+}  // namespace yuan

@@ -1,0 +1,353 @@
+#include "prep/prep.h"
+
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <boost/program_options.hpp>
+#include <cmath>
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <queue>
+
+#include "data/shard.h"
+#include "prep/documents.h"
+#include "prep/tokenizer.h"
+#include "util/error.h"
+#include "util/log.h"
+#include "util/rng.h"
+#include "util/sha256.h"
+
+namespace yuan {
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace po = boost::program_options;
+
+struct PrepOptions {
+  std::vector<std::string> inputs;
+  std::string format = "auto", doc_sep = "line", tokenizer, out;
+  bool train_tokenizer = false;
+  SentencePieceTraining spm;
+  uint64_t shard_tokens = 100000000;
+  double val_fraction = 0.01;
+  uint64_t val_docs = 0;
+  uint64_t seed = 1;
+  int threads = 0;
+};
+
+struct ShardRecord {
+  std::string file;
+  uint64_t tokens = 0, docs = 0;
+  std::string sha256;
+};
+
+// Writes <dir>/<split>_NNNNN.h5 shards of `shard_tokens` each, documents running on across shard ends. The
+// corpus's last shard would be arbitrarily short and might not hold one training window, so a full shard is
+// held open while up to half a shard more arrives: a remainder below that is appended to it, a longer one
+// starts the next shard.
+class ShardSequence {
+ public:
+  ShardSequence(const std::string& dir, const std::string& split, const ShardMeta& meta, uint64_t shard_tokens)
+      : dir_(dir), split_(split), meta_(meta), full_(shard_tokens), tail_cap_(std::max<uint64_t>(1, shard_tokens / 2)) {}
+
+  void add_document(const std::vector<uint32_t>& ids) {
+    const uint32_t* t = ids.data();
+    size_t n = ids.size();
+    for (bool start = true; n > 0; start = false) {
+      if (!cur_) open_next();
+      size_t k;
+      if (cur_->tokens() < full_) {
+        if (start) begin_document();
+        k = std::min<uint64_t>(n, full_ - cur_->tokens());
+        cur_->append(t, k);
+      } else {
+        if (start) tail_starts_.push_back(tail_.size());
+        k = std::min<uint64_t>(n, tail_cap_ - tail_.size());
+        tail_.insert(tail_.end(), t, t + k);
+        if (tail_.size() == tail_cap_) {
+          close_current();
+          open_next();
+          flush_tail();
+        }
+      }
+      t += k, n -= k;
+    }
+  }
+
+  std::vector<ShardRecord> finish() {
+    if (cur_) {
+      flush_tail();
+      close_current();
+    }
+    return std::move(records_);
+  }
+
+ private:
+  void begin_document() {
+    cur_->begin_document();
+    docs_++;
+  }
+  void open_next() {
+    std::string file = strf("%s_%05zu.h5", split_.c_str(), records_.size());
+    cur_ = std::make_unique<ShardWriter>((fs::path(dir_) / file).string(), meta_, full_ + tail_cap_);
+    docs_ = 0;
+  }
+  // Appends the held-back tokens to the current shard, marking the documents that start inside them.
+  void flush_tail() {
+    size_t at = 0;
+    for (size_t s : tail_starts_) {
+      cur_->append(tail_.data() + at, s - at);
+      begin_document();
+      at = s;
+    }
+    cur_->append(tail_.data() + at, tail_.size() - at);
+    tail_.clear();
+    tail_starts_.clear();
+  }
+  void close_current() {
+    std::string path = (fs::path(dir_) / strf("%s_%05zu.h5", split_.c_str(), records_.size())).string();
+    uint64_t tokens = cur_->tokens();
+    cur_->close();
+    cur_.reset();
+    records_.push_back({fs::path(path).filename().string(), tokens, docs_, sha256_file(path)});
+  }
+
+  std::string dir_, split_;
+  ShardMeta meta_;
+  uint64_t full_, tail_cap_;
+  std::unique_ptr<ShardWriter> cur_;
+  uint64_t docs_ = 0;
+  std::vector<uint32_t> tail_;
+  std::vector<size_t> tail_starts_;  // document starts inside tail_
+  std::vector<ShardRecord> records_;
+};
+
+// Which documents are held out: decided by a hash of (seed, document index) alone, so the split depends on
+// nothing but the input order and the seed.
+uint64_t doc_hash(uint64_t seed, uint64_t i) { return splitmix64(splitmix64(seed) ^ splitmix64(i + 1)); }
+
+// Documents with doc_hash below the returned bound go to validation.
+uint64_t val_bound(const PrepOptions& o, const std::vector<InputFile>& files) {
+  if (o.val_docs == 0) return static_cast<uint64_t>(std::ldexp(o.val_fraction, 64));
+  std::priority_queue<uint64_t> smallest;  // the val_docs smallest hashes
+  Documents docs(files, o.doc_sep == "blank");
+  std::string d;
+  uint64_t n = 0;
+  for (; docs.next(d); n++) {
+    smallest.push(doc_hash(o.seed, n));
+    if (smallest.size() > o.val_docs) smallest.pop();
+  }
+  YUAN_CHECK(o.val_docs < n, "--val-docs %llu: the input has only %llu documents",
+             static_cast<unsigned long long>(o.val_docs), static_cast<unsigned long long>(n));
+  return smallest.top() + 1;
+}
+
+std::string json_str(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') out += '\\', out += static_cast<char>(c);
+    else if (c < 0x20) out += strf("\\u%04x", c);
+    else out += static_cast<char>(c);
+  }
+  return out + "\"";
+}
+
+std::string json_shards(const std::vector<ShardRecord>& shards) {
+  std::string out = "[";
+  for (size_t i = 0; i < shards.size(); i++) {
+    const ShardRecord& r = shards[i];
+    out += strf("%s\n    {\"file\": %s, \"tokens\": %llu, \"docs\": %llu, \"sha256\": \"%s\"}", i ? "," : "",
+                json_str(r.file).c_str(), static_cast<unsigned long long>(r.tokens),
+                static_cast<unsigned long long>(r.docs), r.sha256.c_str());
+  }
+  return out + (shards.empty() ? "]" : "\n  ]");
+}
+
+void write_manifest(const std::string& dir, const PrepOptions& o, const Tokenizer& tok,
+                    const std::vector<InputFile>& files, const std::vector<uint64_t>& file_docs,
+                    const std::vector<ShardRecord>& train, const std::vector<ShardRecord>& val) {
+  std::string sources = "[";
+  for (size_t i = 0; i < files.size(); i++)
+    sources += strf("%s\n    {\"path\": %s, \"format\": \"%s\", \"bytes\": %llu, \"docs\": %llu}", i ? "," : "",
+                    json_str(files[i].path).c_str(), input_format_name(files[i].format),
+                    static_cast<unsigned long long>(fs::file_size(files[i].path)),
+                    static_cast<unsigned long long>(file_docs[i]));
+  sources += "\n  ]";
+  std::string text = strf(
+      "{\n  \"format_version\": %d,\n  \"tokenizer\": %s,\n  \"tokenizer_file\": %s,\n  \"vocab_size\": %d,\n"
+      "  \"eot_id\": %d,\n  \"seed\": %llu,\n  \"sources\": %s,\n  \"train\": %s,\n  \"val\": %s\n}\n",
+      kShardFormatVersion, json_str(tok.name()).c_str(),
+      json_str(o.train_tokenizer ? "tokenizer.model" : fs::absolute(o.tokenizer).string()).c_str(), tok.vocab_size(),
+      tok.eot_id(), static_cast<unsigned long long>(o.seed), sources.c_str(), json_shards(train).c_str(),
+      json_shards(val).c_str());
+  const std::string path = (fs::path(dir) / "manifest.json").string(), tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary);
+    out << text;
+    YUAN_CHECK(out.flush(), "%s: cannot write", tmp.c_str());
+  }
+  YUAN_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "%s: cannot rename to %s", tmp.c_str(), path.c_str());
+}
+
+// Shards of an earlier run would be picked up by the same globs as the new ones.
+void remove_old_shards(const std::string& dir) {
+  for (const auto& e : fs::directory_iterator(dir)) {
+    std::string name = e.path().filename().string();
+    bool ours = (name.rfind("train_", 0) == 0 || name.rfind("val_", 0) == 0) &&
+                (name.find(".h5") == name.size() - 3 || name.find(".h5.tmp") == name.size() - 7);
+    if (ours) fs::remove(e.path());
+  }
+}
+
+bool parse_options(const std::vector<std::string>& args, PrepOptions& o) {
+  po::options_description desc("yuanlm prep: tokenize text into HDF5 shards (docs/FORMAT.md)\nOptions");
+  desc.add_options()
+      ("help,h", "print this help")
+      ("input,i", po::value(&o.inputs)->multitoken()->required(), "input files or globs (several allowed)")
+      ("format", po::value(&o.format)->default_value(o.format),
+       "auto | text | jsonl | fortune; auto: by extension (.jsonl/.json/.ndjson, .txt), else by content")
+      ("doc-sep", po::value(&o.doc_sep)->default_value(o.doc_sep),
+       "text inputs: line (a document per line) | blank (documents separated by blank lines)")
+      ("tokenizer", po::value(&o.tokenizer),
+       "reuse a tokenizer: a SentencePiece FILE.model, or a WordPiece vocab.txt (Yuan/ASC vocabulary)")
+      ("train-tokenizer", po::bool_switch(&o.train_tokenizer),
+       "train a byte-fallback BPE SentencePiece model on the input, saved as OUT/tokenizer.model")
+      ("vocab-size", po::value(&o.spm.vocab_size)->default_value(o.spm.vocab_size),
+       "--train-tokenizer: vocabulary size (the model's model.vocab_size must equal the shards')")
+      ("character-coverage", po::value(&o.spm.character_coverage)->default_value(o.spm.character_coverage),
+       "--train-tokenizer: share of characters covered by pieces, the rest spelled as bytes (0: as many\n"
+       "characters as fit in 3/4 of the ids left after the 256 bytes and 3 specials, at most 0.9995)")
+      ("tokenizer-sentences", po::value(&o.spm.sentences)->default_value(o.spm.sentences),
+       "--train-tokenizer: lines sampled from the input for training (bounds time and memory)")
+      ("out,o", po::value(&o.out)->required(),
+       "output directory: train_NNNNN.h5, val_NNNNN.h5, manifest.json (old shards there are removed)")
+      ("shard-tokens", po::value(&o.shard_tokens)->default_value(o.shard_tokens),
+       "tokens per shard (the last shard of a split may hold up to 1.5x)")
+      ("val-fraction", po::value(&o.val_fraction)->default_value(o.val_fraction),
+       "share of documents held out for validation, chosen by a hash of (seed, document index)")
+      ("val-docs", po::value(&o.val_docs)->default_value(o.val_docs),
+       "hold out exactly this many documents instead of --val-fraction (0: use --val-fraction)")
+      ("seed", po::value(&o.seed)->default_value(o.seed), "seed of the validation split and tokenizer sampling")
+      ("threads", po::value(&o.threads)->default_value(o.threads),
+       "tokenizer threads (0: all cores); the output does not depend on it");
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(args).options(desc).run(), vm);
+    if (vm.count("help")) {
+      std::cout << desc << "\nEvery document is written preceded by eot_id: the SentencePiece model's eos id, or\n"
+                           "a dedicated id (= piece count) for models without one; for vocab.txt, <eod> if present.\n";
+      return false;
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw Error(strf("prep: %s (see yuanlm prep --help)", e.what()));
+  }
+  YUAN_CHECK(o.train_tokenizer != !o.tokenizer.empty(), "prep: give exactly one of --tokenizer FILE and --train-tokenizer");
+  YUAN_CHECK(o.doc_sep == "line" || o.doc_sep == "blank", "prep: --doc-sep %s: expected line or blank", o.doc_sep.c_str());
+  YUAN_CHECK(o.spm.vocab_size >= 300, "prep: --vocab-size %d: need at least 300 (256 bytes + specials + pieces)",
+             o.spm.vocab_size);
+  YUAN_CHECK(o.shard_tokens > 0, "prep: --shard-tokens must be positive");
+  YUAN_CHECK(o.val_fraction >= 0 && o.val_fraction < 1, "prep: --val-fraction %g outside [0, 1)", o.val_fraction);
+  YUAN_CHECK(o.val_docs == 0 || vm["val-fraction"].defaulted(), "prep: give --val-fraction or --val-docs, not both");
+  YUAN_CHECK(o.threads >= 0, "prep: --threads %d must be >= 0", o.threads);
+  if (o.threads == 0) o.threads = omp_get_max_threads();
+  o.spm.seed = o.seed;
+  return true;
+}
+
+}  // namespace
+
+int prep_main(const std::vector<std::string>& args) {
+  PrepOptions o;
+  if (!parse_options(args, o)) return 0;
+  const double t0 = now_seconds();
+  const std::vector<InputFile> files = expand_inputs(o.inputs, parse_input_format(o.format));
+  const bool blank = o.doc_sep == "blank";
+  fs::create_directories(o.out);
+  remove_old_shards(o.out);
+
+  if (o.train_tokenizer) {
+    o.tokenizer = (fs::path(o.out) / "tokenizer.model").string();
+    Documents docs(files, blank);
+    train_sentencepiece(docs, o.spm, o.tokenizer);
+    say("prep: trained tokenizer %s in %.1f s", o.tokenizer.c_str(), now_seconds() - t0);
+  }
+  const std::unique_ptr<Tokenizer> tok = load_tokenizer(o.tokenizer);
+  const ShardMeta meta{tok->vocab_size(), tok->eot_id(), tok->name()};
+  const uint64_t bound = val_bound(o, files);
+
+  ShardSequence train(o.out, "train", meta, o.shard_tokens), val(o.out, "val", meta, o.shard_tokens);
+  Documents docs(files, blank);
+  std::vector<uint64_t> file_docs(files.size());
+  std::vector<std::string> block;
+  std::vector<std::vector<uint32_t>> ids;
+  uint64_t n_docs = 0, n_tokens = 0;
+  const double t1 = now_seconds();
+  double last_report = t1;
+  const bool tty = isatty(STDERR_FILENO);
+  for (;;) {
+    // Blocks of documents are tokenized in parallel and written in input order: the output is the same for
+    // any thread count.
+    block.clear();
+    size_t bytes = 0;
+    for (std::string d; block.size() < 4096 && bytes < (16u << 20) && docs.next(d); bytes += block.back().size()) {
+      block.push_back(std::move(d));
+      file_docs[docs.file_index()]++;
+    }
+    if (block.empty()) break;
+    ids.resize(block.size());
+    std::exception_ptr error;
+#pragma omp parallel for schedule(dynamic, 4) num_threads(o.threads)
+    for (size_t i = 0; i < block.size(); i++) {
+      try {
+        ids[i].assign(1, static_cast<uint32_t>(tok->eot_id()));
+        tok->encode(block[i], ids[i]);
+      } catch (...) {
+#pragma omp critical
+        error = std::current_exception();
+      }
+    }
+    if (error) std::rethrow_exception(error);
+    for (size_t i = 0; i < block.size(); i++, n_docs++) {
+      (doc_hash(o.seed, n_docs) < bound ? val : train).add_document(ids[i]);
+      n_tokens += ids[i].size();
+    }
+    double now = now_seconds();
+    if (now - last_report > (tty ? 0.5 : 10.0)) {
+      std::fprintf(stderr, "%sprep: %llu docs, %llu tokens, %.0f tokens/s%s", tty ? "\r" : "",
+                   static_cast<unsigned long long>(n_docs), static_cast<unsigned long long>(n_tokens),
+                   n_tokens / (now - t1), tty ? "" : "\n");
+      last_report = now;
+    }
+  }
+  if (tty && last_report > t1) std::fputc('\n', stderr);
+  YUAN_CHECK(n_docs > 0, "prep: the input (%s ...) holds no documents", o.inputs[0].c_str());
+  const std::vector<ShardRecord> train_shards = train.finish(), val_shards = val.finish();
+  YUAN_CHECK(!train_shards.empty(), "prep: every document went to validation; lower --val-fraction/--val-docs");
+  if (val_shards.empty() && (o.val_fraction > 0 || o.val_docs > 0))
+    warn("prep: no document went to validation (too few documents for --val-fraction %g)", o.val_fraction);
+  write_manifest(o.out, o, *tok, files, file_docs, train_shards, val_shards);
+
+  auto total = [](const std::vector<ShardRecord>& v) {
+    uint64_t n = 0;
+    for (const auto& r : v) n += r.tokens;
+    return static_cast<unsigned long long>(n);
+  };
+  const double dt = now_seconds() - t1;
+  say("prep: %llu docs, %llu tokens in %.1f s (%.0f tokens/s, %d threads)", static_cast<unsigned long long>(n_docs),
+      static_cast<unsigned long long>(n_tokens), dt, n_tokens / std::max(dt, 1e-9), o.threads);
+  say("prep: train %llu tokens in %zu shards, val %llu tokens in %zu shards, in %s", total(train_shards),
+      train_shards.size(), total(val_shards), val_shards.size(), o.out.c_str());
+  say("prep: vocab_size %d, eot_id %d, tokenizer %s", tok->vocab_size(), tok->eot_id(), tok->name().c_str());
+  say("prep: train with model.vocab_size=%d data.train=%s/train_*.h5 data.val=%s/val_*.h5", tok->vocab_size(),
+      o.out.c_str(), o.out.c_str());
+  return 0;
+}
+
+}  // namespace yuan

@@ -1,0 +1,41 @@
+// Tokenizers for `yuanlm prep`: a SentencePiece model (trained here or brought along) or a Yuan-style WordPiece
+// vocab.txt. Each is named "<kind>:sha256:<hex of the file>", the name every shard carries so that shards
+// from different tokenizers are never mixed.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "prep/documents.h"
+
+namespace yuan {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  // Appends the ids of `text`; safe to call from many threads at once.
+  virtual void encode(const std::string& text, std::vector<uint32_t>& out) const = 0;
+  int vocab_size() const { return vocab_size_; }
+  int eot_id() const { return eot_id_; }  // the id written before every document
+  const std::string& name() const { return name_; }
+
+ protected:
+  int vocab_size_ = 0, eot_id_ = 0;
+  std::string name_;
+};
+
+// `*.model`: SentencePiece; eot is its eos id, or a dedicated id = piece count when the model has no eos.
+// Anything else: a WordPiece vocab.txt, one piece per line; eot is "<eod>" when present, else a dedicated id.
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path);
+
+struct SentencePieceTraining {
+  int vocab_size = 32000;
+  double character_coverage = 0;  // 0: the characters may take at most 3/4 of the non-byte ids
+  uint64_t sentences = 1000000;   // lines sampled from the input (reservoir, seeded): bounds time and memory
+  uint64_t seed = 1;
+};
+// Trains a byte-fallback BPE model on the lines of `docs` and writes it atomically to `model_path`.
+void train_sentencepiece(Documents& docs, const SentencePieceTraining& opt, const std::string& model_path);
+
+}  // namespace yuan

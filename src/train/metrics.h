@@ -1,0 +1,39 @@
+// What a run reports: the human step line on stdout and one JSON object per line in run.dir/metrics.jsonl
+// (rank 0 only), which tools/ and the tests read back.
+#pragma once
+#include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace yuan {
+
+class JsonLine {
+ public:
+  JsonLine& add(const char* key, double v);
+  JsonLine& add(const char* key, long long v);
+  JsonLine& add(const char* key, const std::string& v);
+  std::string str() const;
+
+ private:
+  std::vector<std::pair<std::string, std::string>> kv_;
+};
+
+class MetricsLog {
+ public:
+  MetricsLog() = default;
+  explicit MetricsLog(const std::string& path);  // appends; throws naming the file when it cannot open it
+  ~MetricsLog();
+  MetricsLog(const MetricsLog&) = delete;
+  MetricsLog& operator=(const MetricsLog&) = delete;
+  void write(const JsonLine& line);  // one line, flushed: a killed job keeps every finished step
+
+ private:
+  std::FILE* f_ = nullptr;
+  std::string path_;
+};
+
+std::string format_duration(double seconds);  // "1h02m", "3m07s", "42s"
+std::string format_bytes(double bytes);       // "1.50 GiB"
+
+}  // namespace yuan

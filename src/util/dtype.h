@@ -1,0 +1,34 @@
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace yuan {
+
+enum class DType { F32, BF16, I32, U16, U32, U64, F64 };
+
+inline size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::BF16: case DType::U16: return 2;
+    case DType::F32: case DType::I32: case DType::U32: return 4;
+    case DType::U64: case DType::F64: return 8;
+  }
+  return 0;
+}
+
+// bf16 = the top 16 bits of an fp32, rounded to nearest even (NaN kept quiet).
+inline uint16_t f32_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+inline float bf16_to_f32(uint16_t h) {
+  uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+}  // namespace yuan

@@ -1,0 +1,48 @@
+#include "util/fs.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "util/error.h"
+
+namespace yuan {
+
+void write_file_atomic(const std::string& path, const std::string& content) {
+  std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  YUAN_CHECK(fd >= 0, "cannot create '%s': %s", tmp.c_str(), std::strerror(errno));
+  size_t done = 0;
+  while (done < content.size()) {
+    ssize_t n = ::write(fd, content.data() + done, content.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      int e = errno;
+      ::close(fd);
+      throw Error(strf("cannot write '%s': %s", tmp.c_str(), std::strerror(e)));
+    }
+    done += static_cast<size_t>(n);
+  }
+  bool ok = ::fsync(fd) == 0;
+  ok = ::close(fd) == 0 && ok;
+  YUAN_CHECK(ok, "cannot flush '%s': %s", tmp.c_str(), std::strerror(errno));
+  YUAN_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename '%s' to '%s': %s", tmp.c_str(),
+             path.c_str(), std::strerror(errno));
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+void make_dirs(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  YUAN_CHECK(!ec, "cannot create directory '%s': %s", dir.c_str(), ec.message().c_str());
+}
+
+}  // namespace yuan

@@ -1,0 +1,9 @@
+#pragma once
+#include <string>
+
+namespace yuan {
+// Writes `path.tmp`, fsyncs, renames over `path`, fsyncs the directory: readers see the old or the new file,
+// never half of one. Throws Error naming the file.
+void write_file_atomic(const std::string& path, const std::string& content);
+void make_dirs(const std::string& dir);  // mkdir -p; throws naming the directory
+}  // namespace yuan

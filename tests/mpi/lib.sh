@@ -1,0 +1,50 @@
+# Shared by the end-to-end tests: a scratch dir, a random-token corpus, a tiny deck, and mpirun as root.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMP_NUM_THREADS=1
+WORK=$(mktemp -d /tmp/yuanlm-test.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+PY=/usr/bin/python3
+
+# make_corpus DIR NSHARDS TOKENS_PER_SHARD VOCAB: random tokens (seeded), written with h5py.
+make_corpus() {
+  $PY - "$@" <<'PYEOF'
+import sys, os, h5py, numpy as np
+d, n, length, vocab = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+os.makedirs(d, exist_ok=True)
+rng = np.random.default_rng(7)
+for i in range(n):
+    # a learnable stream: each token mostly follows from the previous one
+    t = np.empty(length, dtype=np.uint16)
+    t[0] = 1
+    for j in range(1, length):
+        t[j] = (t[j-1] * 5 + 3) % vocab if rng.random() < 0.8 else rng.integers(vocab)
+    with h5py.File(f"{d}/shard_{i:03d}.h5", "w") as f:
+        f.create_dataset("tokens", data=t, chunks=(min(length, 65536),))
+        f.attrs["format_version"] = 1
+        f.attrs["vocab_size"] = vocab
+        f.attrs["eot_id"] = 0
+        f.attrs["tokenizer"] = "synthetic:none"
+PYEOF
+}
+
+# The tiny model every end-to-end test trains; more --key=value pairs override. eps 1e-5 rather than 1e-8:
+# some gradients are exactly zero in exact arithmetic (e.g. the key bias: softmax ignores a constant shift) and
+# float rounding leaves noise of ~1e-9 there, which AdamW with eps 1e-8 would turn into lr-sized steps of
+# random sign; runs that sum in different orders would then differ by design, not by a bug.
+TINY=(--optim.eps=1e-5 --model.n_layer=2 --model.n_head=2 --model.n_embd=32 --model.seq_len=16 --model.vocab_size=64
+      --train.device=cpu --train.seed=5 --train.log_every=5 --optim.lr=3e-3 --optim.warmup_steps=2
+      --optim.min_lr=3e-4 --optim.grad_clip=1.0)
+
+# train NP RUNDIR [overrides...]
+train() {
+  local np=$1 dir=$2
+  shift 2
+  mpirun -np "$np" bin/yuanlm train "${TINY[@]}" --data.train="$WORK/corpus/*.h5" --run.dir="$dir" "$@"
+}
+
+# compare A B TOL_LOSS TOL_PARAM: per-step losses and final weights of two runs agree.
+compare() {
+  $PY tests/mpi/compare_runs.py "$@"
+}

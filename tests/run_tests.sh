@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Every test yuanlm has, in one run: the GoogleTest suites in one process; the Mpi* suites under mpirun with
+# 1, 2, 3 and 4 ranks; each end-to-end script in tests/mpi/ (a real `yuanlm` job under mpirun, one test each);
+# the CUDA kernel tests when they were built. Ends with the line "N passed, N failed[, N skipped]".
+set -u
+cd "$(dirname "$0")/.."
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+export OMPI_MCA_rmaps_base_oversubscribe=1
+log=build/test-logs
+mkdir -p "$log"
+pass=0 fail=0 skip=0
+
+# A gtest binary run: its rank-aggregated summary line gives the counts; no summary (crash, hang) is a failure.
+gtest() {
+  local name=$1
+  shift
+  timeout 900 "$@" >"$log/$name.log" 2>&1
+  local rc=$?
+  grep -E '^\[  (FAILED|SKIPPED) *\]|^gtest-summary' "$log/$name.log" | sed "s/^/  $name: /"
+  local summary
+  summary=$(grep -E '^gtest-summary:' "$log/$name.log" | tail -1)
+  if [ -z "$summary" ]; then
+    echo "  $name: no summary (exit $rc); last lines of $log/$name.log:"
+    tail -20 "$log/$name.log" | sed 's/^/    /'
+    fail=$((fail + 1))
+    return
+  fi
+  read -r p f s < <(echo "$summary" | sed -E 's/gtest-summary: ([0-9]+) passed, ([0-9]+) failed, ([0-9]+) skipped.*/\1 \2 \3/')
+  pass=$((pass + p)) fail=$((fail + f)) skip=$((skip + s))
+  [ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && { echo "  $name: exit $rc with no failed test"; fail=$((fail + 1)); }
+}
+
+echo "== GoogleTest, one process"
+gtest serial bin/test_yuanlm --gtest_filter='-Mpi*'
+for np in 1 2 3 4; do
+  echo "== GoogleTest Mpi* suites, mpirun -np $np"
+  gtest "mpi-np$np" mpirun -np "$np" bin/test_yuanlm --gtest_filter='Mpi*'
+done
+if [ -x bin/test_cuda ]; then
+  echo "== CUDA kernel tests"
+  gtest cuda bin/test_cuda
+fi
+echo "== end-to-end jobs (tests/mpi)"
+for t in tests/mpi/test_*.sh; do
+  [ -e "$t" ] || continue
+  name=$(basename "$t" .sh)
+  start=$(date +%s)
+  if timeout 900 bash "$t" >"$log/$name.log" 2>&1; then
+    pass=$((pass + 1))
+    echo "  PASS $name ($(($(date +%s) - start))s)"
+  else
+    fail=$((fail + 1))
+    echo "  FAIL $name ($(($(date +%s) - start))s); last lines of $log/$name.log:"
+    tail -25 "$log/$name.log" | sed 's/^/    /'
+  fi
+done
+echo "$pass passed, $fail failed, $skip skipped"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,265 @@
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <glob.h>
+
+#include "config/config.h"
+#include "util/error.h"
+
+using yuan::Config;
+using yuan::Error;
+
+namespace {
+
+// A deck in /tmp; removed when the test ends.
+class TempDeck {
+ public:
+  explicit TempDeck(const std::string& text)
+      : path_(yuan::strf("/tmp/yuan_test_config_%d_%d.ini", static_cast<int>(getpid()), counter_++)) {
+    std::ofstream(path_) << text;
+  }
+  ~TempDeck() { std::remove(path_.c_str()); }
+  const std::string& path() const { return path_; }
+
+ private:
+  static inline int counter_ = 0;
+  std::string path_;
+};
+
+Config parse(const std::vector<std::string>& args) {
+  Config c;
+  EXPECT_TRUE(yuan::parse_config(args, "train", c));
+  return c;
+}
+
+// The message of the Error that `f` throws (and that it is collective), or "" if it does not throw.
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    EXPECT_TRUE(e.collective()) << e.what();
+    return e.what();
+  }
+  return "";
+}
+
+std::string parse_error(const std::vector<std::string>& args) {
+  return error_of([&] { parse({args}); });
+}
+
+// A config that passes validate() with world 2.
+Config valid() {
+  Config c;
+  c.model = {2, 2, 8, 16, 32};
+  c.data.train = "shards/*.h5";
+  return c;
+}
+
+std::string validate_error(const std::function<void(Config&)>& edit, int world = 2) {
+  Config c = valid();
+  edit(c);
+  return error_of([&] { yuan::validate(c, world); });
+}
+
+const char* kDeck = R"(# a comment
+[model]
+n_layer = 3
+n_head = 2   # trailing comment
+n_embd = 16
+seq_len = 32
+vocab_size = 100
+
+[data]
+train = data/x/train_*.h5
+val =
+
+[optim]
+lr = 3e-4
+
+[run]
+dir = runs/t
+)";
+
+}  // namespace
+
+TEST(ConfigDefaults, MatchStructAndTable) {
+  Config c = parse({});
+  EXPECT_EQ(c.hash(), Config().hash());
+  EXPECT_EQ(c.train.micro_batch, 4);
+  EXPECT_EQ(c.optim.zero, 1);
+  EXPECT_EQ(c.train.device, "auto");
+  auto opts = yuan::config_options();
+  ASSERT_FALSE(opts.empty());
+  EXPECT_EQ(opts.front().key, "model.n_layer");
+  for (const auto& o : opts) {
+    EXPECT_FALSE(o.help.empty()) << o.key;
+    if (o.key == "optim.lr") {
+      EXPECT_EQ(o.default_value, "0.0006");
+    }
+    if (o.key == "train.seed") {
+      EXPECT_EQ(o.default_value, "1337");
+    }
+  }
+}
+
+TEST(ConfigParse, Deck) {
+  TempDeck deck(kDeck);
+  Config c = parse({deck.path()});
+  EXPECT_EQ(c.model.n_layer, 3);
+  EXPECT_EQ(c.model.n_head, 2);
+  EXPECT_EQ(c.model.vocab_size, 100);
+  EXPECT_EQ(c.data.train, "data/x/train_*.h5");
+  EXPECT_EQ(c.data.val, "");
+  EXPECT_DOUBLE_EQ(c.optim.lr, 3e-4);
+  EXPECT_EQ(c.run.dir, "runs/t");
+  EXPECT_EQ(c.train.steps, Config().train.steps);  // untouched keys keep their defaults
+  EXPECT_EQ(parse({"--config", deck.path()}).hash(), c.hash());
+  EXPECT_EQ(parse({"--config=" + deck.path()}).hash(), c.hash());
+}
+
+TEST(ConfigParse, CommandLineWins) {
+  TempDeck deck(kDeck);
+  Config c = parse({deck.path(), "--model.n_layer=7", "--optim.lr", "1e-3", "--train.device=cpu"});
+  EXPECT_EQ(c.model.n_layer, 7);
+  EXPECT_DOUBLE_EQ(c.optim.lr, 1e-3);
+  EXPECT_EQ(c.train.device, "cpu");
+  EXPECT_EQ(c.model.n_head, 2);
+  // Overrides before the deck still win, and the last repeat wins.
+  c = parse({"--train.steps=5", deck.path(), "--train.steps=6"});
+  EXPECT_EQ(c.train.steps, 6);
+}
+
+TEST(ConfigParse, Help) {
+  Config c;
+  c.train.steps = 99;
+  testing::internal::CaptureStdout();
+  EXPECT_FALSE(yuan::parse_config({"--help"}, "train", c));
+  std::string out = testing::internal::GetCapturedStdout();
+  EXPECT_NE(out.find("usage: yuanlm train [DECK]"), std::string::npos);
+  EXPECT_NE(out.find("[optim]"), std::string::npos);
+  EXPECT_NE(out.find("--optim.lr (0.0006)"), std::string::npos);
+  EXPECT_EQ(c.train.steps, 99);
+}
+
+TEST(ConfigParse, EveryDeckInInputValidates) {
+  glob_t g;
+  ASSERT_EQ(glob("input/*.ini", 0, nullptr, &g), 0) << "run the tests from the repository root";
+  std::vector<std::string> decks(g.gl_pathv, g.gl_pathv + g.gl_pathc);
+  globfree(&g);
+  EXPECT_GE(decks.size(), 5u);
+  for (const std::string& d : decks) {
+    SCOPED_TRACE(d);
+    Config c = parse({d});
+    EXPECT_GT(c.model.n_layer, 0);
+    EXPECT_NO_THROW(yuan::validate(c, 1));
+    EXPECT_NO_THROW(yuan::validate(c, 2));
+  }
+}
+
+TEST(ConfigErrors, UnknownKeyDidYouMean) {
+  TempDeck deck("[model]\nn_layr = 3\n");
+  EXPECT_EQ(parse_error({deck.path()}),
+            deck.path() + ": unknown key 'model.n_layr' (did you mean 'model.n_layer'?)");
+  EXPECT_EQ(parse_error({"--model.n_embed=3"}), "unknown option '--model.n_embed' (did you mean '--model.n_embd'?)");
+  EXPECT_EQ(parse_error({"--bogus=3"}), "unknown option '--bogus'");
+  EXPECT_EQ(yuan::closest_key("train.lr"), "optim.lr");  // right key, wrong section
+  EXPECT_EQ(yuan::closest_key("n_layer"), "model.n_layer");  // no section
+  EXPECT_EQ(yuan::closest_key("model.xyz"), "");
+  TempDeck bad_section("[modle]\nn_layer = 3\n");
+  EXPECT_NE(parse_error({bad_section.path()}).find("(did you mean 'model.n_layer'?)"), std::string::npos);
+}
+
+TEST(ConfigErrors, BadTypeNamesKey) {
+  EXPECT_EQ(parse_error({"--model.n_layer=abc"}), "model.n_layer: 'abc' is not an integer");
+  EXPECT_EQ(parse_error({"--model.n_layer=3.5"}), "model.n_layer: '3.5' is not an integer");
+  EXPECT_EQ(parse_error({"--model.vocab_size=3000000000"}), "model.vocab_size: '3000000000' is not an integer");
+  EXPECT_EQ(parse_error({"--train.seed=-1"}), "train.seed: '-1' is not a non-negative integer");
+  EXPECT_EQ(parse_error({"--optim.lr=fast"}), "optim.lr: 'fast' is not a finite number");
+  TempDeck deck("[optim]\nlr = 1e-3x\n");
+  EXPECT_EQ(parse_error({deck.path()}), deck.path() + ": optim.lr: '1e-3x' is not a finite number");
+}
+
+TEST(ConfigErrors, DeckProblems) {
+  EXPECT_EQ(parse_error({"/nonexistent/x.ini"}), "cannot read config deck '/nonexistent/x.ini'");
+  TempDeck twice("[train]\nsteps = 3\nsteps = 4\n");
+  EXPECT_EQ(parse_error({twice.path()}), twice.path() + ": key 'train.steps' is set twice");
+  TempDeck a("[train]\nsteps = 3\n"), b("[train]\nsteps = 4\n");
+  EXPECT_NE(parse_error({a.path(), "--config", b.path()}).find("two config decks"), std::string::npos);
+  EXPECT_NE(parse_error({"--model.n_layer"}), "");  // missing value
+}
+
+TEST(ConfigValidate, Ranges) {
+  EXPECT_NO_THROW(yuan::validate(valid(), 2));
+  EXPECT_EQ(validate_error([](Config& c) { c.model.n_layer = 0; }), "model.n_layer must be >= 1 (got 0)");
+  EXPECT_EQ(validate_error([](Config& c) { c.model.vocab_size = 1; }), "model.vocab_size must be >= 2 (got 1)");
+  EXPECT_EQ(validate_error([](Config& c) { c.optim.lr = 0; }), "optim.lr must be > 0 (got 0)");
+  EXPECT_EQ(validate_error([](Config& c) { c.optim.min_lr = 1; }), "optim.min_lr (1) must be <= optim.lr (0.0006)");
+  EXPECT_EQ(validate_error([](Config& c) { c.optim.beta2 = 1; }), "optim.beta2 must be in [0, 1) (got 1)");
+  EXPECT_EQ(validate_error([](Config& c) { c.optim.zero = 3; }), "optim.zero must be 0, 1 or 2 (got 3)");
+  EXPECT_EQ(validate_error([](Config& c) { c.train.device = "gpu"; }),
+            "train.device must be cpu, cuda or auto (got 'gpu')");
+  struct Case {
+    const char* key;
+    std::function<void(Config&)> edit;
+  };
+  for (const Case& k : std::vector<Case>{
+           {"model.n_head", [](Config& c) { c.model.n_head = 0; }},
+           {"model.n_embd", [](Config& c) { c.model.n_embd = -1; }},
+           {"model.seq_len", [](Config& c) { c.model.seq_len = 0; }},
+           {"data.train", [](Config& c) { c.data.train = ""; }},
+           {"data.prefetch", [](Config& c) { c.data.prefetch = 0; }},
+           {"train.micro_batch", [](Config& c) { c.train.micro_batch = 0; }},
+           {"train.global_batch", [](Config& c) { c.train.global_batch = 0; }},
+           {"train.steps", [](Config& c) { c.train.steps = 0; }},
+           {"train.log_every", [](Config& c) { c.train.log_every = 0; }},
+           {"train.eval_every", [](Config& c) { c.train.eval_every = -1; }},
+           {"train.eval_batches", [](Config& c) { c.train.eval_batches = 0; }},
+           {"optim.min_lr", [](Config& c) { c.optim.min_lr = -1e-5; }},
+           {"optim.warmup_steps", [](Config& c) { c.optim.warmup_steps = -1; }},
+           {"optim.weight_decay", [](Config& c) { c.optim.weight_decay = -0.1; }},
+           {"optim.beta1", [](Config& c) { c.optim.beta1 = -0.1; }},
+           {"optim.eps", [](Config& c) { c.optim.eps = 0; }},
+           {"optim.grad_clip", [](Config& c) { c.optim.grad_clip = -1; }},
+           {"optim.bucket_mb", [](Config& c) { c.optim.bucket_mb = 0; }},
+           {"run.dir", [](Config& c) { c.run.dir = ""; }},
+       }) {
+    std::string msg = validate_error(k.edit);
+    EXPECT_EQ(msg.rfind(k.key, 0), 0u) << k.key << ": " << msg;
+  }
+}
+
+TEST(ConfigValidate, DivisibilityNamesBothKeys) {
+  EXPECT_EQ(validate_error([](Config& c) { c.model.n_embd = 768, c.model.n_head = 10; }),
+            "model.n_embd (768) must be divisible by model.n_head (10)");
+  EXPECT_EQ(validate_error([](Config& c) { c.train.global_batch = 10, c.train.micro_batch = 2; }, 4),
+            "train.global_batch (10) must be divisible by world size (4) x train.micro_batch (2) = 8");
+}
+
+TEST(ConfigIni, RoundTrips) {
+  Config c = valid();
+  c.optim.lr = 0.1 + 0.2;  // not exactly representable in few digits
+  c.optim.eps = 1e-300;
+  c.train.seed = 18446744073709551615ull;
+  c.data.val = "";
+  c.run.dir = "runs/with space";
+  TempDeck deck(c.to_ini());
+  Config back = parse({deck.path()});
+  EXPECT_EQ(back.to_ini(), c.to_ini());
+  EXPECT_EQ(back.hash(), c.hash());
+  EXPECT_EQ(back.optim.lr, c.optim.lr);
+  EXPECT_NE(c.to_ini().find("[optim]\n"), std::string::npos);
+}
+
+TEST(ConfigIni, HashChangesWithAnyValue) {
+  // Change each key through the command line, so the test follows the table as it grows.
+  const uint64_t base = Config().hash();
+  for (const auto& o : yuan::config_options()) {
+    std::string v = o.default_value == "1" ? "2" : "1";
+    if (o.key == "train.device") v = "cpu";
+    Config c = parse({"--" + o.key + "=" + v});
+    EXPECT_NE(c.hash(), base) << o.key;
+  }
+}

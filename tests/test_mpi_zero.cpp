@@ -1,0 +1,450 @@
+// Data parallelism over MPI: the world, the MPI communicator's collectives, and the ZeRO optimizer (stages 0, 1,
+// 2) checked against a serial computation of the same training steps. Suites are named Mpi* so the runner
+// executes them under mpirun with 1, 2, 3 and 4 ranks.
+#include <gtest/gtest.h>
+
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "dist/communicator.h"
+#include "dist/mpi_check.h"
+#include "dist/world.h"
+#include "ops/adamw.h"
+#include "optim/zero.h"
+#include "util/memory.h"
+
+namespace yuan {
+namespace {
+
+int rank() { return dist::world().rank; }
+int nranks() { return dist::world().size; }
+
+// ---------------------------------------------------------------------------------------------------------------
+// World
+
+TEST(MpiWorld, InfoMatchesMpi) {
+  ASSERT_TRUE(dist::initialized());
+  int r = -1, n = -1;
+  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &r));
+  MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &n));
+  const dist::WorldInfo& w = dist::world();
+  EXPECT_EQ(w.rank, r);
+  EXPECT_EQ(w.size, n);
+  EXPECT_GE(w.local_rank, 0);
+  EXPECT_LT(w.local_rank, w.local_size);
+  EXPECT_LE(w.local_size, w.size);
+  EXPECT_FALSE(w.host.empty());
+  EXPECT_EQ(process_rank(), r);
+  EXPECT_EQ(process_host(), w.host);
+  EXPECT_EQ(dist::allreduce_sum(r + 1.0), n * (n + 1) / 2.0);
+  EXPECT_EQ(dist::allreduce_max(static_cast<double>(r)), n - 1.0);
+}
+
+// Every rank must throw the same collective error, naming the first rank that differs from rank 0.
+void expect_mismatch_names(uint64_t value, int first_bad) {
+  try {
+    dist::check_same_everywhere(value, "test value");
+    ADD_FAILURE() << "no error although rank " << first_bad << " differs";
+  } catch (const Error& e) {
+    EXPECT_TRUE(e.collective());
+    std::string msg = e.what();
+    EXPECT_NE(msg.find("test value"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(strf("rank %d@", first_bad)), std::string::npos) << msg;
+  }
+}
+
+TEST(MpiWorld, CheckSameEverywhereNamesTheDifferingRank) {
+  EXPECT_NO_THROW(dist::check_same_everywhere(0xC0FFEEull, "config hash"));
+  if (nranks() == 1) return;  // nothing can differ
+  expect_mismatch_names(rank() == nranks() - 1 ? 2 : 1, nranks() - 1);
+  expect_mismatch_names(rank() >= 1 ? 7 : 3, 1);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Communicator
+
+// Exact in every dtype, and distinct per rank and element.
+template <typename T>
+T value(int r, size_t i) {
+  return static_cast<T>((r + 1) * 3 + static_cast<int>(i % 11));
+}
+template <>
+uint64_t value<uint64_t>(int r, size_t i) {
+  return (uint64_t(1) << 58) + uint64_t(r + 1) * 1000 + i;  // beyond double's 53 bits
+}
+
+template <typename T>
+T sum_over_ranks(size_t i) {
+  T s = 0;
+  for (int r = 0; r < nranks(); r++) s += value<T>(r, i);
+  return s;
+}
+
+// One plain communicator and one that splits every call into chunks of 5 elements.
+std::vector<std::unique_ptr<Communicator>> communicators() {
+  std::vector<std::unique_ptr<Communicator>> out;
+  out.push_back(make_mpi_communicator());
+  out.push_back(make_mpi_communicator(5));
+  return out;
+}
+
+// Uneven, with an empty block at every third rank from 2, so that every world size >= 2 has a rank whose block
+// does not start at 0 (in-place reduce-scatter results must be moved there).
+std::vector<size_t> uneven_counts() {
+  std::vector<size_t> c(static_cast<size_t>(nranks()));
+  for (int r = 0; r < nranks(); r++) c[r] = r % 3 == 2 ? 0 : 3 * r + 4;
+  return c;
+}
+
+template <typename T>
+void check_all_reduce(Communicator& comm, DType t) {
+  const size_t n = 37;
+  std::vector<T> buf(n);
+  for (size_t i = 0; i < n; i++) buf[i] = value<T>(comm.rank(), i);
+  comm.all_reduce(buf.data(), n, t, ReduceOp::Sum);
+  for (size_t i = 0; i < n; i++) ASSERT_EQ(buf[i], sum_over_ranks<T>(i)) << "sum, element " << i;
+  for (size_t i = 0; i < n; i++) buf[i] = value<T>(comm.rank(), i);
+  comm.all_reduce(buf.data(), n, t, ReduceOp::Max);
+  for (size_t i = 0; i < n; i++) ASSERT_EQ(buf[i], value<T>(comm.size() - 1, i)) << "max, element " << i;
+}
+
+TEST(MpiCommunicator, AllReduceEveryDType) {
+  for (auto& comm : communicators()) {
+    EXPECT_EQ(comm->rank(), rank());
+    EXPECT_EQ(comm->size(), nranks());
+    check_all_reduce<float>(*comm, DType::F32);
+    check_all_reduce<double>(*comm, DType::F64);
+    check_all_reduce<int32_t>(*comm, DType::I32);
+    check_all_reduce<uint64_t>(*comm, DType::U64);
+    uint16_t bf[4] = {};
+    EXPECT_THROW(comm->all_reduce(bf, 4, DType::BF16, ReduceOp::Sum), Error);
+  }
+}
+
+template <typename T>
+void check_reduce_scatter(Communicator& comm, DType t) {
+  std::vector<size_t> counts = uneven_counts();
+  size_t total = std::accumulate(counts.begin(), counts.end(), size_t(0));
+  size_t off = std::accumulate(counts.begin(), counts.begin() + comm.rank(), size_t(0));
+  std::vector<T> buf(total);
+  for (size_t i = 0; i < total; i++) buf[i] = value<T>(comm.rank(), i);
+  comm.reduce_scatter(buf.data(), counts, t);
+  for (size_t i = off; i < off + counts[comm.rank()]; i++) ASSERT_EQ(buf[i], sum_over_ranks<T>(i)) << i;
+}
+
+TEST(MpiCommunicator, ReduceScatterUnevenCounts) {
+  for (auto& comm : communicators()) {
+    check_reduce_scatter<float>(*comm, DType::F32);
+    check_reduce_scatter<double>(*comm, DType::F64);
+    check_reduce_scatter<int32_t>(*comm, DType::I32);
+    check_reduce_scatter<uint64_t>(*comm, DType::U64);
+  }
+}
+
+template <typename T>
+void check_all_gather(Communicator& comm, DType t) {
+  std::vector<size_t> counts = uneven_counts();
+  size_t total = std::accumulate(counts.begin(), counts.end(), size_t(0));
+  std::vector<T> buf(total, static_cast<T>(99));
+  std::vector<int> owner(total);
+  for (size_t r = 0, i = 0; r < counts.size(); r++)
+    for (size_t k = 0; k < counts[r]; k++, i++) {
+      owner[i] = static_cast<int>(r);
+      if (owner[i] == comm.rank()) buf[i] = value<T>(comm.rank(), i);
+    }
+  comm.all_gather(buf.data(), counts, t);
+  for (size_t i = 0; i < total; i++) ASSERT_EQ(buf[i], value<T>(owner[i], i)) << i;
+}
+
+TEST(MpiCommunicator, AllGatherUnevenCounts) {
+  for (auto& comm : communicators()) {
+    check_all_gather<float>(*comm, DType::F32);
+    check_all_gather<double>(*comm, DType::F64);
+    check_all_gather<int32_t>(*comm, DType::I32);
+    check_all_gather<uint64_t>(*comm, DType::U64);
+    check_all_gather<uint16_t>(*comm, DType::BF16);  // raw 2-byte words
+  }
+}
+
+TEST(MpiCommunicator, BroadcastFromLastRank) {
+  for (auto& comm : communicators()) {
+    const size_t n = 1001;
+    const int root = comm->size() - 1;
+    std::vector<double> buf(n, -1.0);
+    if (comm->rank() == root)
+      for (size_t i = 0; i < n; i++) buf[i] = value<double>(root, i);
+    comm->broadcast(buf.data(), n, DType::F64, root);
+    for (size_t i = 0; i < n; i++) ASSERT_EQ(buf[i], value<double>(root, i)) << i;
+    comm->barrier();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// ZeRO
+
+// 2 layers, C = 5, T = 4, V = 9: 805 parameters, so the padded buffer and the shards are uneven for 2, 3, 4 ranks.
+GPTConfig tiny_config() { return GPTConfig{2, 1, 5, 4, 9}; }
+constexpr int kRows = 2;  // per micro-batch and rank
+
+// Test double of a GPT replica: loss of a row = 0.5 * sum_i a_i (p_i - x_i(row))^2, with x a fixed function of the
+// row's tokens, so gradients depend on the batch and their mean over the global batch is known in closed form.
+// Flat fp32 host buffers; backward visits the modules in reverse layout order and reports each one finished.
+class QuadraticBackend final : public Backend {
+ public:
+  QuadraticBackend(const GPTConfig& c, size_t padded)
+      : layout_(c), padded_(padded), params_(padded, Mem::Params), grads_(padded, Mem::Grads) {}
+
+  static double curvature(size_t i) { return 0.5 + 0.25 * static_cast<double>(i % 5); }
+  static double target(const int32_t* row, size_t i, int T) {
+    return std::sin(0.37 * static_cast<double>(i) + 0.9 * row[i % (T + 1)]);
+  }
+
+  const char* name() const override { return "quadratic"; }
+  const ParamLayout& layout() const override { return layout_; }
+  size_t padded_size() const override { return padded_; }
+  int max_micro_batch() const override { return 64; }
+  void set_params(const float* src, size_t offset, size_t count) override {
+    check_range(offset, count);
+    std::memcpy(params_.data() + offset, src, count * sizeof(float));
+  }
+  void get_params(float* dst, size_t offset, size_t count) override {
+    check_range(offset, count);
+    std::memcpy(dst, params_.data() + offset, count * sizeof(float));
+  }
+  float forward_backward(const int32_t* tokens, int B, float grad_scale, const ModuleReadyFn& ready) override {
+    const int T = layout_.config().seq_len;
+    double loss = 0;
+    for (int m = static_cast<int>(layout_.modules().size()) - 1; m >= 0; m--) {
+      const ModuleSpec& mod = layout_.modules()[m];
+      for (size_t i = mod.offset; i < mod.offset + mod.numel; i++) {
+        double g = 0;
+        for (int b = 0; b < B; b++) {
+          double d = params_[i] - target(tokens + b * (T + 1), i, T);
+          g += curvature(i) * d;
+          loss += 0.5 * curvature(i) * d * d;
+        }
+        grads_[i] += static_cast<float>(grad_scale * g / B);
+      }
+      if (ready) ready(m);
+    }
+    return static_cast<float>(loss / B);
+  }
+  float forward_loss(const int32_t* tokens, int B) override {
+    const int T = layout_.config().seq_len;
+    double loss = 0;
+    for (int b = 0; b < B; b++)
+      for (size_t i = 0; i < layout_.total(); i++) {
+        double d = params_[i] - target(tokens + b * (T + 1), i, T);
+        loss += 0.5 * curvature(i) * d * d;
+      }
+    return static_cast<float>(loss / B);
+  }
+  void forward_logits(const int32_t*, int, float*) override { throw Error("the quadratic test backend has no logits"); }
+  void zero_grads(size_t offset, size_t count) override {
+    check_range(offset, count);
+    std::memset(grads_.data() + offset, 0, count * sizeof(float));
+  }
+  DeviceBuffer grad_buffer() override { return {grads_.data(), padded_, DType::F32}; }
+  DeviceBuffer param_buffer() override { return {params_.data(), padded_, DType::F32}; }
+  void grads_to_host(size_t offset, size_t count, float* dst) override {
+    check_range(offset, count);
+    std::memcpy(dst, grads_.data() + offset, count * sizeof(float));
+  }
+
+ private:
+  void check_range(size_t offset, size_t count) const {
+    YUAN_CHECK(offset + count <= padded_, "quadratic backend: range [%zu, +%zu) outside %zu", offset, count, padded_);
+  }
+  ParamLayout layout_;
+  size_t padded_;
+  HostArray<float> params_, grads_;
+};
+
+// Rows of the global batch: step s, rank r, micro-batch k.
+std::vector<int32_t> batch_tokens(int s, int r, int k) {
+  const GPTConfig c = tiny_config();
+  std::vector<int32_t> tok(static_cast<size_t>(kRows) * (c.seq_len + 1));
+  for (size_t j = 0; j < tok.size(); j++) tok[j] = static_cast<int32_t>((s * 131 + r * 71 + k * 29 + j * 7) % c.vocab_size);
+  return tok;
+}
+
+std::vector<float> initial_params(size_t n) {
+  std::vector<float> p(n);
+  for (size_t i = 0; i < n; i++) p[i] = (i % 2 ? -1.0f : 1.0f) * (0.5f + static_cast<float>((i * 37) % 100) / 100.0f);
+  return p;
+}
+
+double lr_at(int step) { return 1e-2 * (1.0 + 0.5 * step); }
+
+struct Trajectory {
+  std::vector<float> params;
+  std::vector<double> norms;
+};
+
+Trajectory run_zero(const OptimConfig& oc, int accum, int steps) {
+  ParamLayout layout(tiny_config());
+  QuadraticBackend be(tiny_config(), zero_padded_size(layout.total(), nranks()));
+  std::unique_ptr<Communicator> comm = make_mpi_communicator();
+  std::vector<float> init = initial_params(layout.total());
+  ZeroOptimizer opt(oc, be, *comm, init.data());
+  Trajectory out;
+  for (int s = 0; s < steps; s++) {
+    for (int k = 0; k < accum; k++) {
+      std::vector<int32_t> tok = batch_tokens(s, rank(), k);
+      be.forward_backward(tok.data(), kRows, 1.0f / static_cast<float>(nranks() * accum), opt.ready_hook());
+      opt.after_micro_batch();
+    }
+    ZeroStepStats st = opt.step(lr_at(s));
+    out.norms.push_back(st.grad_norm);
+    std::vector<float> g(be.padded_size());
+    be.grads_to_host(0, g.size(), g.data());
+    for (size_t i = 0; i < g.size(); i++) EXPECT_EQ(g[i], 0.0f) << "gradient left after step " << s << " at " << i;
+  }
+  out.params.resize(be.padded_size());
+  be.get_params(out.params.data(), 0, out.params.size());
+  return out;
+}
+
+// The same steps on one process: the mean gradient over all ranks' and micro-batches' rows in double, clipped by
+// its norm, then the AdamW kernel tensor by tensor.
+Trajectory run_serial(const OptimConfig& oc, int accum, int steps) {
+  ParamLayout layout(tiny_config());
+  const size_t n = layout.total();
+  const int T = tiny_config().seq_len;
+  std::vector<float> p = initial_params(n), m(n, 0.0f), v(n, 0.0f), g(n);
+  Trajectory out;
+  for (int s = 0; s < steps; s++) {
+    std::vector<double> gd(n, 0.0);
+    for (int r = 0; r < nranks(); r++)
+      for (int k = 0; k < accum; k++) {
+        std::vector<int32_t> tok = batch_tokens(s, r, k);
+        for (int b = 0; b < kRows; b++)
+          for (size_t i = 0; i < n; i++)
+            gd[i] += QuadraticBackend::curvature(i) * (p[i] - QuadraticBackend::target(tok.data() + b * (T + 1), i, T));
+      }
+    double norm2 = 0;
+    for (size_t i = 0; i < n; i++) {
+      gd[i] /= nranks() * accum * kRows;
+      norm2 += gd[i] * gd[i];
+      g[i] = static_cast<float>(gd[i]);
+    }
+    double norm = std::sqrt(norm2);
+    out.norms.push_back(norm);
+    ops::AdamWHyper h;
+    h.lr = lr_at(s);
+    h.beta1 = oc.beta1;
+    h.beta2 = oc.beta2;
+    h.eps = oc.eps;
+    h.t = s + 1;
+    if (oc.grad_clip > 0 && norm > oc.grad_clip) h.grad_scale = oc.grad_clip / (norm + 1e-6);
+    for (const TensorSpec& t : layout.tensors()) {
+      h.weight_decay = t.decay ? oc.weight_decay : 0.0;
+      ops::adamw_update(&p[t.offset], &m[t.offset], &v[t.offset], &g[t.offset], nullptr, t.numel, h);
+    }
+  }
+  out.params = p;
+  return out;
+}
+
+OptimConfig optim_config(int stage, double bucket_mb, double grad_clip) {
+  OptimConfig oc;
+  oc.zero = stage;
+  oc.bucket_mb = bucket_mb;
+  oc.grad_clip = grad_clip;
+  oc.weight_decay = 0.1;
+  return oc;
+}
+
+void expect_same_run(const Trajectory& got, const Trajectory& want, const std::string& what) {
+  ASSERT_EQ(got.norms.size(), want.norms.size());
+  for (size_t s = 0; s < want.norms.size(); s++)
+    EXPECT_NEAR(got.norms[s], want.norms[s], 1e-6 * want.norms[s]) << what << ": norm of step " << s;
+  ASSERT_GE(got.params.size(), want.params.size());
+  for (size_t i = 0; i < want.params.size(); i++)
+    ASSERT_NEAR(got.params[i], want.params[i], 1e-6 * std::abs(want.params[i])) << what << ": param " << i;
+  for (size_t i = want.params.size(); i < got.params.size(); i++)
+    ASSERT_EQ(got.params[i], 0.0f) << what << ": padding " << i;
+}
+
+TEST(MpiZero, StagesMatchSerialMeanGradient) {
+  // bucket_mb: every module alone, ~1 KiB buckets (three of uneven size), one bucket for everything.
+  for (int accum : {1, 3}) {
+    Trajectory want = run_serial(optim_config(0, 0, 0), accum, 3);
+    for (int stage : {0, 1, 2})
+      for (double mb : {0.0, 0.001, 100.0}) {
+        Trajectory got = run_zero(optim_config(stage, mb, 0), accum, 3);
+        expect_same_run(got, want, strf("zero %d, bucket_mb %g, accum %d, %d ranks", stage, mb, accum, nranks()));
+      }
+  }
+}
+
+TEST(MpiZero, ClippingUsesTheGlobalNorm) {
+  // The mean gradient's norm is ~10 here, so a clip of 1 scales every step; a rank-local norm would show in both
+  // the reported norm and the weights.
+  for (int accum : {1, 2}) {
+    Trajectory want = run_serial(optim_config(0, 0, 1.0), accum, 3);
+    ASSERT_GT(want.norms[0], 2.0);
+    for (int stage : {0, 1, 2}) {
+      Trajectory got = run_zero(optim_config(stage, 0.001, 1.0), accum, 3);
+      expect_same_run(got, want, strf("clipped, zero %d, accum %d, %d ranks", stage, accum, nranks()));
+    }
+  }
+}
+
+TEST(MpiZero, OptimizerBytesShrinkWithWorld) {
+  ParamLayout layout(tiny_config());
+  const size_t n = layout.total(), padded = zero_padded_size(n, nranks());
+  QuadraticBackend be(tiny_config(), padded);
+  std::unique_ptr<Communicator> comm = make_mpi_communicator();
+  std::vector<float> init = initial_params(n);
+  size_t bytes[3];
+  for (int stage : {0, 1, 2}) {
+    size_t before = mem_bytes(Mem::Optimizer);
+    ZeroOptimizer opt(optim_config(stage, 0.001, 1.0), be, *comm, init.data());
+    bytes[stage] = mem_bytes(Mem::Optimizer) - before;
+    EXPECT_EQ(bytes[stage], zero_optimizer_bytes(n, nranks(), stage)) << "zero " << stage;
+    EXPECT_EQ(opt.shard_size() * (stage == 0 ? 1 : nranks()), padded);
+    EXPECT_EQ(opt.shard_offset(), stage == 0 ? 0 : opt.shard_size() * rank());
+  }
+  EXPECT_EQ(bytes[0], 16 * padded);  // master, m, v, gradient: 4 fp32 arrays
+  EXPECT_EQ(bytes[1] * nranks(), bytes[0]);
+  EXPECT_EQ(bytes[2], bytes[1]);
+}
+
+TEST(MpiZero, ShardsReassembleTheWeights) {
+  // A checkpoint restore writes master() shard by shard; load_backend_params must rebuild every rank's weights.
+  ParamLayout layout(tiny_config());
+  const size_t n = layout.total();
+  QuadraticBackend be(tiny_config(), zero_padded_size(n, nranks()));
+  std::unique_ptr<Communicator> comm = make_mpi_communicator();
+  std::vector<float> init = initial_params(n);
+  for (int stage : {0, 1, 2}) {
+    ZeroOptimizer opt(optim_config(stage, 0.001, 1.0), be, *comm, init.data());
+    for (size_t i = 0; i < opt.shard_size(); i++) {
+      size_t j = opt.shard_offset() + i;
+      opt.master()[i] = j < n ? static_cast<float>(j) + 0.5f : 0.0f;
+    }
+    opt.load_backend_params();
+    std::vector<float> p(be.padded_size());
+    be.get_params(p.data(), 0, p.size());
+    for (size_t j = 0; j < n; j++) ASSERT_EQ(p[j], static_cast<float>(j) + 0.5f) << "zero " << stage << " at " << j;
+  }
+}
+
+TEST(MpiZero, MissingReadyModuleIsAnError) {
+  ParamLayout layout(tiny_config());
+  QuadraticBackend be(tiny_config(), zero_padded_size(layout.total(), nranks()));
+  std::unique_ptr<Communicator> comm = make_mpi_communicator();
+  std::vector<float> init = initial_params(layout.total());
+  ZeroOptimizer opt(optim_config(1, 0.001, 1.0), be, *comm, init.data());
+  for (int m = static_cast<int>(layout.modules().size()) - 1; m >= 1; m--) opt.ready_hook()(m);  // wte never
+  EXPECT_THROW(opt.ready_hook()(1), Error);  // twice in one micro-batch
+  EXPECT_THROW(opt.after_micro_batch(), Error);
+}
+
+}  // namespace
+}  // namespace yuan

@@ -1,0 +1,196 @@
+// `yuanlm prep`: input formats, tokenizers, determinism across thread counts, and that its shards are what the
+// loader, h5py and h5dump read.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#define BOOST_BIND_GLOBAL_PLACEHOLDERS  // property_tree includes boost/bind.hpp, which nags otherwise
+#include <boost/property_tree/json_parser.hpp>
+#include <boost/property_tree/ptree.hpp>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "data/loader.h"
+#include "prep/documents.h"
+#include "prep/prep.h"
+#include "prep/tokenizer.h"
+#include "util/error.h"
+#include "util/rng.h"
+#include "util/sha256.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+class Prep : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/yuan_test_prep_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string file(const std::string& name, const std::string& text) {
+    std::string p = dir_ + "/" + name;
+    std::ofstream(p, std::ios::binary) << text;
+    return p;
+  }
+  static std::vector<std::string> docs_of(const std::string& path, yuan::InputFormat f, bool blank = false) {
+    yuan::Documents d(yuan::expand_inputs({path}, f), blank);
+    std::vector<std::string> out;
+    for (std::string s; d.next(s);) out.push_back(s);
+    return out;
+  }
+
+  // About 12 KB in three formats: fortune (with colour codes), JSON Lines and plain text.
+  std::vector<std::string> corpus() {
+    static const char* words[] = {"the", "model", "reads", "tokens", "from", "shards", "and", "every", "rank",
+                                  "takes", "its", "slice", "of", "a", "window", "学习", "数据", "模型", "42", "GPU"};
+    yuan::Rng rng(7, 0);
+    auto sentence = [&] {
+      std::string s;
+      for (int w = 3 + rng.next_u64() % 8; w > 0; w--) s += std::string(words[rng.next_u64() % 20]) + (w > 1 ? " " : ".");
+      return s;
+    };
+    std::string fortune, jsonl, text;
+    for (int d = 0; d < 40; d++) fortune += "\x1b[32m" + sentence() + "\x1b[m\n" + sentence() + "\n%\n";
+    for (int d = 0; d < 40; d++) jsonl += "{\"id\": " + std::to_string(d) + ", \"text\": \"" + sentence() + "\\n" + sentence() + "\"}\n";
+    for (int d = 0; d < 40; d++) text += sentence() + " " + sentence() + "\n";
+    return {file("poems", fortune), file("web.jsonl", jsonl), file("books.txt", text)};
+  }
+
+  void prep(std::vector<std::string> args) { EXPECT_EQ(yuan::prep_main(args), 0); }
+
+  static boost::property_tree::ptree manifest(const std::string& out) {
+    boost::property_tree::ptree m;
+    boost::property_tree::read_json(out + "/manifest.json", m);
+    return m;
+  }
+
+  static std::string error_of(const std::vector<std::string>& args) {
+    try {
+      yuan::prep_main(args);
+    } catch (const yuan::Error& e) {
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+      return e.what();
+    }
+    return "";
+  }
+
+  std::string dir_;
+};
+
+TEST_F(Prep, ReadsFortuneJsonlAndTextDocuments) {
+  std::string f = file("fortunes", "\x1b[32m《静夜思》\x1b[m\n床前明月光\n%\n\n second \n%\n");
+  EXPECT_EQ(docs_of(f, yuan::InputFormat::Auto), (std::vector<std::string>{"《静夜思》\n床前明月光", " second"}));
+  std::string j = file("a.jsonl", "{\"text\": \"caf\\u00e9\\nbar\"}\n\n{\"text\": \"\", \"x\": 1}\n{\"text\": \"z\"}\n");
+  EXPECT_EQ(docs_of(j, yuan::InputFormat::Auto), (std::vector<std::string>{"café\nbar", "z"}));
+  std::string t = file("t.txt", "one\n\ntwo\nthree\n\n\n");
+  EXPECT_EQ(docs_of(t, yuan::InputFormat::Auto), (std::vector<std::string>{"one", "two", "three"}));
+  EXPECT_EQ(docs_of(t, yuan::InputFormat::Text, true), (std::vector<std::string>{"one", "two\nthree"}));
+  std::string sniffed = file("records", "{\"text\": \"a\"}\n");
+  EXPECT_EQ(yuan::expand_inputs({sniffed}, yuan::InputFormat::Auto)[0].format, yuan::InputFormat::Jsonl);
+
+  std::string bad = file("bad.jsonl", "{\"text\": \"ok\"}\n{\"text\": oops}\n");
+  try {
+    docs_of(bad, yuan::InputFormat::Auto);
+    FAIL() << "no error";
+  } catch (const yuan::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(bad + ":2: bad JSON"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(Prep, WordPieceIsGreedyLongestMatchWithCjkSplit) {
+  std::string vocab = file("vocab.txt", "[PAD]\n[UNK]\n[CLS]\n[SEP]\nun\n##aff\n##able\n中\n文\n!\nplay\n##ing\n<eod>\n");
+  auto tok = yuan::load_tokenizer(vocab);
+  std::vector<uint32_t> ids;
+  tok->encode("unaffable 中文! playing xyz 字", ids);
+  EXPECT_EQ(ids, (std::vector<uint32_t>{4, 5, 6, 7, 8, 9, 10, 11, 1, 1}));
+  EXPECT_EQ(tok->vocab_size(), 13);
+  EXPECT_EQ(tok->eot_id(), 12);
+  EXPECT_EQ(tok->name(), "wordpiece:sha256:" + yuan::sha256_file(vocab));
+}
+
+TEST_F(Prep, Sha256MatchesKnownDigests) {
+  EXPECT_EQ(yuan::sha256_hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(yuan::sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(yuan::sha256_hex(std::string(1000, 'a')),
+            "41edece42d63e8d9bf515a9ba6932e1c20cbc9f5a5d134645adb5db1b9737ea3");
+}
+
+TEST_F(Prep, OutputIsTheSameForAnyThreadCountAndReadsEverywhere) {
+  std::vector<std::string> in = corpus();
+  std::vector<std::string> base = {"--input", in[0], dir_ + "/*.jsonl", in[2], "--train-tokenizer", "--vocab-size",
+                                   "400", "--shard-tokens", "1500", "--val-fraction", "0.1", "--seed", "3"};
+  for (const char* threads : {"1", "2"}) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), {"--threads", threads, "--out", dir_ + "/out" + threads});
+    prep(args);
+  }
+  for (const char* f : {"manifest.json", "tokenizer.model", "train_00000.h5", "val_00000.h5"})
+    EXPECT_EQ(yuan::sha256_file(dir_ + "/out1/" + f), yuan::sha256_file(dir_ + "/out2/" + f)) << f << " differs";
+
+  const std::string out = dir_ + "/out1";
+  auto m = manifest(out);
+  const int vocab = m.get<int>("vocab_size");
+  EXPECT_LE(vocab, 400);
+  EXPECT_EQ(m.get<std::string>("tokenizer"), "sentencepiece:sha256:" + yuan::sha256_file(out + "/tokenizer.model"));
+  uint64_t docs = 0, train_tokens = 0;
+  for (const char* split : {"train", "val"}) {
+    for (const auto& s : m.get_child(split)) {
+      std::string path = out + "/" + s.second.get<std::string>("file");
+      EXPECT_EQ(s.second.get<std::string>("sha256"), yuan::sha256_file(path));
+      docs += s.second.get<uint64_t>("docs");
+      if (split[0] == 't') train_tokens += s.second.get<uint64_t>("tokens");
+      // h5py sees the attributes the manifest promises, every id in range and a document start at each eot.
+      std::string py = "/usr/bin/python3 -c \"import h5py, numpy as np; f = h5py.File('" + path +
+                       "', 'r'); t = f['tokens'][:]; a = f.attrs; o = f['doc_offsets'][:]; "
+                       "assert a['vocab_size'] == " + std::to_string(vocab) + " and t.max() < a['vocab_size']; "
+                       "assert (t[o] == a['eot_id']).all() and len(o) == (t == a['eot_id']).sum(); "
+                       "assert a['tokenizer'] == '" + m.get<std::string>("tokenizer") + "'\"";
+      EXPECT_EQ(std::system(py.c_str()), 0) << path;
+      EXPECT_EQ(std::system(("h5dump -H " + path + " > /dev/null").c_str()), 0) << path;
+    }
+  }
+  EXPECT_EQ(docs, 120u);
+  EXPECT_GT(m.get_child("val").size(), 0u);
+
+  yuan::LoaderSpec s;
+  s.glob = out + "/train_*.h5";
+  s.seq_len = 64;
+  s.vocab_size = vocab;
+  s.global_batch = s.micro_batch = 2;
+  yuan::TrainLoader l(s);
+  EXPECT_EQ(l.windows() > 0 && l.windows() <= train_tokens / 64, true);
+  const int32_t* b = l.next_micro_batch();
+  for (int i = 0; i < 2 * 65; i++) EXPECT_LT(b[i], vocab);
+}
+
+TEST_F(Prep, ValDocsHoldsOutExactlyThatManyDocuments) {
+  std::vector<std::string> in = corpus();
+  // A tokenizer trained by one run and brought to the next by --tokenizer keeps its name.
+  prep({"--input", in[2], "--train-tokenizer", "--vocab-size", "300", "--out", dir_ + "/tok", "--val-fraction", "0"});
+  prep({"--input", in[0], in[1], "--tokenizer", dir_ + "/tok/tokenizer.model", "--val-docs", "7", "--out",
+        dir_ + "/out", "--shard-tokens", "100000"});
+  auto m = manifest(dir_ + "/out");
+  ASSERT_EQ(m.get_child("val").size(), 1u);
+  EXPECT_EQ(m.get_child("val").front().second.get<int>("docs"), 7);
+  EXPECT_EQ(m.get_child("train").front().second.get<int>("docs"), 73);
+  EXPECT_EQ(m.get<std::string>("tokenizer"), manifest(dir_ + "/tok").get<std::string>("tokenizer"));
+}
+
+TEST_F(Prep, BadArgumentsAreOneLineErrors) {
+  std::string glob = dir_ + "/nothing_*.txt";
+  EXPECT_NE(error_of({"--input", glob, "--train-tokenizer", "--out", dir_ + "/o"}).find(glob), std::string::npos);
+  std::string txt = file("a.txt", "hello\n");
+  std::string model = dir_ + "/missing.model";
+  EXPECT_NE(error_of({"--input", txt, "--tokenizer", model, "--out", dir_ + "/o"}).find(model), std::string::npos);
+  EXPECT_NE(error_of({"--input", txt, "--out", dir_ + "/o"}).find("--train-tokenizer"), std::string::npos);
+  EXPECT_NE(error_of({"--input", txt, "--bogus"}).find("bogus"), std::string::npos);
+  EXPECT_EQ(yuan::prep_main({"--help"}), 0);
+}
+
+}  // namespace
