@@ -47,6 +47,8 @@ std::vector<Field> fields(Config& c) {
       {"train.log_every", &c.train.log_every, "steps between log lines"},
       {"train.eval_every", &c.train.eval_every, "steps between val-loss evaluations; 0: only at start and end"},
       {"train.eval_batches", &c.train.eval_batches, "micro-batches per rank per evaluation"},
+      {"train.max_bad_steps", &c.train.max_bad_steps,
+       "consecutive steps with a non-finite loss or gradient norm (each skipped) before the run stops"},
       {"optim.lr", &c.optim.lr, "peak learning rate, reached after warmup"},
       {"optim.warmup_steps", &c.optim.warmup_steps, "linear warmup steps"},
       {"optim.min_lr", &c.optim.min_lr, "learning rate at the end of the cosine decay"},
@@ -58,6 +60,10 @@ std::vector<Field> fields(Config& c) {
       {"optim.zero", &c.optim.zero, "ZeRO stage: 0 replicated, 1 optimizer state sharded, 2 gradients too"},
       {"optim.bucket_mb", &c.optim.bucket_mb, "gradient communication bucket size in MiB"},
       {"run.dir", &c.run.dir, "directory for logs, config.ini and checkpoints"},
+      {"ckpt.every", &c.ckpt.every, "steps between checkpoints; 0: only at the end and on SIGTERM/SIGUSR1"},
+      {"ckpt.keep", &c.ckpt.keep, "newest checkpoints kept in run.dir/ckpt"},
+      {"ckpt.resume", &c.ckpt.resume,
+       "auto: continue from the newest valid checkpoint in run.dir/ckpt; none: start fresh; or a checkpoint dir"},
   };
 }
 
@@ -166,7 +172,7 @@ void read_deck(const std::string& path, Config& c) {
 
 void print_help(const std::string& command) {
   say("usage: yuanlm %s [DECK] [--section.key=value ...]", command.c_str());
-  say("  DECK (or --config DECK) is an INI file with [model] [data] [train] [optim] [run] sections;");
+  say("  DECK (or --config DECK) is an INI file with [model] [data] [train] [optim] [run] [ckpt] sections;");
   say("  --section.key=value (or --section.key value) overrides it. Defaults in parentheses.");
   std::string section;
   for (const ConfigOption& o : config_options()) {
@@ -291,6 +297,7 @@ void validate(const Config& c, int world) {
   at_least("train.log_every", c.train.log_every, 1);
   at_least("train.eval_every", c.train.eval_every, 0);
   at_least("train.eval_batches", c.train.eval_batches, 1);
+  at_least("train.max_bad_steps", c.train.max_bad_steps, 1);
   const std::string& dev = c.train.device;
   if (dev != "cpu" && dev != "cuda" && dev != "auto")
     throw Error(strf("train.device must be cpu, cuda or auto (got '%s')", dev.c_str()), true);
@@ -315,6 +322,9 @@ void validate(const Config& c, int world) {
   above("optim.bucket_mb", o.bucket_mb, 0);
 
   if (c.run.dir.empty()) throw Error("run.dir must not be empty", true);
+  at_least("ckpt.every", c.ckpt.every, 0);
+  at_least("ckpt.keep", c.ckpt.keep, 1);
+  if (c.ckpt.resume.empty()) throw Error("ckpt.resume must be auto, none or a checkpoint directory", true);
 }
 
 }  // namespace yuan

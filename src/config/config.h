@@ -26,6 +26,7 @@ struct TrainConfig {
   int log_every = 1;
   int eval_every = 0;    // steps between val-loss evaluations (0: only at start and end)
   int eval_batches = 8;  // micro-batches per rank per evaluation
+  int max_bad_steps = 5;  // consecutive non-finite steps before the run stops
 };
 
 struct OptimConfig {
@@ -45,12 +46,19 @@ struct RunConfig {
   std::string dir = "runs/default";
 };
 
+struct CkptConfig {
+  int every = 0;                // steps between checkpoints (0: only at the end and on a signal)
+  int keep = 3;                 // newest checkpoints kept
+  std::string resume = "auto";  // auto: newest valid one in run.dir/ckpt | none | a checkpoint directory
+};
+
 struct Config {
   GPTConfig model;
   DataConfig data;
   TrainConfig train;
   OptimConfig optim;
   RunConfig run;
+  CkptConfig ckpt;
 
   std::string to_ini() const;  // every key, resolved, in deck format
   uint64_t hash() const;       // of to_ini()

@@ -72,6 +72,34 @@ static double allreduce(double x, MPI_Op op) {
 double allreduce_sum(double x) { return allreduce(x, MPI_SUM); }
 double allreduce_max(double x) { return allreduce(x, MPI_MAX); }
 
+std::vector<std::string> gather_strings(const std::string& mine) {
+  const WorldInfo& w = world();
+  int len = static_cast<int>(mine.size());
+  std::vector<int> lens(static_cast<size_t>(w.size)), displs(static_cast<size_t>(w.size));
+  MPI_CHECK(MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD));
+  int total = 0;
+  for (int r = 0; r < w.size; r++) {
+    displs[r] = total;
+    total += lens[r];
+  }
+  std::string all(static_cast<size_t>(w.rank == 0 ? total : 0), '\0');
+  MPI_CHECK(MPI_Gatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, 0,
+                        MPI_COMM_WORLD));
+  std::vector<std::string> out;
+  if (w.rank == 0)
+    for (int r = 0; r < w.size; r++) out.push_back(all.substr(displs[r], lens[r]));
+  return out;
+}
+
+std::string broadcast_string(const std::string& s, int root) {
+  unsigned long long len = s.size();
+  MPI_CHECK(MPI_Bcast(&len, 1, MPI_UNSIGNED_LONG_LONG, root, MPI_COMM_WORLD));
+  std::string out = s;
+  out.resize(len);
+  MPI_CHECK(MPI_Bcast(out.data(), static_cast<int>(len), MPI_CHAR, root, MPI_COMM_WORLD));
+  return out;
+}
+
 void barrier() {
   YUAN_CHECK(g_initialized, "dist::barrier before dist::init");
   MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));

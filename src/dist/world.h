@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "util/error.h"
 
@@ -22,6 +23,9 @@ const WorldInfo& world();
 double allreduce_sum(double x);
 double allreduce_max(double x);
 void barrier();
+// Small host-side exchanges for checkpoint bookkeeping (file names, checksums).
+std::vector<std::string> gather_strings(const std::string& mine);  // rank 0: every rank's, in rank order
+std::string broadcast_string(const std::string& s, int root);
 // Throws Error naming the first rank whose value differs from rank 0's.
 void check_same_everywhere(uint64_t value, const char* what);
 

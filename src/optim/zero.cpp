@@ -140,7 +140,7 @@ void ZeroOptimizer::reduce_bucket(const Bucket& b) {
   backend_.zero_grads(b.offset, b.count);
 }
 
-ZeroStepStats ZeroOptimizer::step(double lr) {
+ZeroStepStats ZeroOptimizer::step(double lr, bool skip) {
   for (bool done : module_done_)
     YUAN_CHECK(!done, "ZeroOptimizer::step inside a micro-batch (after_micro_batch not called after forward_backward)");
   ZeroStepStats st;
@@ -162,6 +162,13 @@ ZeroStepStats ZeroOptimizer::step(double lr) {
   double t2 = now_seconds();
   comm_seconds_ += t2 - t1;
   st.grad_norm = std::sqrt(norm2);
+  if (skip || !std::isfinite(st.grad_norm)) {
+    if (cfg_.zero == 2) std::memset(grad_.data(), 0, shard_n_ * sizeof(float));
+    st.skipped = true;
+    st.comm_seconds = comm_seconds_;
+    comm_seconds_ = 0;
+    return st;
+  }
   ops::AdamWHyper h;
   h.lr = lr;
   h.beta1 = cfg_.beta1;

@@ -31,6 +31,7 @@ struct ZeroStepStats {
   double grad_norm = 0;      // global L2 norm before clipping
   double comm_seconds = 0;   // time in collectives during step() (stage 2: plus during backward)
   double optim_seconds = 0;  // time in the AdamW update
+  bool skipped = false;      // no update: the norm was not finite, or the caller asked to skip
 };
 
 class ZeroOptimizer {
@@ -46,8 +47,9 @@ class ZeroOptimizer {
   // After every micro-batch's forward_backward.
   void after_micro_batch();
   // Reduce the gradients, clip to optim.grad_clip, AdamW with learning rate `lr` on this rank's shard, put the
-  // new weights into the backend (all-gathered for zero >= 1), zero the gradients.
-  ZeroStepStats step(double lr);
+  // new weights into the backend (all-gathered for zero >= 1), zero the gradients. With `skip` (a non-finite
+  // loss) or a non-finite gradient norm, the gradients are dropped and weights and moments stay as they were.
+  ZeroStepStats step(double lr, bool skip = false);
 
   int stage() const;
   size_t shard_offset() const;

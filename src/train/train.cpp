@@ -7,9 +7,12 @@
 // micro-batches is the gradient of the mean loss over the global batch, whatever the world size.
 #include "train/train.h"
 
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 
 #include "backend/backend.h"
@@ -19,20 +22,55 @@
 #include "dist/world.h"
 #include "optim/schedule.h"
 #include "optim/zero.h"
+#include "train/checkpoint.h"
 #include "train/metrics.h"
 #include "util/fs.h"
 #include "util/log.h"
 #include "util/memory.h"
 #include "util/peak.h"
-#include "util/safetensors.h"
 
 namespace yuan {
 namespace {
 
+volatile std::sig_atomic_t g_stop_signal = 0;
+extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+// SLURM sends SIGUSR1 (--signal=USR1@120) before the time limit and SIGTERM at it; mpirun forwards SIGUSR1.
+void install_stop_handlers() {
+  struct sigaction sa = {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGUSR1, &sa, nullptr);
+}
+
+// Test hooks (tests/mpi): YUANLM_FAIL_AT=RANK:STEP throws on that rank at that step; YUANLM_KILL_AT=STEP
+// SIGKILLs rank 0 in the middle of that step (after backward, before the update); YUANLM_NAN_STEPS=A:B makes
+// the gradients of steps [A, B) NaN.
+struct FaultInjection {
+  int fail_rank = -1, fail_step = -1, kill_step = -1, nan_from = -1, nan_to = -1;
+  FaultInjection() {
+    if (const char* f = std::getenv("YUANLM_FAIL_AT")) std::sscanf(f, "%d:%d", &fail_rank, &fail_step);
+    if (const char* f = std::getenv("YUANLM_KILL_AT")) kill_step = std::atoi(f);
+    if (const char* f = std::getenv("YUANLM_NAN_STEPS")) std::sscanf(f, "%d:%d", &nan_from, &nan_to);
+  }
+};
+
+// Keeps the metrics lines of steps <= `step`: a resumed run rewrites the steps after its checkpoint.
+void truncate_metrics(const std::string& path, int64_t step) {
+  std::ifstream in(path);
+  if (!in) return;
+  std::string kept, line;
+  while (std::getline(in, line)) {
+    long long s = -1;
+    if (std::sscanf(line.c_str(), "{\"step\": %lld", &s) == 1 && s <= step) kept += line + "\n";
+  }
+  write_file_atomic(path, kept);
+}
+
 class Trainer {
  public:
   explicit Trainer(const Config& cfg) : cfg_(cfg), world_(dist::world()) {
-    const int T = cfg.model.seq_len;
     accum_ = cfg.train.global_batch / (world_.size * cfg.train.micro_batch);
     comm_ = make_mpi_communicator();
     backend_ = make_backend(cfg.train.device, cfg.model, cfg.train.micro_batch,
@@ -45,9 +83,15 @@ class Trainer {
       init_gpt2(layout, cfg.train.seed, init.data());
       opt_ = std::make_unique<ZeroOptimizer>(cfg.optim, *backend_, *comm_, init.data());
     }
+    tokenizer_ = find_tokenizer_for(cfg.data.train);
+    std::string resume = cfg.ckpt.resume == "auto"   ? find_resumable_checkpoint(cfg.run.dir)
+                         : cfg.ckpt.resume == "none" ? ""
+                                                     : cfg.ckpt.resume;
+    if (!resume.empty()) state_ = load_checkpoint(resume, cfg, *opt_);
+
     LoaderSpec spec;
     spec.glob = cfg.data.train;
-    spec.seq_len = T;
+    spec.seq_len = cfg.model.seq_len;
     spec.vocab_size = cfg.model.vocab_size;
     spec.seed = cfg.train.seed;
     spec.rank = world_.rank;
@@ -55,22 +99,23 @@ class Trainer {
     spec.global_batch = cfg.train.global_batch;
     spec.micro_batch = cfg.train.micro_batch;
     spec.prefetch = cfg.data.prefetch;
-    loader_ = std::make_unique<TrainLoader>(spec, 0);
+    loader_ = std::make_unique<TrainLoader>(spec, state_.next_sample);
     if (!cfg.data.val.empty()) {
       spec.glob = cfg.data.val;
       val_ = std::make_unique<ValLoader>(spec, cfg.train.eval_batches);
     }
     peak_flops_ = measure_peak_flops();
-    // Test hook: YUANLM_FAIL_AT=RANK:STEP makes that rank throw at that step (tests/mpi/test_fail_*.sh).
-    if (const char* f = std::getenv("YUANLM_FAIL_AT")) std::sscanf(f, "%d:%d", &fail_rank_, &fail_step_);
     if (world_.rank == 0) {
       make_dirs(cfg.run.dir);
       write_file_atomic(cfg.run.dir + "/config.ini", cfg.to_ini());
+      truncate_metrics(cfg.run.dir + "/metrics.jsonl", state_.step);
       metrics_ = std::make_unique<MetricsLog>(cfg.run.dir + "/metrics.jsonl");
     }
+    install_stop_handlers();
   }
 
-  void run() {
+  // Returns the process exit code: 0 when all steps ran, kExitRequeue after a stop signal.
+  int run() {
     const Config& c = cfg_;
     say("model: %zu parameters (%.1fM), %.3g FLOPs/token (6N + 12LCT), %d layers x %d heads x %d, seq %d, vocab %d",
         n_params_, n_params_ / 1e6, flops_per_token_, c.model.n_layer, c.model.n_head, c.model.n_embd,
@@ -84,34 +129,42 @@ class Trainer {
         format_bytes(mem_bytes(Mem::Params)).c_str(), format_bytes(mem_bytes(Mem::Grads)).c_str(),
         format_bytes(mem_bytes(Mem::Optimizer)).c_str(), format_bytes(mem_bytes(Mem::Activations)).c_str(),
         peak_flops_ / 1e9);
+    if (state_.step >= c.train.steps) {
+      say("nothing to do: the checkpoint is at step %lld of %d", static_cast<long long>(state_.step), c.train.steps);
+      return 0;
+    }
 
-    evaluate(0);
+    evaluate(state_.step);
     const double tokens_per_step = static_cast<double>(c.train.global_batch) * c.model.seq_len;
     const double start = now_seconds();
+    const int first = static_cast<int>(state_.step);
     double timed = 0;  // seconds of steps after the first, which pays for warm-up
-    for (int step = 0; step < c.train.steps; step++) {
+    int bad_run = 0;
+    for (int step = first; step < c.train.steps; step++) {
       const double t0 = now_seconds(), wait0 = loader_->wait_seconds();
       const double lr = lr_at(c.optim, step, c.train.steps);
-      YUAN_CHECK(!(world_.rank == fail_rank_ && step == fail_step_), "injected failure at step %d (YUANLM_FAIL_AT)",
-                 step);
+      YUAN_CHECK(!(world_.rank == faults_.fail_rank && step == faults_.fail_step),
+                 "injected failure at step %d (YUANLM_FAIL_AT)", step);
+      const float scale = step >= faults_.nan_from && step < faults_.nan_to ? NAN : 1.0f / (world_.size * accum_);
       double loss = 0;
       for (int m = 0; m < accum_; m++) {
         const int32_t* tokens = loader_->next_micro_batch();
-        loss += backend_->forward_backward(tokens, c.train.micro_batch, 1.0f / (world_.size * accum_),
-                                           opt_->ready_hook());
+        loss += backend_->forward_backward(tokens, c.train.micro_batch, scale, opt_->ready_hook());
         opt_->after_micro_batch();
       }
       const double t_compute = now_seconds();
-      ZeroStepStats st = opt_->step(lr);
+      if (world_.rank == 0 && step == faults_.kill_step) std::raise(SIGKILL);
       loss = dist::allreduce_sum(loss) / (world_.size * accum_);
+      ZeroStepStats st = opt_->step(lr, !std::isfinite(loss));
       const double t1 = now_seconds(), dt = t1 - t0;
-      if (step > 0) timed += dt;
       const int done = step + 1;
-      const double per_step = step > 0 ? timed / step : dt;
+      state_ = {done, loader_->next_sample()};
+      if (step > first) timed += dt;
+      const double per_step = step > first ? timed / (step - first) : dt;
       const double tok_s = tokens_per_step / dt;
       const double mfu = tok_s * flops_per_token_ / (peak_flops_ * world_.size);
       const double data_s = loader_->wait_seconds() - wait0;
-      if (done % c.train.log_every == 0 || done == c.train.steps)
+      if (done % c.train.log_every == 0 || done == c.train.steps || st.skipped)
         say("step %6d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | MFU %.1f%% | %.0f ms/step | ETA %s", done,
             c.train.steps, loss, lr, st.grad_norm, tok_s, 100 * mfu, 1000 * dt,
             format_duration(per_step * (c.train.steps - done)).c_str());
@@ -128,45 +181,63 @@ class Trainer {
                             .add("compute_s", t_compute - t0 - data_s)
                             .add("comm_s", st.comm_seconds)
                             .add("optim_s", st.optim_seconds)
+                            .add("skipped", static_cast<long long>(st.skipped))
                             .add("tokens", static_cast<long long>(done * tokens_per_step))
                             .add("peak_host_bytes", static_cast<long long>(host_peak_rss_bytes())));
+      if (st.skipped) {
+        warn("step %d: non-finite %s, update skipped (%d in a row, train.max_bad_steps %d)", done,
+             std::isfinite(loss) ? "gradient norm" : "loss", ++bad_run, c.train.max_bad_steps);
+        if (bad_run >= c.train.max_bad_steps) {
+          std::string dir = save_checkpoint(cfg_, state_, *opt_, tokenizer_);
+          throw Error(strf("%d consecutive steps with a non-finite loss or gradient norm (steps %d-%d); %s holds "
+                           "the weights from before them",
+                           bad_run, done - bad_run + 1, done, dir.c_str()),
+                      true);
+        }
+      } else {
+        bad_run = 0;
+      }
+      if (dist::allreduce_max(g_stop_signal) > 0) {
+        std::string dir = save_checkpoint(cfg_, state_, *opt_, tokenizer_);
+        say("stopped by a signal after step %d; checkpoint %s; exit %d so the job can be requeued", done, dir.c_str(),
+            kExitRequeue);
+        return kExitRequeue;
+      }
+      if (c.ckpt.every > 0 && done % c.ckpt.every == 0 && done != c.train.steps) checkpoint();
       if (c.train.eval_every > 0 && done % c.train.eval_every == 0 && done != c.train.steps) evaluate(done);
     }
     evaluate(c.train.steps);
-    say("done: %d steps in %s, %.0f tokens/s average", c.train.steps, format_duration(now_seconds() - start).c_str(),
-        c.train.steps * tokens_per_step / (now_seconds() - start));
-    save_weights(cfg_.run.dir + "/model.safetensors");
+    checkpoint();
+    const double elapsed = now_seconds() - start;
+    say("done: %d steps in %s, %.0f tokens/s average", c.train.steps - first, format_duration(elapsed).c_str(),
+        (c.train.steps - first) * tokens_per_step / elapsed);
+    return 0;
   }
 
  private:
-  void evaluate(int step) {
+  void checkpoint() {
+    double t0 = now_seconds();
+    std::string dir = save_checkpoint(cfg_, state_, *opt_, tokenizer_);
+    say("checkpoint %s (%.1f s)", dir.c_str(), now_seconds() - t0);
+  }
+
+  void evaluate(int64_t step) {
     if (!val_) return;
     double sum = 0;
     for (int i = 0; i < val_->batches(); i++) sum += backend_->forward_loss(val_->batch(i), cfg_.train.micro_batch);
     double val = dist::allreduce_sum(sum) / (static_cast<double>(val_->batches()) * world_.size);
-    say("val    %6d | val_loss %.4f", step, val);
+    say("val    %6lld | val_loss %.4f", static_cast<long long>(step), val);
     if (metrics_) metrics_->write(JsonLine().add("step", static_cast<long long>(step)).add("val_loss", val));
-  }
-
-  // The full fp32 weights as the backend holds them after the last all-gather, under the layout's names.
-  void save_weights(const std::string& path) {
-    if (world_.rank != 0) return;
-    HostArray<float> w(n_params_, Mem::Params);
-    backend_->get_params(w.data(), 0, n_params_);
-    SafetensorsWriter out;
-    for (const TensorSpec& t : backend_->layout().tensors()) out.add_f32(t.name, t.shape, w.data() + t.offset);
-    out.set_metadata("format", "yuanlm");
-    out.set_metadata("config", cfg_.to_ini());
-    out.write(path);
-    say("weights: %s", path.c_str());
   }
 
   Config cfg_;
   dist::WorldInfo world_;
+  FaultInjection faults_;
   int accum_ = 1;
-  int fail_rank_ = -1, fail_step_ = -1;
   size_t n_params_ = 0;
   double flops_per_token_ = 0, peak_flops_ = 0;
+  std::string tokenizer_;
+  TrainState state_;
   std::unique_ptr<Communicator> comm_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<ZeroOptimizer> opt_;
@@ -183,8 +254,7 @@ int train_main(const std::vector<std::string>& args) {
   validate(cfg, dist::world().size);
   dist::check_same_everywhere(cfg.hash(), "the resolved config");
   say("# yuanlm train: resolved config\n%s", cfg.to_ini().c_str());
-  Trainer(cfg).run();
-  return 0;
+  return Trainer(cfg).run();
 }
 
 }  // namespace yuan

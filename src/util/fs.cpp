@@ -31,12 +31,14 @@ void write_file_atomic(const std::string& path, const std::string& content) {
   YUAN_CHECK(ok, "cannot flush '%s': %s", tmp.c_str(), std::strerror(errno));
   YUAN_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename '%s' to '%s': %s", tmp.c_str(),
              path.c_str(), std::strerror(errno));
-  std::string dir = std::filesystem::path(path).parent_path().string();
-  int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
+  sync_dir(std::filesystem::path(path).parent_path().string());
+}
+
+void sync_dir(const std::string& dir) {
+  int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
+  YUAN_CHECK(fd >= 0, "cannot open directory '%s': %s", dir.c_str(), std::strerror(errno));
+  ::fsync(fd);
+  ::close(fd);
 }
 
 void make_dirs(const std::string& dir) {

@@ -6,4 +6,5 @@ namespace yuan {
 // never half of one. Throws Error naming the file.
 void write_file_atomic(const std::string& path, const std::string& content);
 void make_dirs(const std::string& dir);  // mkdir -p; throws naming the directory
+void sync_dir(const std::string& dir);   // fsync a directory, so renames in it are durable
 }  // namespace yuan

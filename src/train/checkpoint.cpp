@@ -1,0 +1,288 @@
+#include "train/checkpoint.h"
+
+#include <glob.h>
+
+#include <algorithm>
+#include <boost/property_tree/json_parser.hpp>
+#include <boost/property_tree/ptree.hpp>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "dist/world.h"
+#include "model/gpt.h"
+#include "util/error.h"
+#include "util/fs.h"
+#include "util/log.h"
+#include "util/safetensors.h"
+#include "util/sha256.h"
+
+namespace yuan {
+namespace fs = std::filesystem;
+namespace pt = boost::property_tree;
+
+namespace {
+
+constexpr const char* kFormat = "yuanlm-checkpoint-1";
+
+std::string step_name(int64_t step) { return strf("step_%07lld", static_cast<long long>(step)); }
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  YUAN_CHECK(in, "cannot read '%s'", path.c_str());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct ShardFile {
+  std::string name;
+  size_t offset = 0, count = 0;
+};
+
+struct State {
+  TrainState train;
+  int64_t adam_step = 0;
+  int world = 0;
+  size_t n_params = 0;
+  std::string tokenizer;
+  std::vector<ShardFile> shards;
+  std::vector<std::pair<std::string, std::string>> checksums;  // file, sha256
+};
+
+State read_state(const std::string& dir) {
+  const std::string path = dir + "/state.json";
+  pt::ptree t;
+  try {
+    pt::read_json(path, t);
+  } catch (const pt::ptree_error& e) {
+    throw Error(strf("checkpoint %s: unreadable state.json: %s", dir.c_str(), e.what()));
+  }
+  State s;
+  try {
+    YUAN_CHECK(t.get<std::string>("format") == kFormat, "checkpoint %s: state.json format is not %s", dir.c_str(),
+               kFormat);
+    s.train.step = t.get<int64_t>("step");
+    s.train.next_sample = t.get<uint64_t>("next_sample");
+    s.adam_step = t.get<int64_t>("adam_step");
+    s.world = t.get<int>("world");
+    s.n_params = t.get<size_t>("n_params");
+    s.tokenizer = t.get<std::string>("tokenizer", "");
+    for (const auto& f : t.get_child("files")) {
+      std::string name = f.second.get<std::string>("name");
+      s.checksums.emplace_back(name, f.second.get<std::string>("sha256"));
+      if (auto off = f.second.get_optional<size_t>("offset"))
+        s.shards.push_back({name, *off, f.second.get<size_t>("count")});
+    }
+  } catch (const pt::ptree_error& e) {
+    throw Error(strf("checkpoint %s: state.json: %s", dir.c_str(), e.what()));
+  }
+  YUAN_CHECK(!s.shards.empty(), "checkpoint %s: state.json lists no optimizer shards", dir.c_str());
+  return s;
+}
+
+// Copies [lo, hi) of tensor `name` of the flat buffer out of the shard files that cover it into dst
+// (dst[0] is element lo). Elements past the parameters (padding) are zero.
+void read_range(const std::string& dir, const State& s, const char* name, size_t lo, size_t hi, float* dst) {
+  std::fill(dst, dst + (hi - lo), 0.0f);
+  for (const ShardFile& f : s.shards) {
+    size_t a = std::max(lo, f.offset), b = std::min({hi, f.offset + f.count, s.n_params});
+    if (a >= b) continue;
+    SafetensorsReader r(dir + "/" + f.name);
+    const SafeTensorInfo& info = r.info(name);
+    YUAN_CHECK(info.dtype == "F32" && info.numel() == f.count, "checkpoint %s/%s: tensor '%s' is not F32[%zu]",
+               dir.c_str(), f.name.c_str(), name, f.count);
+    std::memcpy(dst + (a - lo), reinterpret_cast<const float*>(r.raw(name)) + (a - f.offset), (b - a) * sizeof(float));
+  }
+}
+
+bool verify(const std::string& dir, int rank, int world, std::string* why) {
+  try {
+    State s = read_state(dir);
+    for (size_t i = 0; i < s.checksums.size(); i++) {
+      if (static_cast<int>(i % world) != rank) continue;  // each rank hashes its share of the files
+      const auto& [file, sum] = s.checksums[i];
+      std::string path = dir + "/" + file;
+      YUAN_CHECK(fs::exists(path), "%s is missing", path.c_str());
+      YUAN_CHECK(sha256_file(path) == sum, "%s does not match its checksum", path.c_str());
+    }
+    return true;
+  } catch (const Error& e) {
+    *why = e.what();
+    return false;
+  }
+}
+
+bool same_model(const GPTConfig& a, const GPTConfig& b) {
+  return a.n_layer == b.n_layer && a.n_head == b.n_head && a.n_embd == b.n_embd && a.seq_len == b.seq_len &&
+         a.vocab_size == b.vocab_size;
+}
+
+Config read_config(const std::string& dir) {
+  Config c;
+  parse_config({dir + "/config.ini"}, "train", c);
+  return c;
+}
+
+}  // namespace
+
+std::string save_checkpoint(const Config& cfg, const TrainState& st, ZeroOptimizer& opt,
+                            const std::string& tokenizer_file) {
+  const dist::WorldInfo& w = dist::world();
+  const std::string root = cfg.run.dir + "/ckpt", name = step_name(st.step);
+  const std::string final_dir = root + "/" + name, tmp = root + "/.tmp_" + name;
+  if (w.rank == 0) {
+    make_dirs(root);
+    fs::remove_all(tmp);
+    make_dirs(tmp);
+  }
+  dist::barrier();
+
+  // zero 0 keeps the whole state on every rank: rank 0 writes it once.
+  const bool writer = opt.stage() > 0 || w.rank == 0;
+  std::string mine;
+  if (writer) {
+    std::string file = strf("optim_%05d.safetensors", w.rank);
+    const std::vector<int64_t> shape = {static_cast<int64_t>(opt.shard_size())};
+    SafetensorsWriter out;
+    out.add_f32("master", shape, opt.master());
+    out.add_f32("exp_avg", shape, opt.exp_avg());
+    out.add_f32("exp_avg_sq", shape, opt.exp_avg_sq());
+    out.write(tmp + "/" + file);
+    mine = strf("{\"name\": \"%s\", \"offset\": %zu, \"count\": %zu, \"sha256\": \"%s\"}", file.c_str(),
+                opt.shard_offset(), opt.shard_size(), sha256_file(tmp + "/" + file).c_str());
+  }
+  std::vector<std::string> files = dist::gather_strings(mine);
+  if (w.rank == 0) {
+    write_file_atomic(tmp + "/config.ini", cfg.to_ini());
+    files.push_back(strf("{\"name\": \"config.ini\", \"sha256\": \"%s\"}", sha256_file(tmp + "/config.ini").c_str()));
+    std::string tok;
+    if (!tokenizer_file.empty()) {
+      tok = "tokenizer" + fs::path(tokenizer_file).extension().string();
+      fs::copy_file(tokenizer_file, tmp + "/" + tok, fs::copy_options::overwrite_existing);
+      files.push_back(strf("{\"name\": \"%s\", \"sha256\": \"%s\"}", tok.c_str(), sha256_file(tmp + "/" + tok).c_str()));
+    }
+    std::string list;
+    for (const std::string& f : files)
+      if (!f.empty()) list += (list.empty() ? "\n    " : ",\n    ") + f;
+    write_file_atomic(tmp + "/state.json",
+                      strf("{\n  \"format\": \"%s\",\n  \"step\": %lld,\n  \"next_sample\": %llu,\n  \"adam_step\": "
+                           "%lld,\n  \"world\": %d,\n  \"zero\": %d,\n  \"n_params\": %zu,\n  \"tokenizer\": \"%s\",\n"
+                           "  \"files\": [%s\n  ]\n}\n",
+                           kFormat, static_cast<long long>(st.step), static_cast<unsigned long long>(st.next_sample),
+                           static_cast<long long>(opt.adam_step()), w.size, opt.stage(),
+                           ParamLayout(cfg.model).total(), tok.c_str(), list.c_str()));
+    sync_dir(tmp);
+    fs::remove_all(final_dir);  // a checkpoint of the same step from before a crash is superseded
+    fs::rename(tmp, final_dir);
+    sync_dir(root);
+    write_file_atomic(root + "/latest", name + "\n");
+    // keep the newest ckpt.keep
+    std::vector<std::string> steps;
+    for (const auto& e : fs::directory_iterator(root))
+      if (e.is_directory() && e.path().filename().string().rfind("step_", 0) == 0)
+        steps.push_back(e.path().filename().string());
+    std::sort(steps.begin(), steps.end());
+    for (size_t i = 0; i + cfg.ckpt.keep < steps.size(); i++) fs::remove_all(root + "/" + steps[i]);
+  }
+  dist::barrier();
+  return final_dir;
+}
+
+std::string find_resumable_checkpoint(const std::string& run_dir) {
+  const dist::WorldInfo& w = dist::world();
+  const std::string root = run_dir + "/ckpt";
+  std::vector<std::string> steps;
+  if (fs::is_directory(root))
+    for (const auto& e : fs::directory_iterator(root))
+      if (e.is_directory() && e.path().filename().string().rfind("step_", 0) == 0)
+        steps.push_back(e.path().filename().string());
+  std::sort(steps.rbegin(), steps.rend());
+  // Ranks may see different directory listings on a lagging filesystem: rank 0's list decides.
+  std::string joined;
+  for (const auto& s : steps) joined += s + "\n";
+  joined = dist::broadcast_string(joined, 0);
+  std::istringstream in(joined);
+  for (std::string s; std::getline(in, s);) {
+    std::string dir = root + "/" + s, why;
+    bool ok = verify(dir, w.rank, w.size, &why);
+    bool all_ok = dist::allreduce_max(ok ? 0.0 : 1.0) == 0.0;
+    if (all_ok) return dir;
+    if (!ok) say_all("warning: skipping checkpoint %s: %s", dir.c_str(), why.c_str());
+  }
+  return "";
+}
+
+TrainState load_checkpoint(const std::string& dir, const Config& cfg, ZeroOptimizer& opt) {
+  State s = read_state(dir);
+  Config saved = read_config(dir);
+  YUAN_CHECK(same_model(saved.model, cfg.model),
+             "checkpoint %s was written for a different model (its config.ini: n_layer %d, n_head %d, n_embd %d, "
+             "seq_len %d, vocab_size %d)",
+             dir.c_str(), saved.model.n_layer, saved.model.n_head, saved.model.n_embd, saved.model.seq_len,
+             saved.model.vocab_size);
+  YUAN_CHECK(s.n_params == ParamLayout(cfg.model).total(), "checkpoint %s: %zu parameters, the model has %zu",
+             dir.c_str(), s.n_params, ParamLayout(cfg.model).total());
+  const size_t lo = opt.shard_offset(), hi = lo + opt.shard_size();
+  read_range(dir, s, "master", lo, hi, opt.master());
+  read_range(dir, s, "exp_avg", lo, hi, opt.exp_avg());
+  read_range(dir, s, "exp_avg_sq", lo, hi, opt.exp_avg_sq());
+  opt.set_adam_step(s.adam_step);
+  opt.load_backend_params();
+  say("resumed from %s: step %lld, written by %d ranks%s", dir.c_str(), static_cast<long long>(s.train.step), s.world,
+      s.world != dist::world().size ? strf(", optimizer state re-cut for %d", dist::world().size).c_str() : "");
+  return s.train;
+}
+
+CheckpointModel load_checkpoint_model(const std::string& path) {
+  CheckpointModel m;
+  m.dir = path;
+  if (!fs::exists(path + "/state.json")) {
+    std::string latest = path + "/ckpt/latest";
+    YUAN_CHECK(fs::exists(latest), "'%s' is neither a checkpoint (no state.json) nor a run directory (no ckpt/latest)",
+               path.c_str());
+    std::string name = read_text(latest);
+    name.erase(name.find_last_not_of(" \n") + 1);
+    m.dir = path + "/ckpt/" + name;
+  }
+  State s = read_state(m.dir);
+  m.cfg = read_config(m.dir);
+  m.step = s.train.step;
+  YUAN_CHECK(s.n_params == ParamLayout(m.cfg.model).total(),
+             "checkpoint %s: %zu parameters in state.json, config.ini describes %zu", m.dir.c_str(), s.n_params,
+             ParamLayout(m.cfg.model).total());
+  m.weights.resize(s.n_params);
+  read_range(m.dir, s, "master", 0, s.n_params, m.weights.data());
+  if (!s.tokenizer.empty()) m.tokenizer = m.dir + "/" + s.tokenizer;
+  return m;
+}
+
+std::string find_tokenizer_for(const std::string& train_glob) {
+  glob_t g;
+  std::string first;
+  if (::glob(train_glob.c_str(), 0, nullptr, &g) == 0 && g.gl_pathc > 0) first = g.gl_pathv[0];
+  globfree(&g);
+  if (first.empty()) return "";
+  const fs::path dir = fs::path(first).parent_path();
+  const fs::path manifest = dir / "manifest.json";
+  if (!fs::exists(manifest)) return "";
+  pt::ptree t;
+  try {
+    pt::read_json(manifest.string(), t);
+  } catch (const pt::ptree_error& e) {
+    throw Error(strf("%s: %s", manifest.c_str(), e.what()));
+  }
+  std::string file = t.get<std::string>("tokenizer_file", "");
+  if (file.empty()) return "";
+  fs::path p = fs::path(file).is_absolute() ? fs::path(file) : dir / file;
+  YUAN_CHECK(fs::exists(p), "%s names tokenizer '%s', which does not exist", manifest.c_str(), p.c_str());
+  const std::string name = t.get<std::string>("tokenizer", "");
+  const std::string sum = sha256_file(p.string());
+  YUAN_CHECK(name.size() >= sum.size() && name.compare(name.size() - sum.size(), sum.size(), sum) == 0,
+             "%s: tokenizer '%s' has sha256 %s, the manifest says '%s'", manifest.c_str(), p.c_str(), sum.c_str(),
+             name.c_str());
+  return p.string();
+}
+
+}  // namespace yuan

@@ -1,0 +1,270 @@
+// Each CUDA kernel family against its CPU reference in src/ops, on random inputs rounded to bf16 first (so both
+// sides compute from the same values). Tolerances (metric in gpu_test.h): bf16 outputs 1e-2 (one rounding is
+// <= 2^-9 of the value, plus fp32 sums in another order); fp32 outputs of fp32 sums 1e-4 or tighter.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+
+#include "gpu_test.h"
+#include "kernels.cuh"
+#include "ops/adamw.h"
+#include "ops/ops.h"
+
+namespace {
+
+using namespace yuan::test;
+using yuan::gpu::bf16;
+namespace gpu = yuan::gpu;
+namespace ops = yuan::ops;
+
+bf16* B16(DevArray<uint16_t>& a) { return reinterpret_cast<bf16*>(a.get()); }
+
+TEST(CudaEncoder, ForwardAndDeterministicBackwardMatchCpu) {
+  YUAN_REQUIRE_GPU();
+  const int B = 3, T = 37, C = 64, V = 20, stride = T + 1;  // V small: many repeated tokens
+  std::vector<int32_t> tok(static_cast<size_t>(B) * stride);
+  std::mt19937 gen(1);
+  for (auto& t : tok) t = static_cast<int32_t>(gen() % V);
+  const auto wte = round_bf16(randn(static_cast<size_t>(V) * C, 0.5f, 2));
+  const auto wpe = round_bf16(randn(static_cast<size_t>(T) * C, 0.5f, 3));
+  DevArray<int32_t> d_tok(tok);
+  DevArray<uint16_t> d_wte(to_bf16(wte)), d_wpe(to_bf16(wpe)), d_out(static_cast<size_t>(B) * T * C);
+  gpu::encoder_forward(B16(d_out), d_tok.get(), B16(d_wte), B16(d_wpe), B, T, C, stride, 0);
+  std::vector<float> ref(static_cast<size_t>(B) * T * C);
+  ops::encoder_forward(ref.data(), tok.data(), wte.data(), wpe.data(), B, T, C, stride);
+  EXPECT_LT(rel_err(from_bf16(d_out.download()), ref), 4e-3) << "one bf16 rounding of the sum";
+
+  const auto dout = randn(static_cast<size_t>(B) * T * C, 1.0f, 4);
+  const auto dwte0 = randn(wte.size(), 1.0f, 5), dwpe0 = randn(wpe.size(), 1.0f, 6);  // backward adds to these
+  auto dwte = dwte0, dwpe = dwpe0;
+  ops::encoder_backward(dwte.data(), dwpe.data(), dout.data(), tok.data(), B, T, C, stride);
+  const std::vector<int32_t> groups = gpu::token_groups(tok.data(), B, T, stride);
+  DevArray<int32_t> d_groups(groups);
+  DevArray<float> d_dout(dout);
+  std::vector<float> first;
+  for (int run = 0; run < 2; run++) {
+    DevArray<float> d_dwte(dwte0), d_dwpe(dwpe0);
+    gpu::encoder_backward(d_dwte.get(), d_dwpe.get(), d_dout.get(), d_groups.get(), groups[0], B, T, C, 0);
+    const auto got = d_dwte.download();
+    EXPECT_LT(rel_err(got, dwte), 1e-5);
+    EXPECT_LT(rel_err(d_dwpe.download(), dwpe), 1e-5);
+    if (run == 0)
+      first = got;
+    else
+      EXPECT_EQ(std::memcmp(first.data(), got.data(), got.size() * sizeof(float)), 0) << "no atomics: same bits";
+  }
+}
+
+TEST(CudaLayerNorm, ForwardAndBackwardMatchCpu) {
+  YUAN_REQUIRE_GPU();
+  const int N = 67, C = 328;  // C not a multiple of 256: the warp loops' tails run
+  const auto x = round_bf16(randn(static_cast<size_t>(N) * C, 2.0f, 10, 0.5f));
+  const auto w = round_bf16(randn(C, 0.1f, 11, 1.0f)), b = round_bf16(randn(C, 0.1f, 12));
+  DevArray<uint16_t> d_x(to_bf16(x)), d_w(to_bf16(w)), d_b(to_bf16(b)), d_out(x.size());
+  DevArray<float> d_mean(N), d_rstd(N);
+  gpu::layernorm_forward(B16(d_out), d_mean.get(), d_rstd.get(), B16(d_x), B16(d_w), B16(d_b), N, C, 0);
+  std::vector<float> out(x.size()), mean(N), rstd(N);
+  ops::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+  EXPECT_LT(rel_err(from_bf16(d_out.download()), out), 1e-2);
+  EXPECT_LT(rel_err(d_mean.download(), mean), 1e-5);
+  EXPECT_LT(rel_err(d_rstd.download(), rstd), 1e-5);
+
+  const auto dy = round_bf16(randn(x.size(), 1.0f, 13));
+  auto dres = randn(x.size(), 1.0f, 14), dw = randn(C, 1.0f, 15), db = randn(C, 1.0f, 16);  // added to
+  DevArray<uint16_t> d_dy(to_bf16(dy)), d_dres_bf16(x.size());
+  DevArray<float> d_dres(dres), d_dw(dw), d_db(db), d_partials(gpu::layernorm_partials_size(C));
+  gpu::layernorm_backward(d_dres.get(), B16(d_dres_bf16), d_dw.get(), d_db.get(), d_partials.get(), B16(d_dy),
+                          B16(d_x), B16(d_w), d_mean.get(), d_rstd.get(), N, C, 0);
+  ops::layernorm_backward(dres.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), mean.data(), rstd.data(),
+                          N, C);
+  const auto got = d_dres.download();
+  EXPECT_LT(rel_err(got, dres), 1e-5);
+  EXPECT_LT(rel_err(from_bf16(d_dres_bf16.download()), got), 4e-3) << "dres_bf16 is dres rounded";
+  EXPECT_LT(rel_err(d_dw.download(), dw), 1e-5);
+  EXPECT_LT(rel_err(d_db.download(), db), 1e-5);
+}
+
+TEST(CudaGelu, ForwardAndBackwardMatchCpu) {
+  YUAN_REQUIRE_GPU();
+  const size_t n = 8 * 1001;
+  const auto x = round_bf16(randn(n, 2.0f, 20)), dy = round_bf16(randn(n, 1.0f, 21));
+  DevArray<uint16_t> d_x(to_bf16(x)), d_dy(to_bf16(dy)), d_out(n), d_dx(n);
+  gpu::gelu_forward(B16(d_out), B16(d_x), n, 0);
+  gpu::gelu_backward(B16(d_dx), B16(d_x), B16(d_dy), n, 0);
+  std::vector<float> out(n), dx(n, 0.0f);
+  ops::gelu_forward(out.data(), x.data(), n);
+  ops::gelu_backward(dx.data(), x.data(), dy.data(), n);
+  EXPECT_LT(rel_err(from_bf16(d_out.download()), out), 1e-2);
+  EXPECT_LT(rel_err(from_bf16(d_dx.download()), dx), 1e-2);
+}
+
+// One linear layer's forward and backward through every epilogue the backend uses.
+struct MatmulCase {
+  int N, C, OC, ld;  // ld: row stride of out / dout (> OC for the logits)
+  bool bias, residual, gelu;
+};
+
+class CudaMatmul : public testing::TestWithParam<MatmulCase> {};
+
+TEST_P(CudaMatmul, ForwardAndBackwardMatchCpu) {
+  YUAN_REQUIRE_GPU();
+  const MatmulCase k = GetParam();
+  const size_t N = k.N, C = k.C, OC = k.OC, ld = k.ld;
+  const auto inp = round_bf16(randn(N * C, 1.0f, 30)), w = round_bf16(randn(OC * C, 0.1f, 31));
+  const auto bias = round_bf16(randn(OC, 0.5f, 32)), res = round_bf16(randn(N * OC, 1.0f, 33));
+  std::vector<float> ref(N * OC);
+  ops::matmul_forward(ref.data(), inp.data(), w.data(), k.bias ? bias.data() : nullptr, k.N, k.C, k.OC);
+  if (k.residual)
+    for (size_t i = 0; i < ref.size(); i++) ref[i] += res[i];
+  std::vector<float> pre = ref;  // GELU input
+  if (k.gelu) ops::gelu_forward(ref.data(), pre.data(), ref.size());
+
+  DevArray<char> ws(gpu::Matmul::kWorkspaceBytes);
+  DevArray<float> bias_scratch(OC);
+  gpu::Matmul mm(ws.get(), bias_scratch.get(), OC);
+  DevArray<uint16_t> d_inp(to_bf16(inp)), d_w(to_bf16(w)), d_bias(to_bf16(bias)), d_res(to_bf16(res));
+  DevArray<uint16_t> d_out(N * ld), d_pre(N * OC);
+  mm.forward(B16(d_out), B16(d_inp), B16(d_w), k.bias ? B16(d_bias) : nullptr, k.residual ? B16(d_res) : nullptr,
+             k.gelu ? B16(d_pre) : nullptr, k.N, k.C, k.OC, k.ld, 0);
+  const auto out_all = from_bf16(d_out.download());
+  std::vector<float> out(N * OC);
+  for (size_t i = 0; i < N; i++) std::copy_n(out_all.begin() + i * ld, OC, out.begin() + i * OC);
+  EXPECT_LT(rel_err(out, ref), 1e-2) << "forward";
+  if (k.gelu) EXPECT_LT(rel_err(from_bf16(d_pre.download()), pre), 1e-2) << "GELU input kept for backward";
+
+  // Backward: dout in the [N, ld] layout; dw and dbias start random because they are added to.
+  const auto dout = round_bf16(randn(N * OC, 1.0f, 34));
+  std::vector<float> dout_ld(N * ld, 0.0f);
+  for (size_t i = 0; i < N; i++) std::copy_n(dout.begin() + i * OC, OC, dout_ld.begin() + i * ld);
+  const auto dw0 = randn(OC * C, 1.0f, 35), db0 = randn(OC, 1.0f, 36);
+  auto dw = dw0, db = db0;
+  std::vector<float> dinp(N * C, 0.0f);
+  ops::matmul_backward(dinp.data(), dw.data(), k.bias ? db.data() : nullptr, dout.data(), inp.data(), w.data(), k.N,
+                       k.C, k.OC);
+  DevArray<uint16_t> d_dout(to_bf16(dout_ld)), d_dinp(N * C);
+  DevArray<float> d_dw(dw), d_db(db);
+  // GELU backward pairs with an input whose size is the GEMM's C: use a layer whose input is the GELU output.
+  if (k.gelu) {
+    const auto pre_in = round_bf16(randn(N * C, 1.0f, 37));
+    DevArray<uint16_t> d_pre_in(to_bf16(pre_in));
+    std::vector<float> dx(N * C, 0.0f);
+    ops::gelu_backward(dx.data(), pre_in.data(), dinp.data(), dx.size());
+    dinp = dx;
+    mm.backward(B16(d_dinp), d_dw.get(), k.bias ? d_db.get() : nullptr, B16(d_dout), B16(d_inp), B16(d_w),
+                B16(d_pre_in), k.N, k.C, k.OC, k.ld, 0);
+  } else {
+    mm.backward(B16(d_dinp), d_dw.get(), k.bias ? d_db.get() : nullptr, B16(d_dout), B16(d_inp), B16(d_w), nullptr,
+                k.N, k.C, k.OC, k.ld, 0);
+  }
+  std::vector<float> got_dw = d_dw.download(), ddw(dw.size()), ref_ddw(dw.size());
+  for (size_t i = 0; i < dw.size(); i++) {  // compare the added part: the start values dwarf it otherwise
+    ddw[i] = got_dw[i] - dw0[i];
+    ref_ddw[i] = dw[i] - dw0[i];
+  }
+  EXPECT_LT(rel_err(from_bf16(d_dinp.download()), dinp), 1e-2) << "dinp";
+  EXPECT_LT(rel_err(ddw, ref_ddw), 1e-4) << "dweight (fp32 sums of exact bf16 products)";
+  if (k.bias) {
+    std::vector<float> got = d_db.download(), d_got(OC), d_ref(OC);
+    for (size_t i = 0; i < OC; i++) {
+      d_got[i] = got[i] - db0[i];
+      d_ref[i] = db[i] - db0[i];
+    }
+    EXPECT_LT(rel_err(d_got, d_ref), 1e-4) << "dbias";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Epilogues, CudaMatmul,
+                         testing::Values(MatmulCase{200, 128, 384, 384, true, false, false},   // qkv: bias
+                                         MatmulCase{200, 128, 128, 128, true, true, false},    // c_proj: + residual
+                                         MatmulCase{200, 128, 512, 512, true, false, true},    // c_fc: GELU
+                                         MatmulCase{37, 64, 97, 128, false, false, false},     // logits: odd V
+                                         MatmulCase{1, 32, 96, 96, true, false, false}));      // one row
+
+TEST(CudaClassifier, LossesAndGradientMatchCpu) {
+  YUAN_REQUIRE_GPU();
+  struct Case {
+    int B, T, V;
+  };
+  for (Case k : {Case{2, 5, 1000}, Case{1, 3, 50257}, Case{3, 4, 13}}) {
+    const int ld = (k.V + 63) / 64 * 64, stride = k.T + 1, N = k.B * k.T;
+    const auto z = round_bf16(randn(static_cast<size_t>(N) * k.V, 2.0f, 40 + k.V));
+    std::vector<float> z_ld(static_cast<size_t>(N) * ld, 0.0f);
+    for (int i = 0; i < N; i++) std::copy_n(z.begin() + static_cast<size_t>(i) * k.V, k.V, z_ld.begin() + static_cast<size_t>(i) * ld);
+    std::vector<int32_t> tok(static_cast<size_t>(k.B) * stride);
+    std::mt19937 gen(41);
+    for (auto& t : tok) t = static_cast<int32_t>(gen() % k.V);
+    const float scale = 0.37f;
+    std::vector<float> ref = z, losses(N);
+    ops::classifier_forward_backward(ref.data(), losses.data(), tok.data() + 1, k.B, k.T, k.V, stride, scale);
+    DevArray<uint16_t> d_z(to_bf16(z_ld));
+    DevArray<float> d_losses(N);
+    DevArray<int32_t> d_tok(tok);
+    gpu::classifier_forward_backward(B16(d_z), d_losses.get(), d_tok.get() + 1, k.B, k.T, k.V, ld, stride, scale, 0);
+    EXPECT_LT(rel_err(d_losses.download(), losses), 1e-4) << "V=" << k.V;
+    const auto got = from_bf16(d_z.download());
+    std::vector<float> g(ref.size());
+    float pad = 0;
+    for (int i = 0; i < N; i++) {
+      std::copy_n(got.begin() + static_cast<size_t>(i) * ld, k.V, g.begin() + static_cast<size_t>(i) * k.V);
+      for (int c = k.V; c < ld; c++) pad = std::max(pad, std::fabs(got[static_cast<size_t>(i) * ld + c]));
+    }
+    EXPECT_LT(rel_err(g, ref), 1e-2) << "V=" << k.V;
+    EXPECT_EQ(pad, 0.0f) << "padding columns of the gradient must be zero";
+  }
+}
+
+TEST(CudaCast, RoundsLikeTheHostAtAnyOffset) {
+  YUAN_REQUIRE_GPU();
+  const size_t n = 100003;
+  auto x = randn(n, 3.0f, 50);
+  x[7] = 1.0f + 1.0f / 256;  // exactly halfway between two bf16 values: ties to even
+  DevArray<float> d_x(x), d_back(n);
+  DevArray<uint16_t> d_b(n);
+  gpu::f32_to_bf16(reinterpret_cast<bf16*>(d_b.get() + 1), d_x.get() + 1, n - 2, 0);
+  const auto bits = d_b.download();
+  for (size_t i = 1; i + 1 < n; i++) ASSERT_EQ(bits[i], yuan::f32_to_bf16(x[i])) << "element " << i;
+  EXPECT_EQ(bits[0], 0xffff) << "wrote before the range";
+  EXPECT_EQ(bits[n - 1], 0xffff) << "wrote past the range";
+  gpu::bf16_to_f32(d_back.get(), B16(d_b), n, 0);
+  const auto back = d_back.download();
+  for (size_t i = 1; i + 1 < n; i++) ASSERT_EQ(back[i], yuan::bf16_to_f32(bits[i]));
+}
+
+TEST(CudaGradNorm, SumOfSquaresMatchesCpuAndRepeats) {
+  YUAN_REQUIRE_GPU();
+  const size_t n = 1000003;
+  const auto x = randn(n, 1e-2f, 60);
+  DevArray<float> d_x(x);
+  DevArray<double> partials(gpu::sum_squares_partials_size());
+  const double got = gpu::sum_squares(d_x.get(), n, partials.get(), 0), ref = ops::sum_squares(x.data(), n);
+  EXPECT_NEAR(got, ref, 1e-12 * ref) << "double sums in another order";
+  EXPECT_EQ(gpu::sum_squares(d_x.get(), n, partials.get(), 0), got) << "not the same bits on a second run";
+}
+
+TEST(CudaAdamW, StepMatchesCpu) {
+  YUAN_REQUIRE_GPU();
+  const size_t n = 10007;
+  auto p = randn(n, 0.5f, 70), m = randn(n, 0.01f, 71), v = randn(n, 0.01f, 72), g = randn(n, 0.1f, 73);
+  for (float& x : v) x = x * x;
+  ops::AdamWHyper h;
+  h.lr = 3e-4;
+  h.beta2 = 0.95;
+  h.weight_decay = 0.1;
+  h.t = 3;
+  h.grad_scale = 0.7;
+  DevArray<float> d_p(p), d_m(m), d_v(v), d_g(g);
+  DevArray<uint16_t> d_pb(n);
+  gpu::adamw_update(d_p.get(), d_m.get(), d_v.get(), d_g.get(), B16(d_pb), n, h, 0);
+  ops::adamw_update(p.data(), m.data(), v.data(), g.data(), nullptr, n, h);
+  const auto got = d_p.download();
+  // fp32 on both sides; only FMA contraction differs.
+  EXPECT_LT(rel_err(got, p), 1e-6);
+  EXPECT_LT(rel_err(d_m.download(), m), 1e-6);
+  EXPECT_LT(rel_err(d_v.download(), v), 1e-6);
+  const auto bits = d_pb.download();
+  for (size_t i = 0; i < n; i++) ASSERT_EQ(bits[i], yuan::f32_to_bf16(got[i])) << "bf16 weight " << i;
+}
+
+}  // namespace
