@@ -88,10 +88,14 @@ bin/%: build/tools/bench/%.o $(APP_OBJ) $(CORE_OBJ) $(CU_OBJ)
 	@mkdir -p $(@D)
 	$(CXX) $(LDFLAGS) -o $@ $^ $(LIBS)
 
-# CUDA kernel tests: CUDA runtime + core only (no MPI, HDF5, Boost), so they build on bare GPU machines.
+# GPU benchmarks and CUDA kernel tests: CUDA runtime + core only (no MPI, HDF5, Boost), so they build on bare GPU machines.
 bin/test_cuda: $(CU_TEST:%.cu=build/%.o) $(CU_OBJ) $(CORE_OBJ)
 	@mkdir -p $(@D)
 	$(CXX) $(LDFLAGS) -o $@ $^ $(BLAS_LIB) $(CUDA_LIB) -lgtest -lgtest_main -lpthread
+
+bin/bench_gpu_%: build/tools/bench/bench_gpu_%.o $(CU_OBJ) $(CORE_OBJ)
+	@mkdir -p $(@D)
+	$(CXX) $(LDFLAGS) -o $@ $^ $(BLAS_LIB) $(CUDA_LIB) -lpthread
 
 build/%.o: %.cpp
 	@mkdir -p $(@D)

@@ -20,7 +20,7 @@ static double fma_block(long iters) {
   for (long it = 0; it < iters; it++)
     for (auto& a : acc) {
       a = a * mul + add;
-      __asm__ volatile("" : "+x"(a));  // keep the compiler from folding the chain
+      __asm__ volatile("" : "+v"(a));  // keep the chain in a register, unfolded
     }
   float s = 0;
   for (auto& a : acc)

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <numeric>
 
 #include "gpu_test.h"
 #include "kernels.cuh"

@@ -8,6 +8,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 if grep -q avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}; fi
 echo "# $(date -u +%Y-%m-%d) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores"
 for b in bin/bench_*; do
+  case "$b" in *bench_gpu_*) continue ;; esac  # make bench-gpu runs those on a GPU machine
   echo "== $(basename "$b")"
   "$b"
 done

@@ -1,0 +1,32 @@
+// fp32 <-> bf16 (round to nearest even, as src/util/dtype.h): the working weights' way in and out of the host.
+// Any offset and length (ZeRO shards start anywhere), so one element per thread; coalesced, memory-bound.
+#include "kernels.cuh"
+
+namespace yuan::gpu {
+namespace {
+
+__global__ void f32_to_bf16_kernel(bf16* out, const float* in, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    out[i] = __float2bfloat16_rn(in[i]);
+}
+
+__global__ void bf16_to_f32_kernel(float* out, const bf16* in, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    out[i] = __bfloat162float(in[i]);
+}
+
+}  // namespace
+
+void f32_to_bf16(bf16* out, const float* in, size_t n, cudaStream_t s) {
+  if (n == 0) return;
+  f32_to_bf16_kernel<<<grid_for(n, 256), 256, 0, s>>>(out, in, n);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void bf16_to_f32(float* out, const bf16* in, size_t n, cudaStream_t s) {
+  if (n == 0) return;
+  bf16_to_f32_kernel<<<grid_for(n, 256), 256, 0, s>>>(out, in, n);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace yuan::gpu

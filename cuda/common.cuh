@@ -1,0 +1,86 @@
+// Device helpers shared by the kernels in cuda/: 16-byte vector access, warp and block reductions, launch sizes.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "cuda_check.h"
+
+namespace yuan::gpu {
+
+using bf16 = __nv_bfloat16;
+constexpr int kWarpSize = 32;
+
+// 16 bytes of T: the unit of every vector load and store, so that a warp moves 512 contiguous bytes per
+// instruction. Callers guarantee 16-byte alignment (every tensor offset is a multiple of C, and C % 8 == 0).
+template <typename T>
+struct alignas(16) Pack {
+  static constexpr int kN = 16 / sizeof(T);
+  T v[kN];
+};
+using PackBf16 = Pack<bf16>;  // 8 values
+using PackF32 = Pack<float>;  // 4 values
+
+template <typename T>
+__device__ __forceinline__ Pack<T> load_pack(const T* p) {
+  return *reinterpret_cast<const Pack<T>*>(p);
+}
+template <typename T>
+__device__ __forceinline__ void store_pack(T* p, const Pack<T>& x) {
+  *reinterpret_cast<Pack<T>*>(p) = x;
+}
+// Streaming ("cache evict first") variants, for data read or written once per pass (the logits), so that it does
+// not push the weights and activations out of L2.
+template <typename T>
+__device__ __forceinline__ Pack<T> load_pack_cs(const T* p) {
+  int4 raw = __ldcs(reinterpret_cast<const int4*>(p));
+  Pack<T> x;
+  memcpy(&x, &raw, 16);
+  return x;
+}
+template <typename T>
+__device__ __forceinline__ void store_pack_cs(T* p, const Pack<T>& x) {
+  int4 raw;
+  memcpy(&raw, &x, 16);
+  __stcs(reinterpret_cast<int4*>(p), raw);
+}
+
+template <typename T>
+__device__ __forceinline__ T warp_sum(T v) {
+#pragma unroll
+  for (int o = kWarpSize / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Sum over the whole block, returned to every thread. `scratch` holds one T per warp; the trailing barrier makes
+// the call safe to repeat with the same scratch.
+template <typename T>
+__device__ T block_sum(T v, T* scratch) {
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, n_warps = blockDim.x / kWarpSize;
+  v = warp_sum(v);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  T total = 0;
+  for (int w = 0; w < n_warps; w++) total += scratch[w];  // same order in every thread: one result for all
+  __syncthreads();
+  return total;
+}
+
+inline unsigned ceil_div(size_t a, size_t b) { return static_cast<unsigned>((a + b - 1) / b); }
+
+// Blocks for a grid-stride loop over n items: enough to fill the GPU a few times over, no more.
+inline unsigned grid_for(size_t n, int threads) {
+  static const int sms = [] {
+    int dev = 0, count = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev));
+    return count;
+  }();
+  size_t want = (n + threads - 1) / threads, most = static_cast<size_t>(sms) * 8;
+  return static_cast<unsigned>(want < 1 ? 1 : want < most ? want : most);
+}
+
+}  // namespace yuan::gpu

@@ -1,0 +1,34 @@
+// One error check per library, in the style of nccl-tests: the failing call, file:line, this process's rank and
+// host, and the library's own words for the error, thrown as yuan::Error so that main() reports it like any other
+// failure and no rank is left waiting. Kernel launches are checked with CUDA_CHECK(cudaGetLastError()).
+//
+// There is no CUDNN_CHECK: nothing here calls cuDNN (cuda/attention.cu says why).
+#pragma once
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include "util/error.h"
+
+namespace yuan::gpu {
+
+[[noreturn]] inline void throw_library_error(const char* lib, const char* call, const char* msg, const char* file,
+                                             int line) {
+  throw Error(strf("%s error at %s:%d (rank %d on %s): %s: %s", lib, file, line, process_rank(),
+                   process_host().c_str(), call, msg));
+}
+
+}  // namespace yuan::gpu
+
+#define CUDA_CHECK(call)                                                                                   \
+  do {                                                                                                     \
+    cudaError_t e_ = (call);                                                                               \
+    if (e_ != cudaSuccess)                                                                                 \
+      ::yuan::gpu::throw_library_error("CUDA", #call, cudaGetErrorString(e_), __FILE__, __LINE__);         \
+  } while (0)
+
+#define CUBLAS_CHECK(call)                                                                                 \
+  do {                                                                                                     \
+    cublasStatus_t s_ = (call);                                                                            \
+    if (s_ != CUBLAS_STATUS_SUCCESS)                                                                       \
+      ::yuan::gpu::throw_library_error("cuBLAS", #call, cublasGetStatusString(s_), __FILE__, __LINE__);    \
+  } while (0)

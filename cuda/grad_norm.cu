@@ -1,0 +1,47 @@
+// Sum of squares of the fp32 gradient, for the global norm of gradient clipping (CPU twin: ops::sum_squares).
+// Accumulated in double like the CPU version, in two fixed-shape stages (per-block partials, then one block), so
+// the result has the same bits every run.
+#include <algorithm>
+
+#include "kernels.cuh"
+
+namespace yuan::gpu {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kMaxBlocks = 1024;
+
+__global__ void sum_squares_partial_kernel(double* partials, const float* x, size_t n) {
+  __shared__ double scratch[kThreads / kWarpSize];
+  double acc = 0;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    acc += static_cast<double>(x[i]) * x[i];
+  acc = block_sum(acc, scratch);
+  if (threadIdx.x == 0) partials[blockIdx.x] = acc;
+}
+
+__global__ void sum_squares_final_kernel(double* result, const double* partials, int n) {
+  __shared__ double scratch[kThreads / kWarpSize];
+  double acc = 0;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) acc += partials[i];
+  acc = block_sum(acc, scratch);
+  if (threadIdx.x == 0) *result = acc;
+}
+
+}  // namespace
+
+size_t sum_squares_partials_size() { return kMaxBlocks + 1; }
+
+double sum_squares(const float* x, size_t n, double* partials, cudaStream_t s) {
+  const unsigned blocks = std::min<unsigned>(grid_for(n, kThreads), kMaxBlocks);
+  sum_squares_partial_kernel<<<blocks, kThreads, 0, s>>>(partials, x, n);
+  CUDA_CHECK(cudaGetLastError());
+  sum_squares_final_kernel<<<1, kThreads, 0, s>>>(partials + kMaxBlocks, partials, static_cast<int>(blocks));
+  CUDA_CHECK(cudaGetLastError());
+  double result = 0;
+  CUDA_CHECK(cudaMemcpyAsync(&result, partials + kMaxBlocks, sizeof(double), cudaMemcpyDeviceToHost, s));
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  return result;
+}
+
+}  // namespace yuan::gpu

@@ -1,0 +1,109 @@
+// GPU training throughput: real training steps (CUDA backend forward_backward, global-norm clipping and the GPU
+// AdamW, one GPU) on random tokens, as tokens/s and MFU against the H100 SXM's dense bf16 tensor-core peak from
+// NVIDIA's datasheet, 989 TFLOP/s (stated, not measured). MFU counts model FLOPs (gpt.h's flops_per_token), so
+// recomputation does not raise it. Each config runs at the largest micro-batch of 32, 16, ... 1 whose backend
+// and optimizer state fit. Lines starting with RESULT are JSON for tools/bench/run_bench_gpu.sh.
+//
+// usage: bench_gpu_train [--steps N] [--recompute]
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#ifdef YUAN_CUDA
+#include "backend/cuda_backend.h"
+#include "model/gpt.h"
+#include "util/error.h"
+#include "util/log.h"
+#include "util/rng.h"
+#endif
+
+#ifndef YUAN_CUDA
+int main() {
+  std::printf("bench_gpu_train: built without CUDA, nothing to measure\n");
+  return 0;
+}
+#else
+using namespace yuan;
+
+constexpr double kPeakFlops = 989e12;  // H100 SXM dense bf16, datasheet
+
+struct Bench {
+  const char* name;
+  GPTConfig cfg;
+};
+
+// One training step as the trainer will do it with optim.offload=none.
+static void train_step(Backend& be, CudaAdamW& opt, const std::vector<int32_t>& tok, int B, int64_t t) {
+  be.forward_backward(tok.data(), B, 1.0f, nullptr);
+  const double norm = std::sqrt(opt.grad_sum_squares());
+  ops::AdamWHyper h;
+  h.lr = 1e-4;
+  h.beta2 = 0.95;
+  h.weight_decay = 0.1;
+  h.t = t;
+  if (norm > 1.0) h.grad_scale = 1.0 / (norm + 1e-6);
+  opt.step(h);
+  be.zero_grads(0, be.padded_size());
+}
+
+static void run(const Bench& b, int steps, bool recompute) {
+  const GPTConfig& c = b.cfg;
+  const ParamLayout layout(c);
+  std::vector<float> init(layout.total());
+  init_gpt2(layout, 1, init.data());
+  for (int B = 32; B >= 1; B /= 2) {
+    std::vector<int32_t> tok(static_cast<size_t>(B) * (c.seq_len + 1));
+    Rng rng(3, 0);
+    for (auto& t : tok) t = static_cast<int32_t>(rng.next_u64() % static_cast<uint64_t>(c.vocab_size));
+    try {
+      auto be = make_cuda_backend(c, B, layout.total(), recompute);
+      be->set_params(init.data(), 0, layout.total());
+      CudaAdamW opt(*be, 0, layout.total(), init.data());
+      for (int w = 1; w <= 2; w++) train_step(*be, opt, tok, B, w);  // GEMM plans, module load, allocator
+      const double t0 = now_seconds();
+      for (int s = 0; s < steps; s++) train_step(*be, opt, tok, B, 3 + s);
+      const double dt = (now_seconds() - t0) / steps;
+      const double tok_s = static_cast<double>(B) * c.seq_len / dt;
+      const double mfu = tok_s * flops_per_token(c, layout.total()) / kPeakFlops;
+      std::printf("train %-12s (%6.1fM params, B=%d, T=%d, recompute %s): %9.0f tokens/s, %7.1f ms/step, MFU %.3f "
+                  "of 989 TFLOP/s\n", b.name, layout.total() / 1e6, B, c.seq_len, recompute ? "on" : "off", tok_s,
+                  1000 * dt, mfu);
+      std::printf("RESULT {\"name\": \"%s\", \"n_layer\": %d, \"n_head\": %d, \"n_embd\": %d, \"seq_len\": %d, "
+                  "\"vocab_size\": %d, \"B\": %d, \"tokens_per_s\": %.1f, \"mfu\": %.4f}\n", b.name, c.n_layer,
+                  c.n_head, c.n_embd, c.seq_len, c.vocab_size, B, tok_s, mfu);
+      std::fflush(stdout);
+      return;
+    } catch (const Error& e) {
+      std::printf("  %s at B=%d does not fit: %s\n", b.name, B, e.what());
+    }
+  }
+  std::printf("train %-12s: does not fit at micro-batch 1\n", b.name);
+}
+
+int main(int argc, char** argv) {
+  int steps = 10;
+  bool recompute = false;
+  for (int i = 1; i < argc; i++) {
+    if (!std::strcmp(argv[i], "--steps") && i + 1 < argc)
+      steps = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--recompute"))
+      recompute = true;
+    else {
+      std::fprintf(stderr, "usage: %s [--steps N] [--recompute]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (!cuda_device_available()) {
+    std::printf("bench_gpu_train: no CUDA device, nothing to measure\n");
+    return 0;
+  }
+  const Bench benches[] = {{"gpt-small", {12, 12, 768, 1024, 50257}},
+                           {"gpt-xl-1024", {24, 16, 2048, 1024, 50257}},
+                           {"gpt-xl-2048", {24, 16, 2048, 2048, 50257}}};
+  for (const Bench& b : benches) run(b, steps, recompute);
+  return 0;
+}
+#endif
