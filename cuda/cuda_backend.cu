@@ -273,12 +273,7 @@ class CudaBackend final : public Backend {
   void forward(const int32_t* tok, int B, int T, int stride) {
     const GPTConfig& c = layout_.config();
     YUAN_CHECK(B >= 1 && B <= B_, "backend: micro-batch %d outside [1, %d]", B, B_);
-    for (int b = 0; b < B; b++)
-      for (int t = 0; t < stride; t++) {
-        int32_t id = tok[static_cast<size_t>(b) * stride + t];
-        YUAN_CHECK(id >= 0 && id < c.vocab_size, "backend: token id %d at row %d position %d outside [0, %d)", id, b,
-                   t, c.vocab_size);
-      }
+    check_token_ids(tok, B, stride, c.vocab_size);
     const size_t n_tok = static_cast<size_t>(B) * stride;
     std::memcpy(host_tokens_, tok, n_tok * sizeof(int32_t));
     CUDA_CHECK(cudaMemcpyAsync(mem_.tokens, host_tokens_, n_tok * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));

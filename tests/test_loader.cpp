@@ -11,6 +11,7 @@
 #include "data/loader.h"
 #include "data/shard.h"
 #include "util/error.h"
+#include "test_util.h"
 
 namespace fs = std::filesystem;
 
@@ -20,12 +21,10 @@ constexpr int kSeq = 8, kVocab = 100000;
 
 // A corpus whose token at global position p is p, so the first token of a window names it and each row must
 // count up by one. Shards of 100, 57 and 81 tokens hold 12 + 7 + 10 = 29 windows.
-class Loader : public ::testing::Test {
+class Loader : public yuan::testing::TempDirTest {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/yuan_test_loader_XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    TempDirTest::SetUp();
     uint32_t base = 0;
     int k = 0;
     for (uint32_t n : {100u, 57u, 81u}) {
@@ -36,7 +35,6 @@ class Loader : public ::testing::Test {
       base += n;
     }
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
   std::string write(const std::string& name, const std::vector<uint32_t>& t, const yuan::ShardMeta& meta) {
     std::string p = dir_ + "/" + name;
@@ -73,17 +71,12 @@ class Loader : public ::testing::Test {
   }
 
   std::string error_of(const yuan::LoaderSpec& s) {
-    try {
+    return yuan::testing::error_of([&] {
       yuan::TrainLoader l(s);
       l.next_micro_batch();
-    } catch (const yuan::Error& e) {
-      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
-      return e.what();
-    }
-    return "";
+    });
   }
 
-  std::string dir_;
   std::set<int32_t> windows_;  // first tokens of all windows
 };
 

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/host_backend.h"
 #include "dist/communicator.h"
 #include "dist/mpi_check.h"
 #include "dist/world.h"
@@ -193,10 +194,9 @@ constexpr int kRows = 2;  // per micro-batch and rank
 // Test double of a GPT replica: loss of a row = 0.5 * sum_i a_i (p_i - x_i(row))^2, with x a fixed function of the
 // row's tokens, so gradients depend on the batch and their mean over the global batch is known in closed form.
 // Flat fp32 host buffers; backward visits the modules in reverse layout order and reports each one finished.
-class QuadraticBackend final : public Backend {
+class QuadraticBackend final : public HostBackend {
  public:
-  QuadraticBackend(const GPTConfig& c, size_t padded)
-      : layout_(c), padded_(padded), params_(padded, Mem::Params), grads_(padded, Mem::Grads) {}
+  QuadraticBackend(const GPTConfig& c, size_t padded) : HostBackend(c, padded) {}
 
   static double curvature(size_t i) { return 0.5 + 0.25 * static_cast<double>(i % 5); }
   static double target(const int32_t* row, size_t i, int T) {
@@ -204,17 +204,7 @@ class QuadraticBackend final : public Backend {
   }
 
   const char* name() const override { return "quadratic"; }
-  const ParamLayout& layout() const override { return layout_; }
-  size_t padded_size() const override { return padded_; }
   int max_micro_batch() const override { return 64; }
-  void set_params(const float* src, size_t offset, size_t count) override {
-    check_range(offset, count);
-    std::memcpy(params_.data() + offset, src, count * sizeof(float));
-  }
-  void get_params(float* dst, size_t offset, size_t count) override {
-    check_range(offset, count);
-    std::memcpy(dst, params_.data() + offset, count * sizeof(float));
-  }
   float forward_backward(const int32_t* tokens, int B, float grad_scale, const ModuleReadyFn& ready) override {
     const int T = layout_.config().seq_len;
     double loss = 0;
@@ -244,24 +234,6 @@ class QuadraticBackend final : public Backend {
     return static_cast<float>(loss / B);
   }
   void forward_logits(const int32_t*, int, float*) override { throw Error("the quadratic test backend has no logits"); }
-  void zero_grads(size_t offset, size_t count) override {
-    check_range(offset, count);
-    std::memset(grads_.data() + offset, 0, count * sizeof(float));
-  }
-  DeviceBuffer grad_buffer() override { return {grads_.data(), padded_, DType::F32}; }
-  DeviceBuffer param_buffer() override { return {params_.data(), padded_, DType::F32}; }
-  void grads_to_host(size_t offset, size_t count, float* dst) override {
-    check_range(offset, count);
-    std::memcpy(dst, grads_.data() + offset, count * sizeof(float));
-  }
-
- private:
-  void check_range(size_t offset, size_t count) const {
-    YUAN_CHECK(offset + count <= padded_, "quadratic backend: range [%zu, +%zu) outside %zu", offset, count, padded_);
-  }
-  ParamLayout layout_;
-  size_t padded_;
-  HostArray<float> params_, grads_;
 };
 
 // Rows of the global batch: step s, rank r, micro-batch k.

@@ -19,22 +19,16 @@
 #include "util/error.h"
 #include "util/rng.h"
 #include "util/sha256.h"
+#include "test_util.h"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-class Prep : public ::testing::Test {
+class Prep : public yuan::testing::TempDirTest {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/yuan_test_prep_XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   std::string file(const std::string& name, const std::string& text) {
-    std::string p = dir_ + "/" + name;
+    std::string p = path(name);
     std::ofstream(p, std::ios::binary) << text;
     return p;
   }
@@ -71,16 +65,8 @@ class Prep : public ::testing::Test {
   }
 
   static std::string error_of(const std::vector<std::string>& args) {
-    try {
-      yuan::prep_main(args);
-    } catch (const yuan::Error& e) {
-      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
-      return e.what();
-    }
-    return "";
+    return yuan::testing::error_of([&] { yuan::prep_main(args); });
   }
-
-  std::string dir_;
 };
 
 TEST_F(Prep, ReadsFortuneJsonlAndTextDocuments) {

@@ -12,21 +12,14 @@
 
 #include "data/shard.h"
 #include "util/error.h"
+#include "test_util.h"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-// Test data lives in a fresh directory under /tmp, removed when the test ends.
-class Shard : public ::testing::Test {
+class Shard : public yuan::testing::TempDirTest {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/yuan_test_shard_XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return dir_ + "/" + name; }
 
   // tools/write_h5_shard.py; token i is (i*7919+13) % vocab.
   std::string h5py_shard(const std::string& name, const std::string& args) {
@@ -65,18 +58,12 @@ class Shard : public ::testing::Test {
 
   // The Error message of reading the whole of `p` with vocab checks, or "" when it reads cleanly.
   static std::string error_of(const std::string& p) {
-    try {
+    return yuan::testing::error_of([&] {
       yuan::ShardReader r(p, 64);
       std::vector<int32_t> buf(r.tokens());
       r.read(0, r.tokens(), buf.data());
-    } catch (const yuan::Error& e) {
-      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << "error spans lines: " << e.what();
-      return e.what();
-    }
-    return "";
+    });
   }
-
-  std::string dir_;
 };
 
 TEST_F(Shard, ReadsH5pyShardsTokenForToken) {

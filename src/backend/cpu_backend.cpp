@@ -1,5 +1,6 @@
 // The CPU reference backend: fp32 weights, gradients and activations in host memory, ops from src/ops.
 #include "backend/cpu_backend.h"
+#include "backend/host_backend.h"
 
 #include <algorithm>
 #include <cstring>
@@ -35,36 +36,12 @@ struct Activations {
   HostArray<float> dres, dln, datty, dqkv, datt, dfch, dfch_gelu;
 };
 
-class CpuBackend final : public Backend {
+class CpuBackend final : public HostBackend {
  public:
   CpuBackend(const GPTConfig& c, int micro_batch, size_t padded)
-      : layout_(c), B_(micro_batch), padded_(padded), params_(padded, Mem::Params), grads_(padded, Mem::Grads),
-        acts_(c, micro_batch) {
-    YUAN_CHECK(padded >= layout_.total(), "backend: padded size %zu < parameter count %zu", padded, layout_.total());
-  }
+      : HostBackend(c, padded), B_(micro_batch), acts_(c, micro_batch) {}
   const char* name() const override { return "cpu"; }
-  const ParamLayout& layout() const override { return layout_; }
-  size_t padded_size() const override { return padded_; }
   int max_micro_batch() const override { return B_; }
-
-  void set_params(const float* src, size_t off, size_t n) override {
-    check_range(off, n);
-    std::memcpy(params_.data() + off, src, n * sizeof(float));
-  }
-  void get_params(float* dst, size_t off, size_t n) override {
-    check_range(off, n);
-    std::memcpy(dst, params_.data() + off, n * sizeof(float));
-  }
-  void zero_grads(size_t off, size_t n) override {
-    check_range(off, n);
-    std::memset(grads_.data() + off, 0, n * sizeof(float));
-  }
-  DeviceBuffer grad_buffer() override { return {grads_.data(), padded_, DType::F32}; }
-  DeviceBuffer param_buffer() override { return {params_.data(), padded_, DType::F32}; }
-  void grads_to_host(size_t off, size_t n, float* dst) override {
-    check_range(off, n);
-    std::memcpy(dst, grads_.data() + off, n * sizeof(float));
-  }
 
   float forward_backward(const int32_t* tokens, int B, float grad_scale, const ModuleReadyFn& ready) override {
     const int T = layout_.config().seq_len;
@@ -88,9 +65,6 @@ class CpuBackend final : public Backend {
   }
 
  private:
-  void check_range(size_t off, size_t n) const {
-    YUAN_CHECK(off + n <= padded_, "backend: range [%zu, %zu) outside the %zu-element buffer", off, off + n, padded_);
-  }
   const float* P(const TensorSpec& t) const { return params_.data() + t.offset; }
   float* G(const TensorSpec& t) { return grads_.data() + t.offset; }
 
@@ -98,12 +72,7 @@ class CpuBackend final : public Backend {
   void forward(const int32_t* tok, int B, int T, int stride) {
     const GPTConfig& c = layout_.config();
     YUAN_CHECK(B >= 1 && B <= B_, "backend: micro-batch %d outside [1, %d]", B, B_);
-    for (int b = 0; b < B; b++)
-      for (int t = 0; t < stride; t++) {
-        int32_t id = tok[static_cast<size_t>(b) * stride + t];
-        YUAN_CHECK(id >= 0 && id < c.vocab_size, "backend: token id %d at row %d position %d outside [0, %d)", id, b,
-                   t, c.vocab_size);
-      }
+    check_token_ids(tok, B, stride, c.vocab_size);
     const int C = c.n_embd, NH = c.n_head;
     const size_t BT = static_cast<size_t>(B) * T, BTC = BT * C;
     Activations& a = acts_;
@@ -204,10 +173,7 @@ class CpuBackend final : public Backend {
     return acts_.att.data() + l * static_cast<size_t>(B_) * c.n_head * c.seq_len * c.seq_len;
   }
 
-  ParamLayout layout_;
   int B_;
-  size_t padded_;
-  HostArray<float> params_, grads_;
   Activations acts_;
 };
 

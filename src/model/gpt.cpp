@@ -84,6 +84,15 @@ void init_gpt2(const ParamLayout& layout, uint64_t seed, float* params) {
   }
 }
 
+void check_token_ids(const int32_t* ids, int rows, int stride, int vocab_size) {
+  for (int r = 0; r < rows; r++)
+    for (int t = 0; t < stride; t++) {
+      int32_t id = ids[static_cast<size_t>(r) * stride + t];
+      YUAN_CHECK(id >= 0 && id < vocab_size, "token id %d at row %d position %d outside the vocabulary [0, %d)", id, r,
+                 t, vocab_size);
+    }
+}
+
 double flops_per_token(const GPTConfig& c, size_t n_params) {
   double n = static_cast<double>(n_params) - static_cast<double>(c.seq_len) * c.n_embd;
   return 6.0 * n + 12.0 * c.n_layer * static_cast<double>(c.n_embd) * c.seq_len;

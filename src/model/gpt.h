@@ -68,6 +68,10 @@ class ParamLayout {
 // biases 0, LayerNorm weight 1. Deterministic for a seed and independent of thread count.
 void init_gpt2(const ParamLayout& layout, uint64_t seed, float* params);
 
+// Throws Error naming the row and position of the first id outside [0, vocab_size) in `rows` rows of `stride`
+// ids: a backend checks its input before any id becomes an embedding-table index.
+void check_token_ids(const int32_t* ids, int rows, int stride, int vocab_size);
+
 // Training FLOPs per token: 6*N for the matmuls of forward+backward (N counts wte, which is the classifier, but
 // not wpe, which is a lookup) plus 12*L*C*T for attention scores and values (PaLM appendix B accounting).
 double flops_per_token(const GPTConfig& c, size_t n_params);

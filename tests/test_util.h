@@ -1,0 +1,39 @@
+// Helpers shared by the test suites.
+#pragma once
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <string>
+
+#include "util/error.h"
+
+namespace yuan::testing {
+
+// A fresh directory under /tmp for each test, removed when the test ends.
+class TempDirTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/yuanlm_test_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string path(const std::string& name) const { return dir_ + "/" + name; }
+
+  std::string dir_;
+};
+
+// The message of the yuan::Error that `f` throws ("" when it throws none); every error must be one line.
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << "error spans lines: " << e.what();
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace yuan::testing
