@@ -72,6 +72,11 @@ ifeq ($(CUDA)$(if $(wildcard cuda/*.cu),+),1+)
   LIBS      += $(CUDA_LIB)
 endif
 
+# Objects depend on the flags they were built with: switching CUDA=0/1 or ARCH rebuilds instead of mixing.
+FLAGS_STAMP := build/.flags
+FLAGS_NOW   := $(CXX) $(CPPFLAGS) $(CXXFLAGS) | $(BACKENDS) | $(NVCC) $(NVCCFLAGS)
+$(shell mkdir -p build; [ "$$(cat $(FLAGS_STAMP) 2>/dev/null)" = '$(FLAGS_NOW)' ] || echo '$(FLAGS_NOW)' > $(FLAGS_STAMP))
+
 .PHONY: all deps test bench bench-gpu run clean
 all: bin/yuanlm bin/test_yuanlm $(BENCH_BIN) $(if $(CU_OBJ),bin/test_cuda)
 	@echo "built backends: $(BACKENDS)"
@@ -97,11 +102,11 @@ bin/bench_gpu_%: build/tools/bench/bench_gpu_%.o $(CU_OBJ) $(CORE_OBJ)
 	@mkdir -p $(@D)
 	$(CXX) $(LDFLAGS) -o $@ $^ $(BLAS_LIB) $(CUDA_LIB) -lpthread
 
-build/%.o: %.cpp
+build/%.o: %.cpp $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(CXX) $(CPPFLAGS) -DYUAN_BACKENDS='"$(BACKENDS)"' $(CXXFLAGS) -c -o $@ $<
 
-build/%.o: %.cu
+build/%.o: %.cu $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(NVCC) $(filter -I% -D%,$(CPPFLAGS)) $(NVCCFLAGS) -c -o $@ $<
 

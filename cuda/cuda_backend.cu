@@ -8,6 +8,9 @@
 //   - the residual stream's gradient accumulates in fp32, with a bf16 copy for the GEMMs.
 #include "backend/cuda_backend.h"
 
+#include <cuda_profiler_api.h>
+#include <nvtx3/nvToolsExt.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -215,6 +218,9 @@ class CudaBackend final : public Backend {
   }
   DeviceBuffer grad_buffer() override { return {mem_.grads, padded_, DType::F32}; }
   DeviceBuffer param_buffer() override { return {mem_.params, padded_, DType::BF16}; }
+  void profiler(bool capture) override { CUDA_CHECK(capture ? cudaProfilerStart() : cudaProfilerStop()); }
+  void range_push(const char* name) override { nvtxRangePushA(name); }
+  void range_pop() override { nvtxRangePop(); }
   void grads_to_host(size_t off, size_t n, float* dst) override {
     check_range(off, n);
     CUDA_CHECK(cudaMemcpyAsync(dst, mem_.grads + off, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));

@@ -6,6 +6,7 @@
 
 #include "dist/world.h"
 #include "prep/prep.h"
+#include "run/commands.h"
 #include "train/train.h"
 #include "util/error.h"
 #include "util/threads.h"
@@ -25,6 +26,9 @@ struct Command {
 const Command kCommands[] = {
     {"train", "train a GPT from a config deck (under mpirun/srun for data parallelism)", yuan::train_main},
     {"prep", "tokenize text into sharded HDF5 corpus files", yuan::prep_main},
+    {"eval", "validation loss of a checkpoint (under mpirun or alone)", yuan::eval_main},
+    {"sample", "generate text from a prompt with a checkpoint", yuan::sample_main},
+    {"export", "write a checkpoint as a HuggingFace GPT-2 directory (safetensors + config.json)", yuan::export_main},
 };
 
 void usage(std::FILE* f) {

@@ -178,6 +178,7 @@ TEST(ConfigErrors, BadTypeNamesKey) {
   EXPECT_EQ(parse_error({"--model.vocab_size=3000000000"}), "model.vocab_size: '3000000000' is not an integer");
   EXPECT_EQ(parse_error({"--train.seed=-1"}), "train.seed: '-1' is not a non-negative integer");
   EXPECT_EQ(parse_error({"--optim.lr=fast"}), "optim.lr: 'fast' is not a finite number");
+  EXPECT_EQ(parse_error({"--train.recompute=maybe"}), "train.recompute: 'maybe' is not true or false");
   TempDeck deck("[optim]\nlr = 1e-3x\n");
   EXPECT_EQ(parse_error({deck.path()}), deck.path() + ": optim.lr: '1e-3x' is not a finite number");
 }
@@ -201,6 +202,13 @@ TEST(ConfigValidate, Ranges) {
   EXPECT_EQ(validate_error([](Config& c) { c.optim.zero = 3; }), "optim.zero must be 0, 1 or 2 (got 3)");
   EXPECT_EQ(validate_error([](Config& c) { c.train.device = "gpu"; }),
             "train.device must be cpu, cuda or auto (got 'gpu')");
+  for (const char* bad : {"5", "0:3", "7:6", "3:4x"})
+    EXPECT_EQ(validate_error([&](Config& c) { c.profile.steps = bad; }),
+              std::string("profile.steps must be A:B with 1 <= A <= B (got '") + bad + "')");
+  Config window = valid();
+  window.profile.steps = "3:5";
+  EXPECT_NO_THROW(yuan::validate(window, 2));
+  EXPECT_EQ(window.profile.window(), std::make_pair(3, 5));
   struct Case {
     const char* key;
     std::function<void(Config&)> edit;

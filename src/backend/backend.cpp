@@ -9,11 +9,12 @@
 namespace yuan {
 
 std::unique_ptr<Backend> make_backend(const std::string& device, const GPTConfig& cfg, int micro_batch,
-                                      size_t padded_size) {
+                                      size_t padded_size, bool recompute) {
 #ifdef YUAN_CUDA
   if (device == "cuda" || (device == "auto" && cuda_device_available()))
-    return make_cuda_backend(cfg, micro_batch, padded_size);
+    return make_cuda_backend(cfg, micro_batch, padded_size, recompute);
 #else
+  (void)recompute;
   YUAN_CHECK(device != "cuda", "train.device=cuda: this yuanlm was built without the CUDA backend (built: %s)",
              YUAN_BACKENDS);
 #endif

@@ -51,10 +51,18 @@ class Backend {
   virtual DeviceBuffer param_buffer() = 0;
   // fp32 copy of gradient range [offset, offset+count) into host memory.
   virtual void grads_to_host(size_t offset, size_t count, float* dst) = 0;
+
+  // Profiling windows (profile.steps): start/stop an external profiler's capture and name the phases inside.
+  // The CUDA backend maps them to cudaProfilerStart/Stop and NVTX ranges (nsys/ncu --profile-from-start off);
+  // CPU profilers (perf, VTune) attach to the process instead, so the CPU backend leaves them empty.
+  virtual void profiler(bool capture) { (void)capture; }
+  virtual void range_push(const char* name) { (void)name; }
+  virtual void range_pop() {}
 };
 
 // Backend for config value train.device (cpu | cuda | auto); throws Error when the device is unavailable.
+// `recompute` (train.recompute) applies to the CUDA backend; the CPU backend keeps every activation.
 std::unique_ptr<Backend> make_backend(const std::string& device, const GPTConfig& cfg, int micro_batch,
-                                      size_t padded_size);
+                                      size_t padded_size, bool recompute = false);
 
 }  // namespace yuan

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdio>
 #include <cmath>
 #include <fstream>
 #include <set>
@@ -23,7 +24,7 @@ namespace {
 // gpt.h, read back through a default Config, so there is a single source of truth.
 struct Field {
   const char* key;
-  std::variant<int*, uint64_t*, double*, std::string*> ptr;
+  std::variant<bool*, int*, uint64_t*, double*, std::string*> ptr;
   const char* help;
 };
 
@@ -47,6 +48,8 @@ std::vector<Field> fields(Config& c) {
       {"train.log_every", &c.train.log_every, "steps between log lines"},
       {"train.eval_every", &c.train.eval_every, "steps between val-loss evaluations; 0: only at start and end"},
       {"train.eval_batches", &c.train.eval_batches, "micro-batches per rank per evaluation"},
+      {"train.recompute", &c.train.recompute,
+       "CUDA: keep only each block's input and recompute the block in backward (fits longer sequences)"},
       {"train.max_bad_steps", &c.train.max_bad_steps,
        "consecutive steps with a non-finite loss or gradient norm (each skipped) before the run stops"},
       {"optim.lr", &c.optim.lr, "peak learning rate, reached after warmup"},
@@ -64,6 +67,9 @@ std::vector<Field> fields(Config& c) {
       {"ckpt.keep", &c.ckpt.keep, "newest checkpoints kept in run.dir/ckpt"},
       {"ckpt.resume", &c.ckpt.resume,
        "auto: continue from the newest valid checkpoint in run.dir/ckpt; none: start fresh; or a checkpoint dir"},
+      {"profile.steps", &c.profile.steps,
+       "A:B brackets steps A..B with cudaProfilerStart/Stop and NVTX phase ranges (nsys/ncu "
+       "--profile-from-start off); empty: off"},
   };
 }
 
@@ -83,6 +89,7 @@ std::string render(const Field& f) {
       [](auto* p) -> std::string {
         using T = std::remove_pointer_t<decltype(p)>;
         if constexpr (std::is_same_v<T, std::string>) return *p;
+        else if constexpr (std::is_same_v<T, bool>) return *p ? "true" : "false";
         else if constexpr (std::is_same_v<T, double>) return format_double(*p);
         else return std::to_string(*p);
       },
@@ -96,6 +103,13 @@ void assign(const Field& f, const std::string& text, const std::string& where) {
         using T = std::remove_pointer_t<decltype(p)>;
         if constexpr (std::is_same_v<T, std::string>) {
           *p = text;
+        } else if constexpr (std::is_same_v<T, bool>) {
+          if (text == "true" || text == "1" || text == "yes" || text == "on")
+            *p = true;
+          else if (text == "false" || text == "0" || text == "no" || text == "off")
+            *p = false;
+          else
+            throw Error(strf("%s%s: '%s' is not true or false", where.c_str(), f.key, text.c_str()), true);
         } else {
           const char* what = std::is_same_v<T, double> ? "a finite number"
                              : std::is_same_v<T, int>  ? "an integer"
@@ -172,7 +186,7 @@ void read_deck(const std::string& path, Config& c) {
 
 void print_help(const std::string& command) {
   say("usage: yuanlm %s [DECK] [--section.key=value ...]", command.c_str());
-  say("  DECK (or --config DECK) is an INI file with [model] [data] [train] [optim] [run] [ckpt] sections;");
+  say("  DECK (or --config DECK) is an INI file with [model] [data] [train] [optim] [run] [ckpt] [profile] sections;");
   say("  --section.key=value (or --section.key value) overrides it. Defaults in parentheses.");
   std::string section;
   for (const ConfigOption& o : config_options()) {
@@ -228,6 +242,12 @@ std::string closest_key(const std::string& key) {
     if (d < best_d) best_d = d, best = k;
   }
   return best;
+}
+
+std::pair<int, int> ProfileConfig::window() const {
+  int a = 0, b = -1;
+  if (!steps.empty()) std::sscanf(steps.c_str(), "%d:%d", &a, &b);
+  return {a, b};
 }
 
 bool parse_config(const std::vector<std::string>& args, const std::string& command, Config& out) {
@@ -325,6 +345,12 @@ void validate(const Config& c, int world) {
   at_least("ckpt.every", c.ckpt.every, 0);
   at_least("ckpt.keep", c.ckpt.keep, 1);
   if (c.ckpt.resume.empty()) throw Error("ckpt.resume must be auto, none or a checkpoint directory", true);
+  if (!c.profile.steps.empty()) {
+    int a = 0, b = 0;
+    char end = 0;
+    if (std::sscanf(c.profile.steps.c_str(), "%d:%d%c", &a, &b, &end) != 2 || a < 1 || b < a)
+      throw Error(strf("profile.steps must be A:B with 1 <= A <= B (got '%s')", c.profile.steps.c_str()), true);
+  }
 }
 
 }  // namespace yuan

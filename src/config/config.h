@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/gpt.h"
@@ -27,6 +28,7 @@ struct TrainConfig {
   int eval_every = 0;    // steps between val-loss evaluations (0: only at start and end)
   int eval_batches = 8;  // micro-batches per rank per evaluation
   int max_bad_steps = 5;  // consecutive non-finite steps before the run stops
+  bool recompute = false; // CUDA: recompute each block's activations in backward
 };
 
 struct OptimConfig {
@@ -46,6 +48,12 @@ struct RunConfig {
   std::string dir = "runs/default";
 };
 
+struct ProfileConfig {
+  std::string steps;  // "A:B": profile steps A..B (1-based, inclusive); empty: off
+  // The parsed window; {0, -1} when off.
+  std::pair<int, int> window() const;
+};
+
 struct CkptConfig {
   int every = 0;                // steps between checkpoints (0: only at the end and on a signal)
   int keep = 3;                 // newest checkpoints kept
@@ -59,6 +67,7 @@ struct Config {
   OptimConfig optim;
   RunConfig run;
   CkptConfig ckpt;
+  ProfileConfig profile;
 
   std::string to_ini() const;  // every key, resolved, in deck format
   uint64_t hash() const;       // of to_ini()

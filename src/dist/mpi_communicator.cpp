@@ -40,8 +40,11 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
+  // With one rank every collective is the identity; returning early also keeps MPI away from buffers it cannot
+  // read, such as a single GPU's device memory.
   void all_reduce(void* buf, size_t count, DType t, ReduceOp op) override {
     MPI_Datatype mt = mpi_reduce_type(t, "all_reduce");
+    if (size_ == 1) return;
     MPI_Op mop = op == ReduceOp::Sum ? MPI_SUM : MPI_MAX;
     char* p = static_cast<char*>(buf);
     for (size_t off = 0; off < count; off += max_count_) {
@@ -53,6 +56,7 @@ class MpiCommunicator final : public Communicator {
   void reduce_scatter(void* buf, const std::vector<size_t>& counts, DType t) override {
     MPI_Datatype mt = mpi_reduce_type(t, "reduce_scatter");
     std::vector<size_t> offs = offsets(counts, "reduce_scatter");
+    if (size_ == 1) return;
     char* p = static_cast<char*>(buf);
     const size_t es = dtype_size(t);
     if (offs.back() <= max_count_) {
@@ -76,6 +80,7 @@ class MpiCommunicator final : public Communicator {
   void all_gather(void* buf, const std::vector<size_t>& counts, DType t) override {
     MPI_Datatype mt = mpi_type(t);
     std::vector<size_t> offs = offsets(counts, "all_gather");
+    if (size_ == 1) return;
     char* p = static_cast<char*>(buf);
     const size_t es = dtype_size(t);
     if (offs.back() <= max_count_) {
@@ -94,6 +99,7 @@ class MpiCommunicator final : public Communicator {
 
   void broadcast(void* buf, size_t count, DType t, int root) override {
     YUAN_CHECK(root >= 0 && root < size_, "broadcast: root %d outside the %d ranks", root, size_);
+    if (size_ == 1) return;
     char* p = static_cast<char*>(buf);
     for (size_t off = 0; off < count; off += max_count_) {
       int n = static_cast<int>(std::min(max_count_, count - off));

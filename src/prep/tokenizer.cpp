@@ -32,6 +32,17 @@ class SentencePieceTokenizer : public Tokenizer {
     YUAN_CHECK(st.ok(), "sentencepiece: cannot encode: %s", st.ToString().c_str());
     out.insert(out.end(), ids.begin(), ids.end());
   }
+  std::string decode(const std::vector<uint32_t>& ids) const override {
+    std::vector<int> keep;
+    for (uint32_t id : ids) {
+      check_id(id);
+      if (static_cast<int>(id) != eot_id_) keep.push_back(static_cast<int>(id));
+    }
+    std::string text;
+    auto st = sp_.Decode(keep, &text);
+    YUAN_CHECK(st.ok(), "sentencepiece: cannot decode: %s", st.ToString().c_str());
+    return text;
+  }
 
  private:
   sentencepiece::SentencePieceProcessor sp_;
@@ -59,6 +70,16 @@ bool is_punct(uint32_t c) {
          (c >= 0xFF1A && c <= 0xFF20) || (c >= 0xFF3B && c <= 0xFF40) || (c >= 0xFF5B && c <= 0xFF65);
 }
 
+// Scripts written without spaces: CJK ideographs and the CJK/full-width punctuation between them.
+bool is_unspaced(uint32_t c) { return is_cjk(c) || (c >= 0x3000 && c <= 0x303F) || (c >= 0xFF00 && c <= 0xFFEF); }
+
+uint32_t last_codepoint(const std::string& s) {
+  size_t i = s.size();
+  while (i > 0 && (static_cast<unsigned char>(s[i - 1]) & 0xC0) == 0x80) i--;
+  if (i > 0) i--;
+  return next_codepoint(s, i);
+}
+
 bool is_space(uint32_t c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == 0x3000 || c == 0xA0; }
 
 // BERT/Yuan WordPiece: text splits at whitespace, and every CJK character and punctuation mark is a word of
@@ -73,6 +94,7 @@ class WordPieceTokenizer : public Tokenizer {
     for (int id = 0; std::getline(in, line); id++) {
       if (!line.empty() && line.back() == '\r') line.pop_back();
       ids_.emplace(line, id);  // the first occurrence of a duplicate wins
+      pieces_.push_back(line);
       vocab_size_ = id + 1;
     }
     YUAN_CHECK(vocab_size_ > 0, "%s: empty tokenizer vocabulary", path.c_str());
@@ -98,6 +120,27 @@ class WordPieceTokenizer : public Tokenizer {
       }
     }
     encode_word(word, out);
+  }
+
+  // Pieces joined by spaces, "##" continuations glued to the piece before, and no space between two CJK
+  // characters (encode made each one a word). Spaces the text had elsewhere, e.g. around punctuation, are
+  // not recoverable.
+  std::string decode(const std::vector<uint32_t>& ids) const override {
+    std::string text;
+    for (uint32_t id : ids) {
+      check_id(id);
+      if (static_cast<int>(id) == eot_id_) continue;
+      const std::string& p = pieces_[id];
+      if (p.size() > 2 && p.compare(0, 2, "##") == 0) {
+        text.append(p, 2, std::string::npos);
+        continue;
+      }
+      size_t i = 0;
+      if (!text.empty() && !p.empty() && !(is_unspaced(last_codepoint(text)) && is_unspaced(next_codepoint(p, i))))
+        text += ' ';
+      text += p;
+    }
+    return text;
   }
 
  private:
@@ -126,6 +169,7 @@ class WordPieceTokenizer : public Tokenizer {
 
   static constexpr size_t kMaxWordBytes = 400;  // BERT's 100 characters, in UTF-8 bytes
   std::unordered_map<std::string, int> ids_;
+  std::vector<std::string> pieces_;  // by id
   int unk_ = 0;
 };
 
@@ -175,6 +219,11 @@ double coverage_for(const std::vector<std::string>& lines, size_t max_chars) {
 }
 
 }  // namespace
+
+void Tokenizer::check_id(uint32_t id) const {
+  YUAN_CHECK(id < static_cast<uint32_t>(vocab_size_), "%s: token id %u outside the vocabulary [0, %d)", name_.c_str(),
+             id, vocab_size_);
+}
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
   std::ifstream probe(path);

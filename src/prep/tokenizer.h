@@ -1,6 +1,6 @@
-// Tokenizers for `yuanlm prep`: a SentencePiece model (trained here or brought along) or a Yuan-style WordPiece
-// vocab.txt. Each is named "<kind>:sha256:<hex of the file>", the name every shard carries so that shards
-// from different tokenizers are never mixed.
+// Tokenizers for `yuanlm prep` (encode) and `yuanlm sample` (decode): a SentencePiece model (trained here or
+// brought along) or a Yuan-style WordPiece vocab.txt. Each is named "<kind>:sha256:<hex of the file>", the
+// name every shard carries so that shards from different tokenizers are never mixed.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -16,11 +16,15 @@ class Tokenizer {
   virtual ~Tokenizer() = default;
   // Appends the ids of `text`; safe to call from many threads at once.
   virtual void encode(const std::string& text, std::vector<uint32_t>& out) const = 0;
+  // The text of `ids`. The eot id is skipped (a document boundary has no text of its own); an id outside
+  // [0, vocab_size) throws.
+  virtual std::string decode(const std::vector<uint32_t>& ids) const = 0;
   int vocab_size() const { return vocab_size_; }
   int eot_id() const { return eot_id_; }  // the id written before every document
   const std::string& name() const { return name_; }
 
  protected:
+  void check_id(uint32_t id) const;
   int vocab_size_ = 0, eot_id_ = 0;
   std::string name_;
 };

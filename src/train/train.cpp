@@ -74,7 +74,12 @@ class Trainer {
     accum_ = cfg.train.global_batch / (world_.size * cfg.train.micro_batch);
     comm_ = make_mpi_communicator();
     backend_ = make_backend(cfg.train.device, cfg.model, cfg.train.micro_batch,
-                            zero_padded_size(ParamLayout(cfg.model).total(), world_.size));
+                            zero_padded_size(ParamLayout(cfg.model).total(), world_.size), cfg.train.recompute);
+    // MPI carries host buffers only; gradients in GPU memory need the NCCL communicator between ranks.
+    YUAN_CHECK(world_.size == 1 || std::string(backend_->name()) == "cpu",
+               "train.device resolved to %s on %d ranks: data parallelism across GPUs needs the NCCL communicator, "
+               "which this build does not have yet; run one rank per GPU job or train.device=cpu",
+               backend_->name(), world_.size);
     const ParamLayout& layout = backend_->layout();
     n_params_ = layout.total();
     flops_per_token_ = flops_per_token(cfg.model, n_params_);
@@ -140,7 +145,9 @@ class Trainer {
     const int first = static_cast<int>(state_.step);
     double timed = 0;  // seconds of steps after the first, which pays for warm-up
     int bad_run = 0;
+    const auto [profile_first, profile_last] = c.profile.window();
     for (int step = first; step < c.train.steps; step++) {
+      if (step + 1 == profile_first) backend_->profiler(true);
       const double t0 = now_seconds(), wait0 = loader_->wait_seconds();
       const double lr = lr_at(c.optim, step, c.train.steps);
       YUAN_CHECK(!(world_.rank == faults_.fail_rank && step == faults_.fail_step),
@@ -148,16 +155,23 @@ class Trainer {
       const float scale = step >= faults_.nan_from && step < faults_.nan_to ? NAN : 1.0f / (world_.size * accum_);
       double loss = 0;
       for (int m = 0; m < accum_; m++) {
+        backend_->range_push("data");
         const int32_t* tokens = loader_->next_micro_batch();
+        backend_->range_pop();
+        backend_->range_push("forward_backward");
         loss += backend_->forward_backward(tokens, c.train.micro_batch, scale, opt_->ready_hook());
         opt_->after_micro_batch();
+        backend_->range_pop();
       }
       const double t_compute = now_seconds();
       if (world_.rank == 0 && step == faults_.kill_step) std::raise(SIGKILL);
       loss = dist::allreduce_sum(loss) / (world_.size * accum_);
+      backend_->range_push("optimizer");
       ZeroStepStats st = opt_->step(lr, !std::isfinite(loss));
+      backend_->range_pop();
       const double t1 = now_seconds(), dt = t1 - t0;
       const int done = step + 1;
+      if (done == profile_last) backend_->profiler(false);
       state_ = {done, loader_->next_sample()};
       if (step > first) timed += dt;
       const double per_step = step > first ? timed / (step - first) : dt;
@@ -223,8 +237,10 @@ class Trainer {
 
   void evaluate(int64_t step) {
     if (!val_) return;
+    backend_->range_push("eval");
     double sum = 0;
     for (int i = 0; i < val_->batches(); i++) sum += backend_->forward_loss(val_->batch(i), cfg_.train.micro_batch);
+    backend_->range_pop();
     double val = dist::allreduce_sum(sum) / (static_cast<double>(val_->batches()) * world_.size);
     say("val    %6lld | val_loss %.4f", static_cast<long long>(step), val);
     if (metrics_) metrics_->write(JsonLine().add("step", static_cast<long long>(step)).add("val_loss", val));

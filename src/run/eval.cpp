@@ -1,0 +1,88 @@
+// `yuanlm eval`: the mean next-token loss of a checkpoint on a fixed set of validation windows. The set is
+// ValLoader's (the first batches * micro_batch * world windows in file order), so with the training run's
+// world size and the defaults it is exactly the set the trainer's val_loss was measured on; under another
+// world size, batches * world fixes the set.
+#include <cmath>
+#include <cstdio>
+
+#include "data/loader.h"
+#include "dist/world.h"
+#include "run/commands.h"
+#include "train/metrics.h"
+#include "util/error.h"
+#include "util/log.h"
+
+namespace yuan {
+
+namespace po = boost::program_options;
+
+int eval_main(const std::vector<std::string>& args) {
+  std::string checkpoint, data, device = "auto";
+  int batches = 0, micro_batch = 0;
+  bool json = false;
+  po::options_description desc(
+      "yuanlm eval: mean next-token loss of a checkpoint on validation windows\n\n"
+      "usage: [mpirun -np N] yuanlm eval --checkpoint DIR [options]\n\noptions", kHelpWidth);
+  desc.add_options()
+      ("help,h", "print this help")
+      ("checkpoint", po::value(&checkpoint)->required(),
+       "a checkpoint directory (run/ckpt/step_N) or a run directory (its newest checkpoint)")
+      ("data", po::value(&data)->default_value("", "the run's data.val"), "glob of the shards to evaluate on")
+      ("batches", po::value(&batches)->default_value(0, "the run's train.eval_batches"),
+       "micro-batches per rank: the set is the first batches x micro-batch x ranks windows in file order")
+      ("micro-batch", po::value(&micro_batch)->default_value(0, "the run's train.micro_batch"),
+       "windows per forward pass")
+      ("device", po::value(&device)->default_value(device), "cpu | cuda | auto")
+      ("json", po::bool_switch(&json),
+       "end stdout with one JSON line: val_loss, perplexity, windows, tokens, checkpoint, step, data, ranks");
+  if (!parse_command("eval", args, desc)) return 0;
+
+  const CheckpointModel m = load_checkpoint_model(checkpoint);
+  const Config& c = m.cfg;
+  if (data.empty()) data = c.data.val;
+  YUAN_CHECK(!data.empty(), "eval: no --data given and the run of checkpoint %s had no data.val", m.dir.c_str());
+  if (batches == 0) batches = c.train.eval_batches;
+  if (micro_batch == 0) micro_batch = c.train.micro_batch;
+  YUAN_CHECK(batches > 0 && micro_batch > 0, "eval: --batches %d and --micro-batch %d must be positive", batches,
+             micro_batch);
+
+  const dist::WorldInfo& w = dist::world();
+  LoaderSpec spec;
+  spec.glob = data;
+  spec.seq_len = c.model.seq_len;
+  spec.vocab_size = c.model.vocab_size;
+  spec.rank = w.rank;
+  spec.world = w.size;
+  spec.micro_batch = micro_batch;
+  ValLoader val(spec, batches);
+  std::unique_ptr<Backend> backend = checkpoint_backend(m, device, micro_batch);
+
+  const double t0 = now_seconds();
+  double sum = 0;
+  for (int i = 0; i < batches; i++) sum += backend->forward_loss(val.batch(i), micro_batch);
+  // Every micro-batch holds the same number of targets, so the mean of the means is the mean over all targets.
+  const double loss = dist::allreduce_sum(sum) / (static_cast<double>(batches) * w.size);
+  const long long windows = static_cast<long long>(batches) * micro_batch * w.size;
+  const long long tokens = windows * c.model.seq_len;
+  say("eval %s (step %lld): val_loss %.6f, perplexity %.4g over %lld windows (%lld tokens) of %s; %d rank%s, %.2f s",
+      m.dir.c_str(), static_cast<long long>(m.step), loss, std::exp(loss), windows, tokens, data.c_str(), w.size,
+      w.size == 1 ? "" : "s", now_seconds() - t0);
+  if (json && w.rank == 0) {
+    std::printf("%s\n", JsonLine()
+                            .add("val_loss", loss)
+                            .add("perplexity", std::exp(loss))
+                            .add("windows", windows)
+                            .add("tokens", tokens)
+                            .add("seq_len", static_cast<long long>(c.model.seq_len))
+                            .add("checkpoint", m.dir)
+                            .add("step", static_cast<long long>(m.step))
+                            .add("data", data)
+                            .add("ranks", static_cast<long long>(w.size))
+                            .str()
+                            .c_str());
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace yuan

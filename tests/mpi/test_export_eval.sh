@@ -1,0 +1,96 @@
+# eval, export, sample and plot_metrics on freshly trained tiny runs:
+#   eval under mpirun -np 2 reproduces the trainer's final val_loss (same windows, same world), and alone with
+#   twice the batches (the same windows) the same loss within 1e-6;
+#   tools/check_export.py rebuilds the exported HuggingFace GPT-2 and measures the same loss within 1e-4;
+#   sample on a run whose corpus `yuanlm prep` made with a trained SentencePiece tokenizer is deterministic for a
+#   seed and changes with the seed; greedy decoding is deterministic;
+#   tools/plot_metrics.py draws a PNG of the run's metrics;
+#   a missing checkpoint, or sampling a run without a tokenizer, is a one-line error and a non-zero exit.
+source "$(dirname "$0")/lib.sh"
+make_corpus "$WORK/corpus" 2 4000 64
+run="$WORK/run"
+train 2 "$run" --train.steps=12 --train.global_batch=8 --train.micro_batch=2 --train.eval_batches=4 \
+  --data.val="$WORK/corpus/*.h5" >"$WORK/train.log" 2>&1 || { cat "$WORK/train.log"; exit 1; }
+
+# same_loss A B TOL: relative difference of two val_loss values (numbers or eval --json outputs) within TOL
+same_loss() {
+  $PY - "$@" <<'PYEOF'
+import json, sys
+def val(s):
+    try:
+        return float(s)
+    except ValueError:
+        return json.loads(open(s).read().splitlines()[-1])["val_loss"]
+a, b, tol = val(sys.argv[1]), val(sys.argv[2]), float(sys.argv[3])
+rel = abs(a - b) / abs(b)
+print(f"val_loss {a!r} vs {b!r}: relative difference {rel:.2e} (tolerance {tol:g})")
+sys.exit(0 if rel <= tol else 1)
+PYEOF
+}
+
+echo "== eval under mpirun -np 2 and alone"
+mpirun -np 2 bin/yuanlm eval --checkpoint "$run" --json >"$WORK/eval2.out"
+cat "$WORK/eval2.out"
+last_val='import json, sys; print(json.loads(open(sys.argv[1]).readlines()[-1])["val_loss"])'
+trained=$($PY -c "$last_val" "$run/metrics.jsonl")
+same_loss "$WORK/eval2.out" "$trained" 1e-6
+bin/yuanlm eval --checkpoint "$run/ckpt/step_0000012" --batches 8 --json >"$WORK/eval1.out"
+tail -1 "$WORK/eval1.out"
+same_loss "$WORK/eval1.out" "$WORK/eval2.out" 1e-6
+
+echo "== export, and the loss of the export"
+bin/yuanlm export --checkpoint "$run" --out "$WORK/hf"
+$PY tools/check_export.py "$WORK/hf" --eval "$WORK/eval2.out"
+
+echo "== plot_metrics"
+$PY tools/plot_metrics.py "$run" -o "$WORK/metrics.png"
+[ -s "$WORK/metrics.png" ] && [ "$(head -c 4 "$WORK/metrics.png" | tail -c 3)" = PNG ] || { echo "no PNG"; exit 1; }
+
+echo "== sample from a run on a corpus prepared with a trained SentencePiece tokenizer"
+$PY - "$WORK/text.txt" <<'PYEOF'
+import random, sys
+r = random.Random(3)
+subj = ["the model", "every rank", "a small cat", "the loader", "our run"]
+verb = ["reads", "writes", "sees", "trains on", "checks"]
+obj = ["the shards", "a window", "its slice", "the tokens", "a checkpoint"]
+with open(sys.argv[1], "w") as f:
+    for d in range(120):
+        f.write(" ".join(f"{r.choice(subj)} {r.choice(verb)} {r.choice(obj)}." for _ in range(8)) + "\n\n")
+PYEOF
+bin/yuanlm prep -i "$WORK/text.txt" --doc-sep blank --train-tokenizer --vocab-size 300 -o "$WORK/spm" \
+  --val-fraction 0.1 >"$WORK/prep.log" 2>&1 || { cat "$WORK/prep.log"; exit 1; }
+sprun="$WORK/sprun"
+mpirun -np 2 bin/yuanlm train "${TINY[@]}" --model.vocab_size=300 --model.seq_len=32 --model.n_embd=64 --optim.lr=1e-2 \
+  --data.train="$WORK/spm/train_*.h5" --run.dir="$sprun" --train.steps=120 --train.global_batch=16 \
+  --train.micro_batch=4 >"$WORK/sptrain.log" 2>&1 || { cat "$WORK/sptrain.log"; exit 1; }
+sample() { bin/yuanlm sample --checkpoint "$sprun" --prompt "the model" --tokens 40 "$@" 2>/dev/null; }
+a=$(sample --seed 1) b=$(sample --seed 1) c=$(sample --seed 2) g1=$(sample --temperature 0) g2=$(sample --temperature 0)
+k=$(sample --seed 1 --top-k 5)
+printf 'seed 1: %s\nseed 1: %s\nseed 2: %s\ngreedy: %s\ntop-k 5: %s\n' "$a" "$b" "$c" "$g1" "$k"
+[ "$a" = "$b" ] || { echo "same seed, different text"; exit 1; }
+[ "$a" != "$c" ] || { echo "seeds 1 and 2 gave the same text"; exit 1; }
+[ "$g1" = "$g2" ] || { echo "greedy decoding is not deterministic"; exit 1; }
+for s in "$a" "$c" "$g1" "$k"; do
+  case "$s" in "the model"?*) ;; *) echo "sample does not continue the prompt: '$s'"; exit 1 ;; esac
+done
+bin/yuanlm export --checkpoint "$sprun" --out "$WORK/sphf" >/dev/null
+[ -s "$WORK/sphf/tokenizer.model" ] && grep -q '"eos_token_id": 2,' "$WORK/sphf/config.json" ||
+  { cat "$WORK/sphf/config.json"; echo "export lacks the tokenizer or its eot id"; exit 1; }
+
+echo "== bad input"
+# expect_error "MESSAGE" COMMAND...: fails, and stderr is the one line "error: [rank 0@host] ...MESSAGE..."
+expect_error() {
+  local want=$1
+  shift
+  if "$@" >/dev/null 2>"$WORK/err"; then echo "expected '$*' to fail"; exit 1; fi
+  cat "$WORK/err"
+  [ "$(wc -l <"$WORK/err")" -eq 1 ] && grep -qF "$want" "$WORK/err" ||
+    { echo "expected one line with '$want'"; exit 1; }
+}
+expect_error "'$WORK/nope' is neither a checkpoint" bin/yuanlm eval --checkpoint "$WORK/nope"
+expect_error "'$WORK/nope' is neither a checkpoint" bin/yuanlm sample --checkpoint "$WORK/nope" --prompt hi
+expect_error "'$WORK/nope' is neither a checkpoint" bin/yuanlm export --checkpoint "$WORK/nope" --out "$WORK/x"
+expect_error "checkpoint $run/ckpt/step_0000012 has no tokenizer: its training shards had no manifest.json" \
+  bin/yuanlm sample --checkpoint "$run" --prompt hi
+expect_error "eval: the option '--checkpoint' is required but missing" bin/yuanlm eval
+echo "OK"
