@@ -1,7 +1,7 @@
 // `yuanlm eval`: the mean next-token loss of a checkpoint on a fixed set of validation windows. The set is
-// ValLoader's (the first batches * micro_batch * world windows in file order), so with the training run's
-// world size and the defaults it is exactly the set the trainer's val_loss was measured on; under another
-// world size, batches * world fixes the set.
+// ValLoader's (the first batches * micro_batch * world windows in file order). By default it is the set the
+// trainer's val_loss was measured on, whatever the number of ranks eval runs on: batches per rank =
+// train.eval_batches * (the run's ranks) / (eval's ranks).
 #include <cmath>
 #include <cstdio>
 
@@ -28,7 +28,7 @@ int eval_main(const std::vector<std::string>& args) {
       ("checkpoint", po::value(&checkpoint)->required(),
        "a checkpoint directory (run/ckpt/step_N) or a run directory (its newest checkpoint)")
       ("data", po::value(&data)->default_value("", "the run's data.val"), "glob of the shards to evaluate on")
-      ("batches", po::value(&batches)->default_value(0, "the run's train.eval_batches"),
+      ("batches", po::value(&batches)->default_value(0, "the trainer's val set"),
        "micro-batches per rank: the set is the first batches x micro-batch x ranks windows in file order")
       ("micro-batch", po::value(&micro_batch)->default_value(0, "the run's train.micro_batch"),
        "windows per forward pass")
@@ -41,12 +41,19 @@ int eval_main(const std::vector<std::string>& args) {
   const Config& c = m.cfg;
   if (data.empty()) data = c.data.val;
   YUAN_CHECK(!data.empty(), "eval: no --data given and the run of checkpoint %s had no data.val", m.dir.c_str());
-  if (batches == 0) batches = c.train.eval_batches;
+  const dist::WorldInfo& w = dist::world();
   if (micro_batch == 0) micro_batch = c.train.micro_batch;
+  if (batches == 0) {
+    const long long trainer_batches = static_cast<long long>(c.train.eval_batches) * m.world;
+    YUAN_CHECK(trainer_batches % w.size == 0,
+               "eval: the trainer's val set is %lld micro-batches (%d ranks x train.eval_batches %d), which %d ranks "
+               "cannot split evenly; give --batches",
+               trainer_batches, m.world, c.train.eval_batches, w.size);
+    batches = static_cast<int>(trainer_batches / w.size);
+  }
   YUAN_CHECK(batches > 0 && micro_batch > 0, "eval: --batches %d and --micro-batch %d must be positive", batches,
              micro_batch);
 
-  const dist::WorldInfo& w = dist::world();
   LoaderSpec spec;
   spec.glob = data;
   spec.seq_len = c.model.seq_len;

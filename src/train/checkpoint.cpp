@@ -249,6 +249,7 @@ CheckpointModel load_checkpoint_model(const std::string& path) {
   State s = read_state(m.dir);
   m.cfg = read_config(m.dir);
   m.step = s.train.step;
+  m.world = s.world;
   YUAN_CHECK(s.n_params == ParamLayout(m.cfg.model).total(),
              "checkpoint %s: %zu parameters in state.json, config.ini describes %zu", m.dir.c_str(), s.n_params,
              ParamLayout(m.cfg.model).total());

@@ -40,6 +40,7 @@ struct CheckpointModel {
   std::string dir;
   Config cfg;
   int64_t step = 0;
+  int world = 1;               // ranks of the run that wrote it
   std::vector<float> weights;  // layout order, ParamLayout(cfg.model).total() values
   std::string tokenizer;       // path of the tokenizer file in the checkpoint, "" when the run had none
 };

@@ -1,6 +1,6 @@
 # eval, export, sample and plot_metrics on freshly trained tiny runs:
-#   eval under mpirun -np 2 reproduces the trainer's final val_loss (same windows, same world), and alone with
-#   twice the batches (the same windows) the same loss within 1e-6;
+#   eval under mpirun -np 2 and alone reproduces the trainer's final val_loss on the trainer's windows by
+#   default, and --batches chooses another set;
 #   tools/check_export.py rebuilds the exported HuggingFace GPT-2 and measures the same loss within 1e-4;
 #   sample on a run whose corpus `yuanlm prep` made with a trained SentencePiece tokenizer is deterministic for a
 #   seed and changes with the seed; greedy decoding is deterministic;
@@ -34,9 +34,11 @@ cat "$WORK/eval2.out"
 last_val='import json, sys; print(json.loads(open(sys.argv[1]).readlines()[-1])["val_loss"])'
 trained=$($PY -c "$last_val" "$run/metrics.jsonl")
 same_loss "$WORK/eval2.out" "$trained" 1e-6
-bin/yuanlm eval --checkpoint "$run/ckpt/step_0000012" --batches 8 --json >"$WORK/eval1.out"
+bin/yuanlm eval --checkpoint "$run/ckpt/step_0000012" --json >"$WORK/eval1.out"
 tail -1 "$WORK/eval1.out"
 same_loss "$WORK/eval1.out" "$WORK/eval2.out" 1e-6
+grep -q '"windows": 16,' "$WORK/eval1.out"
+bin/yuanlm eval --checkpoint "$run" --batches 3 --json | tail -1 | grep '"windows": 6,'
 
 echo "== export, and the loss of the export"
 bin/yuanlm export --checkpoint "$run" --out "$WORK/hf"
