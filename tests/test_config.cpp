@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <sstream>
 #include <glob.h>
 
 #include "config/config.h"
@@ -270,4 +271,15 @@ TEST(ConfigIni, HashChangesWithAnyValue) {
     Config c = parse({"--" + o.key + "=" + v});
     EXPECT_NE(c.hash(), base) << o.key;
   }
+}
+
+// The README's configuration reference is a copy of `yuanlm train --help`: every key must be in it.
+TEST(ConfigDocs, ReadmeListsEveryKey) {
+  std::ifstream in("README.md");
+  ASSERT_TRUE(in) << "run the tests from the repository root";
+  std::stringstream readme;
+  readme << in.rdbuf();
+  for (const yuan::ConfigOption& o : yuan::config_options())
+    EXPECT_NE(readme.str().find("--" + o.key + " (" + o.default_value + ")"), std::string::npos)
+        << o.key << " (default " << o.default_value << ") is missing from README.md's configuration reference";
 }
