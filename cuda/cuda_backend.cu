@@ -157,6 +157,10 @@ class CudaBackend final : public Backend {
     check_cuda_memory(c, micro_batch, recompute, free_bytes);
 
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&d2h_, cudaStreamNonBlocking));
+    for (cudaStream_t& s : up_) CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    for (cudaEvent_t* e : {&ev_compute_, &ev_after_, &ev_d2h_, &ev_up_[0], &ev_up_[1]})
+      CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
     Carver k;
     const size_t sizes[kPools] = {plan.weights, plan.grads, plan.activations, plan.buffers};
     for (int p = 0; p < kPools; p++) {
@@ -185,6 +189,10 @@ class CudaBackend final : public Backend {
       if (p) cudaFree(p);
     if (host_tokens_) cudaFreeHost(host_tokens_);
     if (host_losses_) cudaFreeHost(host_losses_);
+    for (cudaStream_t s : {d2h_, up_[0], up_[1]})
+      if (s) cudaStreamSynchronize(s), cudaStreamDestroy(s);
+    for (cudaEvent_t e : {ev_compute_, ev_after_, ev_d2h_, ev_up_[0], ev_up_[1]})
+      if (e) cudaEventDestroy(e);
     if (stream_) cudaStreamDestroy(stream_);
   }
 
@@ -213,6 +221,7 @@ class CudaBackend final : public Backend {
   }
   void zero_grads(size_t off, size_t n) override {
     check_range(off, n);
+    after_gradient_copies();
     CUDA_CHECK(cudaMemsetAsync(mem_.grads + off, 0, n * sizeof(float), stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
@@ -227,8 +236,40 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
 
+  // The offload pipeline: gradient copies on d2h_, weight uploads on up_[lane], compute on stream_, ordered by
+  // events so that none of them waits for the host (see backend.h).
+  void* stream() override { return stream_; }
+  PinnedBuffer alloc_pinned(size_t bytes, Mem cat) override {
+    if (bytes == 0) return {};
+    void* p = nullptr;
+    CUDA_CHECK(cudaHostAlloc(&p, bytes, cudaHostAllocDefault));
+    std::memset(p, 0, bytes);
+    return PinnedBuffer(p, bytes, cat, [](void* q) { cudaFreeHost(q); });
+  }
+  void grads_to_host_async(size_t off, size_t n, float* dst, void* after) override {
+    check_range(off, n);
+    wait_for(d2h_, stream_, ev_compute_);
+    if (after) wait_for(d2h_, static_cast<cudaStream_t>(after), ev_after_);
+    CUDA_CHECK(cudaMemcpyAsync(dst, mem_.grads + off, n * sizeof(float), cudaMemcpyDeviceToHost, d2h_));
+  }
+  void wait_transfers() override { CUDA_CHECK(cudaStreamSynchronize(d2h_)); }
+  void params_from_host_async(const void* src, size_t off, size_t n, int lane) override {
+    check_range(off, n);
+    YUAN_CHECK(lane == 0 || lane == 1, "cuda backend: upload lane %d (0 or 1)", lane);
+    // Compute already enqueued may still read the old weights; compute enqueued later must read the new ones.
+    wait_for(up_[lane], stream_, ev_compute_);
+    CUDA_CHECK(cudaMemcpyAsync(mem_.params + off, src, n * sizeof(bf16), cudaMemcpyHostToDevice, up_[lane]));
+    CUDA_CHECK(cudaEventRecord(ev_up_[lane], up_[lane]));
+    CUDA_CHECK(cudaStreamWaitEvent(stream_, ev_up_[lane], 0));
+  }
+  void wait_upload(int lane) override {
+    YUAN_CHECK(lane == 0 || lane == 1, "cuda backend: upload lane %d (0 or 1)", lane);
+    CUDA_CHECK(cudaEventSynchronize(ev_up_[lane]));
+  }
+
   float forward_backward(const int32_t* tokens, int B, float grad_scale, const ModuleReadyFn& ready) override {
     const int T = layout_.config().seq_len;
+    after_gradient_copies();  // backward accumulates into the buffers they read
     forward(tokens, B, T, T + 1);
     classify(B, T, T + 1, grad_scale / (static_cast<float>(B) * T));
     // The embedding backward's token grouping is built while the GPU runs the forward.
@@ -260,7 +301,7 @@ class CudaBackend final : public Backend {
   }
 
   // For CudaAdamW.
-  cudaStream_t stream() const { return stream_; }
+  cudaStream_t cuda_stream() const { return stream_; }
   bf16* params() { return mem_.params; }
   float* grads() { return mem_.grads; }
   double* sumsq_scratch() { return mem_.sumsq; }
@@ -269,6 +310,12 @@ class CudaBackend final : public Backend {
   void check_range(size_t off, size_t n) const {
     YUAN_CHECK(off + n <= padded_, "backend: range [%zu, %zu) outside the %zu-element buffer", off, off + n, padded_);
   }
+  // Work enqueued on `waiter` from now on runs after the work enqueued on `producer` so far (`ev`: scratch).
+  static void wait_for(cudaStream_t waiter, cudaStream_t producer, cudaEvent_t ev) {
+    CUDA_CHECK(cudaEventRecord(ev, producer));
+    CUDA_CHECK(cudaStreamWaitEvent(waiter, ev, 0));
+  }
+  void after_gradient_copies() { wait_for(stream_, d2h_, ev_d2h_); }
   const bf16* W(const TensorSpec& t) const { return mem_.params + t.offset; }
   const bf16* W(int l, BlockTensor t) const { return W(layout_.block(l, t)); }
   float* G(const TensorSpec& t) { return mem_.grads + t.offset; }
@@ -328,12 +375,10 @@ class CudaBackend final : public Backend {
     return static_cast<float>(sum / static_cast<double>(n));
   }
 
-  // The Communicator may read a finished module's gradient from another stream or through MPI, so its work
-  // must be complete before the hook runs.
+  // No synchronisation: whoever the hook hands the gradient to (an NCCL collective, a gradient copy) orders
+  // itself after stream_ with an event, and the host keeps enqueuing backward meanwhile.
   void notify(const ModuleReadyFn& ready, int module) {
-    if (!ready) return;
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
-    ready(module);
+    if (ready) ready(module);
   }
 
   void backward(int B, int T, int n_groups, const ModuleReadyFn& ready) {
@@ -381,6 +426,8 @@ class CudaBackend final : public Backend {
   bool recompute_;
   int V_ld_;  // row stride of the logits
   cudaStream_t stream_ = nullptr;
+  cudaStream_t d2h_ = nullptr, up_[2] = {};  // gradient copies; weight upload lanes
+  cudaEvent_t ev_compute_ = nullptr, ev_after_ = nullptr, ev_d2h_ = nullptr, ev_up_[2] = {};
   char* pools_[kPools] = {};
   DeviceMemory mem_{};
   std::unique_ptr<gpu::Matmul> gemm_;
@@ -393,6 +440,15 @@ class CudaBackend final : public Backend {
 bool cuda_device_available() {
   int n = 0;
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+int cuda_select_device(int local_rank) {
+  int n = 0;
+  CUDA_CHECK(cudaGetDeviceCount(&n));
+  YUAN_CHECK(n > 0, "no CUDA device is visible to this process");
+  const int dev = local_rank % n;
+  CUDA_CHECK(cudaSetDevice(dev));
+  return dev;
 }
 
 CudaMemoryPlan plan_cuda_memory(const GPTConfig& cfg, int micro_batch, bool recompute) {
@@ -452,7 +508,7 @@ CudaAdamW::CudaAdamW(Backend& cuda_backend, size_t offset, size_t count, const f
              "parameters, device has %.2f GiB free; keep the optimizer on the host (optim.offload)", bytes / kGiB,
              count, free_bytes / kGiB);
   CUDA_CHECK(cudaMalloc(&s_->state, bytes));
-  cudaStream_t st = s_->backend->stream();
+  cudaStream_t st = s_->backend->cuda_stream();
   CUDA_CHECK(cudaMemcpyAsync(s_->state, init_master, count * sizeof(float), cudaMemcpyHostToDevice, st));
   CUDA_CHECK(cudaMemsetAsync(s_->state + count, 0, 2 * count * sizeof(float), st));
   CUDA_CHECK(cudaStreamSynchronize(st));
@@ -478,7 +534,7 @@ CudaAdamW::~CudaAdamW() {
 
 double CudaAdamW::grad_sum_squares() {
   return gpu::sum_squares(s_->backend->grads() + s_->offset, s_->count, s_->backend->sumsq_scratch(),
-                          s_->backend->stream());
+                          s_->backend->cuda_stream());
 }
 
 void CudaAdamW::step(const ops::AdamWHyper& h) {
@@ -489,14 +545,15 @@ void CudaAdamW::step(const ops::AdamWHyper& h) {
     hs.weight_decay = seg.decay ? h.weight_decay : 0.0;
     const size_t i = seg.offset - s_->offset;
     gpu::adamw_update(master + i, m + i, v + i, be.grads() + seg.offset, be.params() + seg.offset, seg.count, hs,
-                      be.stream());
+                      be.cuda_stream());
   }
-  CUDA_CHECK(cudaStreamSynchronize(be.stream()));
+  CUDA_CHECK(cudaStreamSynchronize(be.cuda_stream()));
 }
 
 void CudaAdamW::master_to_host(float* dst) {
-  CUDA_CHECK(cudaMemcpyAsync(dst, s_->state, s_->count * sizeof(float), cudaMemcpyDeviceToHost, s_->backend->stream()));
-  CUDA_CHECK(cudaStreamSynchronize(s_->backend->stream()));
+  CUDA_CHECK(cudaMemcpyAsync(dst, s_->state, s_->count * sizeof(float), cudaMemcpyDeviceToHost,
+                             s_->backend->cuda_stream()));
+  CUDA_CHECK(cudaStreamSynchronize(s_->backend->cuda_stream()));
 }
 
 }  // namespace yuan

@@ -6,6 +6,7 @@
 #pragma once
 #include <cublasLt.h>
 #include <cuda_runtime.h>
+#include <nccl.h>
 
 #include "util/error.h"
 
@@ -31,4 +32,13 @@ namespace yuan::gpu {
     cublasStatus_t s_ = (call);                                                                            \
     if (s_ != CUBLAS_STATUS_SUCCESS)                                                                       \
       ::yuan::gpu::throw_library_error("cuBLAS", #call, cublasGetStatusString(s_), __FILE__, __LINE__);    \
+  } while (0)
+
+// ncclInProgress is not a failure: nonblocking communicators (cuda/nccl_communicator.cu) return it while an
+// operation is still being set up, and then poll ncclCommGetAsyncError.
+#define NCCL_CHECK(call)                                                                                   \
+  do {                                                                                                     \
+    ncclResult_t r_ = (call);                                                                              \
+    if (r_ != ncclSuccess && r_ != ncclInProgress)                                                         \
+      ::yuan::gpu::throw_library_error("NCCL", #call, ncclGetErrorString(r_), __FILE__, __LINE__);         \
   } while (0)

@@ -1,11 +1,12 @@
 // Data parallelism over MPI: the world, the MPI communicator's collectives, and the ZeRO optimizer (stages 0, 1,
-// 2) checked against a serial computation of the same training steps. Suites are named Mpi* so the runner
-// executes them under mpirun with 1, 2, 3 and 4 ranks.
+// 2, its offload pipeline and the delayed update) checked against a serial computation of the same training
+// steps. Suites are named Mpi* so the runner executes them under mpirun with 1, 2, 3 and 4 ranks.
 #include <gtest/gtest.h>
 
 #include <climits>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -194,7 +195,7 @@ constexpr int kRows = 2;  // per micro-batch and rank
 // Test double of a GPT replica: loss of a row = 0.5 * sum_i a_i (p_i - x_i(row))^2, with x a fixed function of the
 // row's tokens, so gradients depend on the batch and their mean over the global batch is known in closed form.
 // Flat fp32 host buffers; backward visits the modules in reverse layout order and reports each one finished.
-class QuadraticBackend final : public HostBackend {
+class QuadraticBackend : public HostBackend {
  public:
   QuadraticBackend(const GPTConfig& c, size_t padded) : HostBackend(c, padded) {}
 
@@ -236,6 +237,75 @@ class QuadraticBackend final : public HostBackend {
   void forward_logits(const int32_t*, int, float*) override { throw Error("the quadratic test backend has no logits"); }
 };
 
+// The offload pipeline's view of a GPU, on the host: working weights in f32 or bf16, and the asynchronous
+// transfers of backend.h deferred to the wait that the contract names (gradient copies to wait_transfers,
+// uploads to wait_upload), reading their source only then. An optimizer that reads a host gradient before
+// waiting, or refills a staging buffer whose upload is still in flight, computes with stale values and fails
+// the comparison with the serial run. Compute and zero_grads run after pending transfers, as on the GPU.
+class DeferredBackend final : public QuadraticBackend {
+ public:
+  DeferredBackend(const GPTConfig& c, size_t padded, DType working)
+      : QuadraticBackend(c, padded), working_(working), bf16_(working == DType::BF16 ? padded : 0) {}
+
+  DeviceBuffer param_buffer() override {
+    return working_ == DType::BF16 ? DeviceBuffer{bf16_.data(), padded_, DType::BF16} : HostBackend::param_buffer();
+  }
+  void set_params(const float* src, size_t off, size_t n) override {
+    flush_all();
+    HostBackend::set_params(src, off, n);
+    for (size_t i = 0; i < bf16_.size() && i < n; i++) bf16_[off + i] = f32_to_bf16(src[i]);
+  }
+  void get_params(float* dst, size_t off, size_t n) override {
+    compute_view();
+    HostBackend::get_params(dst, off, n);
+  }
+  float forward_backward(const int32_t* tokens, int B, float grad_scale, const ModuleReadyFn& ready) override {
+    compute_view();
+    return QuadraticBackend::forward_backward(tokens, B, grad_scale, ready);
+  }
+  float forward_loss(const int32_t* tokens, int B) override {
+    compute_view();
+    return QuadraticBackend::forward_loss(tokens, B);
+  }
+  void zero_grads(size_t off, size_t n) override {
+    run(copies_);
+    HostBackend::zero_grads(off, n);
+  }
+  void grads_to_host_async(size_t off, size_t n, float* dst, void*) override {
+    check_range(off, n);
+    copies_.push_back([this, off, n, dst] { std::memcpy(dst, grads_.data() + off, n * sizeof(float)); });
+  }
+  void wait_transfers() override { run(copies_); }
+  void params_from_host_async(const void* src, size_t off, size_t n, int lane) override {
+    check_range(off, n);
+    ASSERT_TRUE(lane == 0 || lane == 1) << lane;
+    char* dst = working_ == DType::BF16 ? reinterpret_cast<char*>(bf16_.data() + off)
+                                        : reinterpret_cast<char*>(params_.data() + off);
+    const size_t bytes = n * dtype_size(working_);
+    uploads_[lane].push_back([dst, src, bytes] { std::memcpy(dst, src, bytes); });
+  }
+  void wait_upload(int lane) override { run(uploads_[lane]); }
+
+ private:
+  using Queue = std::vector<std::function<void()>>;
+  static void run(Queue& q) {
+    for (auto& f : q) f();
+    q.clear();
+  }
+  void flush_all() {
+    run(copies_);
+    for (Queue& q : uploads_) run(q);
+  }
+  // What compute reads: the working weights after every transfer, as the values the bf16 words stand for.
+  void compute_view() {
+    flush_all();
+    for (size_t i = 0; i < bf16_.size(); i++) params_[i] = bf16_to_f32(bf16_[i]);
+  }
+  DType working_;
+  std::vector<uint16_t> bf16_;
+  Queue copies_, uploads_[2];
+};
+
 // Rows of the global batch: step s, rank r, micro-batch k.
 std::vector<int32_t> batch_tokens(int s, int r, int k) {
   const GPTConfig c = tiny_config();
@@ -257,15 +327,28 @@ struct Trajectory {
   std::vector<double> norms;
 };
 
-Trajectory run_zero(const OptimConfig& oc, int accum, int steps) {
+// How run_zero drives the optimizer: the plain host backend, or the deferred one with f32 or bf16 weights; with
+// or without announcing the last micro-batch.
+struct Drive {
+  bool deferred = false;
+  DType working = DType::F32;
+  bool announce_last = false;
+};
+
+Trajectory run_zero(const OptimConfig& oc, int accum, int steps, const Drive& drive = {}) {
   ParamLayout layout(tiny_config());
-  QuadraticBackend be(tiny_config(), zero_padded_size(layout.total(), nranks()));
+  const size_t padded = zero_padded_size(layout.total(), nranks());
+  std::unique_ptr<QuadraticBackend> owned =
+      drive.deferred ? std::make_unique<DeferredBackend>(tiny_config(), padded, drive.working)
+                     : std::make_unique<QuadraticBackend>(tiny_config(), padded);
+  QuadraticBackend& be = *owned;
   std::unique_ptr<Communicator> comm = make_mpi_communicator();
   std::vector<float> init = initial_params(layout.total());
   ZeroOptimizer opt(oc, be, *comm, init.data());
   Trajectory out;
   for (int s = 0; s < steps; s++) {
     for (int k = 0; k < accum; k++) {
+      if (drive.announce_last && k == accum - 1) opt.before_last_micro_batch();
       std::vector<int32_t> tok = batch_tokens(s, rank(), k);
       be.forward_backward(tok.data(), kRows, 1.0f / static_cast<float>(nranks() * accum), opt.ready_hook());
       opt.after_micro_batch();
@@ -276,18 +359,27 @@ Trajectory run_zero(const OptimConfig& oc, int accum, int steps) {
     be.grads_to_host(0, g.size(), g.data());
     for (size_t i = 0; i < g.size(); i++) EXPECT_EQ(g[i], 0.0f) << "gradient left after step " << s << " at " << i;
   }
+  opt.drain();
   out.params.resize(be.padded_size());
   be.get_params(out.params.data(), 0, out.params.size());
   return out;
 }
 
 // The same steps on one process: the mean gradient over all ranks' and micro-batches' rows in double, clipped by
-// its norm, then the AdamW kernel tensor by tensor.
-Trajectory run_serial(const OptimConfig& oc, int accum, int steps) {
+// its norm, then the AdamW kernel tensor by tensor. The gradient is taken at the weights the backend computes
+// with: rounded to bf16 for `working` bf16, and with oc.delayed_update those from before the previous update
+// (w_t = AdamW(w_{t-1}, grad at w_{t-2}), the initial weights for the first two steps).
+Trajectory run_serial(const OptimConfig& oc, int accum, int steps, DType working = DType::F32) {
   ParamLayout layout(tiny_config());
   const size_t n = layout.total();
   const int T = tiny_config().seq_len;
   std::vector<float> p = initial_params(n), m(n, 0.0f), v(n, 0.0f), g(n);
+  auto as_computed = [&](std::vector<float> w) {
+    if (working == DType::BF16)
+      for (float& x : w) x = bf16_to_f32(f32_to_bf16(x));
+    return w;
+  };
+  std::vector<float> seen = as_computed(p);  // the weights forward and backward use
   Trajectory out;
   for (int s = 0; s < steps; s++) {
     std::vector<double> gd(n, 0.0);
@@ -296,8 +388,10 @@ Trajectory run_serial(const OptimConfig& oc, int accum, int steps) {
         std::vector<int32_t> tok = batch_tokens(s, r, k);
         for (int b = 0; b < kRows; b++)
           for (size_t i = 0; i < n; i++)
-            gd[i] += QuadraticBackend::curvature(i) * (p[i] - QuadraticBackend::target(tok.data() + b * (T + 1), i, T));
+            gd[i] += QuadraticBackend::curvature(i) *
+                     (seen[i] - QuadraticBackend::target(tok.data() + b * (T + 1), i, T));
       }
+    if (oc.delayed_update) seen = as_computed(p);  // the update below lands one step late
     double norm2 = 0;
     for (size_t i = 0; i < n; i++) {
       gd[i] /= nranks() * accum * kRows;
@@ -317,8 +411,9 @@ Trajectory run_serial(const OptimConfig& oc, int accum, int steps) {
       h.weight_decay = t.decay ? oc.weight_decay : 0.0;
       ops::adamw_update(&p[t.offset], &m[t.offset], &v[t.offset], &g[t.offset], nullptr, t.numel, h);
     }
+    if (!oc.delayed_update) seen = as_computed(p);
   }
-  out.params = p;
+  out.params = as_computed(p);
   return out;
 }
 
@@ -331,13 +426,14 @@ OptimConfig optim_config(int stage, double bucket_mb, double grad_clip) {
   return oc;
 }
 
-void expect_same_run(const Trajectory& got, const Trajectory& want, const std::string& what) {
+// `tol`: relative, per value.
+void expect_same_run(const Trajectory& got, const Trajectory& want, const std::string& what, double tol = 1e-6) {
   ASSERT_EQ(got.norms.size(), want.norms.size());
   for (size_t s = 0; s < want.norms.size(); s++)
-    EXPECT_NEAR(got.norms[s], want.norms[s], 1e-6 * want.norms[s]) << what << ": norm of step " << s;
+    EXPECT_NEAR(got.norms[s], want.norms[s], tol * want.norms[s]) << what << ": norm of step " << s;
   ASSERT_GE(got.params.size(), want.params.size());
   for (size_t i = 0; i < want.params.size(); i++)
-    ASSERT_NEAR(got.params[i], want.params[i], 1e-6 * std::abs(want.params[i])) << what << ": param " << i;
+    ASSERT_NEAR(got.params[i], want.params[i], tol * std::abs(want.params[i])) << what << ": param " << i;
   for (size_t i = want.params.size(); i < got.params.size(); i++)
     ASSERT_EQ(got.params[i], 0.0f) << what << ": padding " << i;
 }
@@ -367,6 +463,63 @@ TEST(MpiZero, ClippingUsesTheGlobalNorm) {
   }
 }
 
+TEST(MpiZero, OffloadPipelineMatchesSerial) {
+  // Every transfer deferred to its wait; reductions at step() or during the last backward; one tile per module,
+  // uneven tiles, one tile for everything.
+  for (int accum : {1, 3}) {
+    Trajectory want = run_serial(optim_config(0, 0, 1.0), accum, 3);
+    for (int stage : {0, 1, 2})
+      for (double mb : {0.0, 0.001, 100.0})
+        for (bool announce : {false, true}) {
+          Trajectory got = run_zero(optim_config(stage, mb, 1.0), accum, 3, {true, DType::F32, announce});
+          expect_same_run(got, want, strf("deferred f32, zero %d, bucket_mb %g, accum %d, last announced %d, %d ranks",
+                                          stage, mb, accum, announce, nranks()));
+        }
+  }
+}
+
+// With bf16 working weights the gradient depends on how the weights round, so a sum over ranks in another order
+// than the serial one can move a weight across a bf16 rounding boundary: exact on one rank, and on more within
+// a bound that still catches a lost or unapplied update (a step is ~lr = 1e-2).
+TEST(MpiZero, OffloadPipelineBf16MatchesSerial) {
+  const double tol = nranks() == 1 ? 1e-6 : 1e-2;
+  for (bool delayed : {false, true}) {
+    OptimConfig ref = optim_config(0, 0, 0);
+    ref.delayed_update = delayed;
+    Trajectory want = run_serial(ref, 1, 4, DType::BF16);
+    for (int stage : {0, 1, 2})
+      for (double mb : {0.001, 100.0}) {
+        OptimConfig oc = optim_config(stage, mb, 0);
+        oc.delayed_update = delayed;
+        Trajectory got = run_zero(oc, 1, 4, {true, DType::BF16, true});
+        expect_same_run(got, want, strf("deferred bf16, zero %d, bucket_mb %g, delayed %d, %d ranks", stage, mb,
+                                        delayed, nranks()), tol);
+      }
+  }
+}
+
+TEST(MpiZero, DelayedUpdateMatchesSerialStaleGradients) {
+  // A different algorithm from the plain update (checked to differ), and exactly the serial one-step-stale one.
+  for (int accum : {1, 2}) {
+    OptimConfig ref = optim_config(0, 0, 1.0);
+    ref.delayed_update = true;
+    Trajectory want = run_serial(ref, accum, 4);
+    Trajectory plain = run_serial(optim_config(0, 0, 1.0), accum, 4);
+    double differ = 0;
+    for (size_t i = 0; i < want.params.size(); i++)
+      differ = std::max(differ, std::abs(static_cast<double>(want.params[i]) - plain.params[i]));
+    EXPECT_GT(differ, 1e-4) << "the stale-gradient reference should not be the plain update";
+    for (int stage : {0, 1, 2})
+      for (bool deferred : {false, true}) {
+        OptimConfig oc = optim_config(stage, 0.001, 1.0);
+        oc.delayed_update = true;
+        Trajectory got = run_zero(oc, accum, 4, {deferred, DType::F32, deferred});
+        expect_same_run(got, want, strf("delayed, zero %d, deferred %d, accum %d, %d ranks", stage, deferred, accum,
+                                        nranks()));
+      }
+  }
+}
+
 TEST(MpiZero, OptimizerBytesShrinkWithWorld) {
   ParamLayout layout(tiny_config());
   const size_t n = layout.total(), padded = zero_padded_size(n, nranks());
@@ -385,6 +538,32 @@ TEST(MpiZero, OptimizerBytesShrinkWithWorld) {
   EXPECT_EQ(bytes[0], 16 * padded);  // master, m, v, gradient: 4 fp32 arrays
   EXPECT_EQ(bytes[1] * nranks(), bytes[0]);
   EXPECT_EQ(bytes[2], bytes[1]);
+  OptimConfig delayed = optim_config(1, 0.001, 1.0);
+  delayed.delayed_update = true;
+  size_t before = mem_bytes(Mem::Optimizer);
+  {
+    ZeroOptimizer opt(delayed, be, *comm, init.data());
+    EXPECT_EQ(mem_bytes(Mem::Optimizer) - before, zero_optimizer_bytes(n, nranks(), 1, true));
+  }
+  EXPECT_EQ(zero_optimizer_bytes(n, nranks(), 1, true), bytes[1] / 4 * 5);  // a second gradient buffer
+}
+
+TEST(MpiZero, StateAccessWaitsForDrain) {
+  ParamLayout layout(tiny_config());
+  QuadraticBackend be(tiny_config(), zero_padded_size(layout.total(), nranks()));
+  std::unique_ptr<Communicator> comm = make_mpi_communicator();
+  std::vector<float> init = initial_params(layout.total());
+  OptimConfig oc = optim_config(1, 0.001, 1.0);
+  oc.delayed_update = true;
+  ZeroOptimizer opt(oc, be, *comm, init.data());
+  std::vector<int32_t> tok = batch_tokens(0, rank(), 0);
+  be.forward_backward(tok.data(), kRows, 1.0f / nranks(), opt.ready_hook());
+  opt.after_micro_batch();
+  opt.step(1e-2);
+  EXPECT_THROW(opt.master(), Error);  // the update is still in flight
+  opt.drain();
+  EXPECT_NE(opt.master(), nullptr);
+  EXPECT_EQ(opt.adam_step(), 1);
 }
 
 TEST(MpiZero, ShardsReassembleTheWeights) {

@@ -6,14 +6,26 @@
 // order, `padded_size()` elements long (the tail past layout().total() is zero and stays zero). They may live
 // in device memory and in lower precision; the optimizer keeps the fp32 master copy on the host and moves
 // ranges in and out with set_params / grads_to_host. The Communicator works directly on these buffers.
+//
+// Work beside compute (the offload pipeline of optim/zero.h): a device backend runs its compute on stream() and
+// gradient copies and weight uploads on copy streams, ordered by events: a gradient copy runs after the compute
+// enqueued before it (and after the work on the stream it is given, a communicator's); compute enqueued after an
+// upload or after zero_grads runs after it and after every gradient copy. Host backends finish each call before
+// returning, which is what the defaults below do.
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <memory>
+#include <new>
+#include <utility>
 
 #include "model/gpt.h"
 #include "util/dtype.h"
+#include "util/error.h"
+#include "util/memory.h"
 
 namespace yuan {
 
@@ -24,8 +36,50 @@ struct DeviceBuffer {
 };
 
 // Called during backward with a module index (reverse layout order) once that module's gradient for the
-// current micro-batch is complete, so gradient communication can overlap the rest of backward.
+// current micro-batch is complete in the order of Backend::stream() (host backends: complete), so gradient
+// communication can overlap the rest of backward.
 using ModuleReadyFn = std::function<void(int module)>;
+
+// Host memory that the device reads and writes asynchronously: page-locked by the CUDA backend (cudaHostAlloc,
+// so copies run by DMA beside compute), ordinary 64-byte aligned memory for host backends. Zero-initialised,
+// accounted under its Mem category like a HostArray.
+class PinnedBuffer {
+ public:
+  using Release = void (*)(void*);
+  PinnedBuffer() = default;
+  PinnedBuffer(void* p, size_t bytes, Mem cat, Release release)
+      : p_(p), bytes_(bytes), cat_(cat), release_(release) {
+    detail::mem_account(cat_, static_cast<std::ptrdiff_t>(bytes_));
+  }
+  ~PinnedBuffer() {
+    if (!p_) return;
+    release_(p_);
+    detail::mem_account(cat_, -static_cast<std::ptrdiff_t>(bytes_));
+  }
+  PinnedBuffer(PinnedBuffer&& o) noexcept { swap(o); }
+  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
+    PinnedBuffer tmp(std::move(o));
+    swap(tmp);
+    return *this;
+  }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  template <typename T>
+  T* as() const { return static_cast<T*>(p_); }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void swap(PinnedBuffer& o) noexcept {
+    std::swap(p_, o.p_);
+    std::swap(bytes_, o.bytes_);
+    std::swap(cat_, o.cat_);
+    std::swap(release_, o.release_);
+  }
+  void* p_ = nullptr;
+  size_t bytes_ = 0;
+  Mem cat_ = Mem::Comm;
+  Release release_ = nullptr;
+};
 
 class Backend {
  public:
@@ -51,6 +105,32 @@ class Backend {
   virtual DeviceBuffer param_buffer() = 0;
   // fp32 copy of gradient range [offset, offset+count) into host memory.
   virtual void grads_to_host(size_t offset, size_t count, float* dst) = 0;
+
+  // cudaStream_t of the compute, or nullptr when every call completes before returning.
+  virtual void* stream() { return nullptr; }
+  virtual PinnedBuffer alloc_pinned(size_t bytes, Mem cat) {
+    if (bytes == 0) return {};
+    void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!p) throw std::bad_alloc();
+    std::memset(p, 0, bytes);
+    return PinnedBuffer(p, bytes, cat, std::free);
+  }
+  // grads_to_host into pinned `dst`, after the compute enqueued so far and the work enqueued so far on `after`
+  // (a cudaStream_t, or nullptr); dst is complete after wait_transfers().
+  virtual void grads_to_host_async(size_t offset, size_t count, float* dst, void* after) {
+    (void)after;
+    grads_to_host(offset, count, dst);
+  }
+  virtual void wait_transfers() {}
+  // Working weights [offset, offset+count) from pinned `src` in param_buffer().dtype, on copy lane 0 or 1 (two
+  // lanes let the caller fill one staging buffer while the other is in flight); src must stay unchanged until
+  // wait_upload(lane).
+  virtual void params_from_host_async(const void* src, size_t offset, size_t count, int lane) {
+    (void)lane;
+    YUAN_CHECK(param_buffer().dtype == DType::F32, "backend %s: no upload path for its working weights", name());
+    set_params(static_cast<const float*>(src), offset, count);
+  }
+  virtual void wait_upload(int lane) { (void)lane; }
 
   // Profiling windows (profile.steps): start/stop an external profiler's capture and name the phases inside.
   // The CUDA backend maps them to cudaProfilerStart/Stop and NVTX ranges (nsys/ncu --profile-from-start off);

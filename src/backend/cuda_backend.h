@@ -7,7 +7,9 @@
 // block's forward before its backward: activations shrink from 16 values per token, channel and layer to 1, for
 // about one more forward pass of compute.
 //
-// Every public call returns with its device work finished, so the buffers are safe to hand to anything.
+// Every public call returns with its device work finished, so the buffers are safe to hand to anything, except
+// the asynchronous transfers of backend.h (grads_to_host_async, params_from_host_async), which complete at
+// wait_transfers / wait_upload, and the backward's ready hook, which fires in stream order.
 #pragma once
 #include <cstddef>
 #include <memory>
@@ -20,6 +22,9 @@ namespace yuan {
 
 // True when the CUDA runtime sees at least one device.
 bool cuda_device_available();
+// Makes device local_rank % device count current for this process (one rank per GPU on a node, several when
+// there are more ranks than GPUs) and returns its index. Call before creating the backend and the communicator.
+int cuda_select_device(int local_rank);
 
 // Device bytes of a CUDA backend by purpose: what its constructor allocates (parameter count unpadded).
 struct CudaMemoryPlan {

@@ -62,6 +62,13 @@ std::vector<Field> fields(Config& c) {
       {"optim.grad_clip", &c.optim.grad_clip, "clip the global gradient L2 norm to this; 0 disables"},
       {"optim.zero", &c.optim.zero, "ZeRO stage: 0 replicated, 1 optimizer state sharded, 2 gradients too"},
       {"optim.bucket_mb", &c.optim.bucket_mb, "gradient communication bucket size in MiB"},
+      {"optim.offload", &c.optim.offload,
+       "cpu: fp32 master weights and moments in host memory, CPU AdamW (ZeRO-Offload) | none: GPU-resident AdamW "
+       "(one CUDA rank; bench_gpu_train only, the trainer refuses it)"},
+      {"optim.delayed_update", &c.optim.delayed_update,
+       "offload=cpu: run step t's AdamW beside step t+1's forward/backward; gradients see weights one step stale"},
+      {"dist.nccl_timeout_s", &c.dist.nccl_timeout_s,
+       "CUDA on several ranks: an NCCL operation not done after this many seconds aborts the job"},
       {"run.dir", &c.run.dir, "directory for logs, config.ini and checkpoints"},
       {"ckpt.every", &c.ckpt.every, "steps between checkpoints; 0: only at the end and on SIGTERM/SIGUSR1"},
       {"ckpt.keep", &c.ckpt.keep, "newest checkpoints kept in run.dir/ckpt"},
@@ -186,7 +193,8 @@ void read_deck(const std::string& path, Config& c) {
 
 void print_help(const std::string& command) {
   say("usage: yuanlm %s [DECK] [--section.key=value ...]", command.c_str());
-  say("  DECK (or --config DECK) is an INI file with [model] [data] [train] [optim] [run] [ckpt] [profile] sections;");
+  say("  DECK (or --config DECK) is an INI file with [model] [data] [train] [optim] [dist] [run] [ckpt] [profile] "
+      "sections;");
   say("  --section.key=value (or --section.key value) overrides it. Defaults in parentheses.");
   std::string section;
   for (const ConfigOption& o : config_options()) {
@@ -340,6 +348,15 @@ void validate(const Config& c, int world) {
   at_least("optim.grad_clip", o.grad_clip, 0);
   if (o.zero < 0 || o.zero > 2) throw Error(strf("optim.zero must be 0, 1 or 2 (got %d)", o.zero), true);
   above("optim.bucket_mb", o.bucket_mb, 0);
+  if (o.offload != "cpu" && o.offload != "none")
+    throw Error(strf("optim.offload must be cpu or none (got '%s')", o.offload.c_str()), true);
+  if (o.offload == "none" && (world > 1 || dev == "cpu"))
+    throw Error(strf("optim.offload=none keeps the optimizer on the GPU of a single rank; this run has %d rank(s) "
+                     "and train.device=%s: use optim.offload=cpu", world, dev.c_str()),
+                true);
+  if (o.offload == "none" && o.delayed_update)
+    throw Error("optim.delayed_update overlaps the host AdamW with the GPU: it needs optim.offload=cpu", true);
+  above("dist.nccl_timeout_s", c.dist.nccl_timeout_s, 0);
 
   if (c.run.dir.empty()) throw Error("run.dir must not be empty", true);
   at_least("ckpt.every", c.ckpt.every, 0);

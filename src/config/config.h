@@ -42,6 +42,12 @@ struct OptimConfig {
   double grad_clip = 1.0;  // global L2 norm; 0 disables
   int zero = 1;            // 0 replicated, 1 optimizer state sharded, 2 gradients sharded too
   double bucket_mb = 25;   // gradient communication bucket size
+  std::string offload = "cpu";  // cpu: optimizer state in host memory (ZeroOptimizer) | none: on the GPU
+  bool delayed_update = false;  // step t's AdamW beside step t+1's forward/backward (weights one step stale)
+};
+
+struct DistConfig {
+  double nccl_timeout_s = 600;  // an NCCL wait longer than this ends the job
 };
 
 struct RunConfig {
@@ -65,6 +71,7 @@ struct Config {
   DataConfig data;
   TrainConfig train;
   OptimConfig optim;
+  DistConfig dist;
   RunConfig run;
   CkptConfig ckpt;
   ProfileConfig profile;

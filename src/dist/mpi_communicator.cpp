@@ -109,6 +109,11 @@ class MpiCommunicator final : public Communicator {
 
   void barrier() override { MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); }
 
+  double sum(double x) override {
+    if (size_ > 1) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+    return x;
+  }
+
  private:
   // Block starts, plus the total at the end.
   std::vector<size_t> offsets(const std::vector<size_t>& counts, const char* what) const {

@@ -1,6 +1,7 @@
 #include "dist/world.h"
 
 #include <cinttypes>
+#include <climits>
 #include <cstdio>
 #include <vector>
 
@@ -98,6 +99,12 @@ std::string broadcast_string(const std::string& s, int root) {
   out.resize(len);
   MPI_CHECK(MPI_Bcast(out.data(), static_cast<int>(len), MPI_CHAR, root, MPI_COMM_WORLD));
   return out;
+}
+
+void broadcast_bytes(void* buf, size_t bytes, int root) {
+  YUAN_CHECK(g_initialized, "dist::broadcast_bytes before dist::init");
+  YUAN_CHECK(bytes <= static_cast<size_t>(INT_MAX), "dist::broadcast_bytes: %zu bytes is too many", bytes);
+  MPI_CHECK(MPI_Bcast(buf, static_cast<int>(bytes), MPI_BYTE, root, MPI_COMM_WORLD));
 }
 
 void barrier() {

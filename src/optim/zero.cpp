@@ -4,8 +4,6 @@
 #include <cmath>
 #include <cstring>
 
-#include "dist/world.h"
-#include "ops/adamw.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -21,8 +19,9 @@ static size_t shard_elements(size_t n_params, int world, int stage) {
   return stage == 0 ? padded : padded / static_cast<size_t>(world);
 }
 
-size_t zero_optimizer_bytes(size_t n_params, int world, int stage) {
-  return 4 * shard_elements(n_params, world, stage) * sizeof(float);  // master, m, v, grad
+size_t zero_optimizer_bytes(size_t n_params, int world, int stage, bool delayed_update) {
+  // master, m, v, gradient(s)
+  return (delayed_update ? 5 : 4) * shard_elements(n_params, world, stage) * sizeof(float);
 }
 
 static char* at(const DeviceBuffer& b, size_t offset) { return static_cast<char*>(b.ptr) + offset * dtype_size(b.dtype); }
@@ -35,6 +34,10 @@ ZeroOptimizer::ZeroOptimizer(const OptimConfig& cfg, Backend& backend, Communica
   padded_ = zero_padded_size(layout.total(), world);
   YUAN_CHECK(backend.padded_size() == padded_, "backend %s holds %zu parameters, ZeRO over %d ranks needs %zu",
              backend.name(), backend.padded_size(), world, padded_);
+  const DType wdt = backend.param_buffer().dtype;
+  YUAN_CHECK(wdt == DType::F32 || wdt == DType::BF16, "backend %s: working weights must be f32 or bf16",
+             backend.name());
+  bf16_ = wdt == DType::BF16;
   shard_n_ = shard_elements(layout.total(), world, cfg.zero);
   shard_off_ = cfg.zero == 0 ? 0 : static_cast<size_t>(comm.rank()) * shard_n_;
 
@@ -64,31 +67,52 @@ ZeroOptimizer::ZeroOptimizer(const OptimConfig& cfg, Backend& backend, Communica
 
   // Weight decay by range: each tensor's part of the shard, neighbours with the same setting merged.
   const size_t lo = shard_off_, hi = shard_off_ + shard_n_;
+  std::vector<Segment> segments;
   auto add_segment = [&](size_t begin, size_t end, bool decay) {
     begin = std::max(begin, lo);
     end = std::min(end, hi);
     if (begin >= end) return;
-    if (!segments_.empty() && segments_.back().decay == decay) {
-      segments_.back().count += end - begin;
+    if (!segments.empty() && segments.back().decay == decay) {
+      segments.back().count += end - begin;
       return;
     }
-    segments_.push_back({begin - lo, end - begin, decay});
+    segments.push_back({begin - lo, end - begin, decay});
   };
   for (const TensorSpec& t : layout.tensors()) add_segment(t.offset, t.offset + t.numel, t.decay);
   add_segment(layout.total(), padded_, false);
+  // Tiles: the buckets' parts of the shard, which tile it, each cut where weight decay changes.
+  size_t largest = 0;
+  for (const Bucket& b : buckets_) {
+    const size_t tlo = std::max(b.offset, lo), thi = std::min(b.offset + b.count, hi);
+    if (tlo >= thi) continue;
+    Tile t;
+    t.offset = tlo - lo;
+    t.count = thi - tlo;
+    for (const Segment& s : segments) {
+      const size_t plo = std::max(s.offset, t.offset), phi = std::min(s.offset + s.count, t.offset + t.count);
+      if (plo < phi) t.pieces.push_back({plo, phi - plo, s.decay});
+    }
+    largest = std::max(largest, t.count);
+    tiles_.push_back(std::move(t));
+  }
 
   master_ = HostArray<float>(shard_n_, Mem::Optimizer);
   m_ = HostArray<float>(shard_n_, Mem::Optimizer);
   v_ = HostArray<float>(shard_n_, Mem::Optimizer);
-  grad_ = HostArray<float>(shard_n_, Mem::Optimizer);
-  if (cfg.zero == 2) {
-    size_t most = 0;
-    for (const Bucket& b : buckets_) most = std::max(most, shard_counts(b)[comm.rank()]);
-    staging_ = HostArray<float>(most, Mem::Comm);
-  }
+  for (int i = 0; i < (cfg.delayed_update ? 2 : 1); i++)
+    grad_[i] = backend.alloc_pinned(shard_n_ * sizeof(float), Mem::Optimizer);
+  if (cfg.zero == 2) incoming_ = backend.alloc_pinned(shard_n_ * sizeof(float), Mem::Comm);
+  if (bf16_ && cfg.delayed_update) bf16_shard_ = backend.alloc_pinned(shard_n_ * sizeof(uint16_t), Mem::Comm);
+  if (bf16_ && !cfg.delayed_update)
+    for (PinnedBuffer& s : stage_) s = backend.alloc_pinned(largest * sizeof(uint16_t), Mem::Comm);
   if (lo < layout.total()) std::memcpy(master_.data(), init_params + lo, (std::min(hi, layout.total()) - lo) * sizeof(float));
+  reduce_in_backward_ = cfg.zero == 2;
   ready_ = [this](int module) { module_ready(module); };
   load_backend_params();
+}
+
+ZeroOptimizer::~ZeroOptimizer() {
+  if (worker_.joinable()) worker_.join();
 }
 
 std::vector<size_t> ZeroOptimizer::shard_counts(const Bucket& b) const {
@@ -108,8 +132,10 @@ void ZeroOptimizer::module_ready(int module) {
              backend_.layout().modules()[module].name.c_str());
   module_done_[module] = true;
   Bucket& b = buckets_[bucket_of_module_[module]];
-  if (--b.pending == 0 && cfg_.zero == 2) reduce_bucket(b);
+  if (--b.pending == 0 && reduce_in_backward_) reduce_bucket(b);
 }
+
+void ZeroOptimizer::before_last_micro_batch() { reduce_in_backward_ = true; }
 
 void ZeroOptimizer::after_micro_batch() {
   for (size_t m = 0; m < module_done_.size(); m++)
@@ -117,56 +143,137 @@ void ZeroOptimizer::after_micro_batch() {
                backend_.name(), backend_.layout().modules()[m].name.c_str());
   module_done_.assign(module_done_.size(), false);
   for (Bucket& b : buckets_) b.pending = b.last_module - b.first_module + 1;
+  if (cfg_.zero == 2) {
+    finish_reductions(micro_ > 0);
+    for (Bucket& b : buckets_) b.reduced = false;
+  }
+  micro_++;
 }
 
-void ZeroOptimizer::reduce_bucket(const Bucket& b) {
+// The first micro-batch of a step writes the host gradient, later ones (zero 2) are added to it: nothing on the
+// host has to be zeroed, and every element of the shard is written since the buckets tile the buffer.
+void ZeroOptimizer::reduce_bucket(Bucket& b) {
   const DeviceBuffer g = backend_.grad_buffer();
-  double t0 = now_seconds();
-  comm_.reduce_scatter(at(g, b.offset), shard_counts(b), g.dtype);
-  comm_seconds_ += now_seconds() - t0;
-  const size_t lo = std::max(b.offset, shard_off_), hi = std::min(b.offset + b.count, shard_off_ + shard_n_);
-  if (hi > lo) {
-    float* dst = grad_.data() + (lo - shard_off_);
-    if (cfg_.zero == 1) {
-      backend_.grads_to_host(lo, hi - lo, dst);  // zero 1 reduces once per step: every element written once
-    } else {
-      backend_.grads_to_host(lo, hi - lo, staging_.data());
-      const float* src = staging_.data();
-      const size_t n = hi - lo;
-#pragma omp parallel for simd schedule(static) if (n >= (1 << 16))
-      for (size_t i = 0; i < n; i++) dst[i] += src[i];
-    }
+  const double t0 = now_seconds();
+  size_t lo = b.offset, hi = b.offset + b.count;
+  if (cfg_.zero == 0) {
+    comm_.all_reduce(at(g, b.offset), b.count, g.dtype, ReduceOp::Sum);
+  } else {
+    comm_.reduce_scatter(at(g, b.offset), shard_counts(b), g.dtype);
+    lo = std::max(lo, shard_off_);
+    hi = std::min(hi, shard_off_ + shard_n_);
   }
-  backend_.zero_grads(b.offset, b.count);
+  comm_seconds_ += now_seconds() - t0;
+  if (hi > lo) {
+    float* dst = (cfg_.zero == 2 && micro_ > 0 ? incoming_ : grad_[cur_]).as<float>() + (lo - shard_off_);
+    backend_.grads_to_host_async(lo, hi - lo, dst, comm_.stream());
+  }
+  b.reduced = true;
+}
+
+void ZeroOptimizer::finish_reductions(bool accumulate) {
+  const double t0 = now_seconds();
+  comm_.synchronize();
+  backend_.wait_transfers();
+  comm_seconds_ += now_seconds() - t0;
+  backend_.zero_grads(0, padded_);
+  if (!accumulate) return;
+  float* dst = grad_[cur_].as<float>();
+  const float* src = incoming_.as<float>();
+  const size_t n = shard_n_;
+#pragma omp parallel for simd schedule(static) if (n >= (1 << 16))
+  for (size_t i = 0; i < n; i++) dst[i] += src[i];
+}
+
+void ZeroOptimizer::update_tile(const Tile& t, const float* g, uint16_t* bf16, const ops::AdamWHyper& h) {
+  ops::AdamWHyper hp = h;
+  for (const Segment& p : t.pieces) {
+    hp.weight_decay = p.decay ? h.weight_decay : 0.0;
+    ops::adamw_update(master_.data() + p.offset, m_.data() + p.offset, v_.data() + p.offset, g + p.offset,
+                      bf16 ? bf16 + (p.offset - t.offset) : nullptr, p.count, hp);
+  }
+}
+
+// Tile k is written into lane k%2's staging buffer and uploaded on that lane while tile k+1 updates; before a
+// buffer is refilled, the upload from two tiles ago must have left it.
+void ZeroOptimizer::update_and_upload(const float* g, const ops::AdamWHyper& h) {
+  for (size_t k = 0; k < tiles_.size(); k++) {
+    const Tile& t = tiles_[k];
+    const int lane = static_cast<int>(k % 2);
+    uint16_t* out = nullptr;
+    if (bf16_) {
+      backend_.wait_upload(lane);
+      out = stage_[lane].as<uint16_t>();
+    }
+    update_tile(t, g, out, h);
+    backend_.params_from_host_async(bf16_ ? static_cast<const void*>(out) : master_.data() + t.offset,
+                                    shard_off_ + t.offset, t.count, lane);
+  }
+  for (int lane : {0, 1}) backend_.wait_upload(lane);
+}
+
+void ZeroOptimizer::upload_shard() {
+  for (size_t k = 0; k < tiles_.size(); k++) {
+    const Tile& t = tiles_[k];
+    const void* src =
+        bf16_ ? static_cast<const void*>(bf16_shard_.as<uint16_t>() + t.offset) : master_.data() + t.offset;
+    backend_.params_from_host_async(src, shard_off_ + t.offset, t.count, static_cast<int>(k % 2));
+  }
+  for (int lane : {0, 1}) backend_.wait_upload(lane);
+}
+
+void ZeroOptimizer::gather_params() {
+  if (cfg_.zero == 0) return;
+  const DeviceBuffer p = backend_.param_buffer();
+  const double t0 = now_seconds();
+  for (const Bucket& b : buckets_) comm_.all_gather(at(p, b.offset), shard_counts(b), p.dtype);
+  comm_.synchronize();
+  comm_seconds_ += now_seconds() - t0;
+}
+
+void ZeroOptimizer::join_worker() {
+  if (!worker_.joinable()) return;
+  worker_.join();
+  if (worker_error_) std::rethrow_exception(std::exchange(worker_error_, nullptr));
+  upload_shard();
+  gather_params();
 }
 
 ZeroStepStats ZeroOptimizer::step(double lr, bool skip) {
   for (bool done : module_done_)
     YUAN_CHECK(!done, "ZeroOptimizer::step inside a micro-batch (after_micro_batch not called after forward_backward)");
+  // The host gradient holds only what this step's micro-batches wrote (see reduce_bucket).
+  YUAN_CHECK(micro_ > 0, "ZeroOptimizer::step without a micro-batch since the last step");
   ZeroStepStats st;
-  if (cfg_.zero == 0) {
-    const DeviceBuffer g = backend_.grad_buffer();
-    double t0 = now_seconds();
-    for (const Bucket& b : buckets_) comm_.all_reduce(at(g, b.offset), b.count, g.dtype, ReduceOp::Sum);
-    comm_seconds_ += now_seconds() - t0;
-    backend_.grads_to_host(0, padded_, grad_.data());
-    backend_.zero_grads(0, padded_);
-  } else if (cfg_.zero == 1) {
-    for (const Bucket& b : buckets_) reduce_bucket(b);
-  }  // zero 2: reduced bucket by bucket during backward
+  if (cfg_.zero < 2) {
+    for (Bucket& b : buckets_)
+      if (!b.reduced) reduce_bucket(b);
+    finish_reductions(false);
+    for (Bucket& b : buckets_) b.reduced = false;
+  }  // zero 2: reduced and accumulated micro-batch by micro-batch
+  micro_ = 0;
+  reduce_in_backward_ = cfg_.zero == 2;
 
+  const float* g = grad_[cur_].as<float>();
   double t0 = now_seconds();
-  double norm2 = ops::sum_squares(grad_.data(), shard_n_);
+  double norm2 = ops::sum_squares(g, shard_n_);
   double t1 = now_seconds();
-  if (cfg_.zero > 0) norm2 = dist::allreduce_sum(norm2);  // the data-parallel group is the whole world
+  if (cfg_.zero > 0) norm2 = comm_.sum(norm2);  // the data-parallel group is the whole world
   double t2 = now_seconds();
   comm_seconds_ += t2 - t1;
+  st.optim_seconds = t1 - t0;
   st.grad_norm = std::sqrt(norm2);
+
+  if (worker_.joinable()) {  // the previous step's delayed update lands now, before the next forward
+    const double c0 = comm_seconds_;
+    join_worker();
+    st.background_seconds = worker_seconds_;
+    st.optim_seconds += now_seconds() - t2 - (comm_seconds_ - c0);
+    t2 = now_seconds();
+  }
   if (skip || !std::isfinite(st.grad_norm)) {
-    if (cfg_.zero == 2) std::memset(grad_.data(), 0, shard_n_ * sizeof(float));
     st.skipped = true;
-    st.comm_seconds = comm_seconds_;
-    comm_seconds_ = 0;
+    st.comm_seconds = std::exchange(comm_seconds_, 0.0);
     return st;
   }
   ops::AdamWHyper h;
@@ -174,38 +281,62 @@ ZeroStepStats ZeroOptimizer::step(double lr, bool skip) {
   h.beta1 = cfg_.beta1;
   h.beta2 = cfg_.beta2;
   h.eps = cfg_.eps;
+  h.weight_decay = cfg_.weight_decay;
   h.t = ++t_;
   // torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is below 1.
   if (cfg_.grad_clip > 0 && st.grad_norm > cfg_.grad_clip) h.grad_scale = cfg_.grad_clip / (st.grad_norm + 1e-6);
-  for (const Segment& s : segments_) {
-    h.weight_decay = s.decay ? cfg_.weight_decay : 0.0;
-    ops::adamw_update(master_.data() + s.offset, m_.data() + s.offset, v_.data() + s.offset,
-                      grad_.data() + s.offset, nullptr, s.count, h);
-  }
-  if (cfg_.zero == 2) std::memset(grad_.data(), 0, shard_n_ * sizeof(float));
-  st.optim_seconds = (t1 - t0) + (now_seconds() - t2);
 
-  load_backend_params();
-  st.comm_seconds = comm_seconds_;
-  comm_seconds_ = 0;
+  if (cfg_.delayed_update) {
+    // The worker owns master, moments, grad_[cur_] and bf16_shard_ until join_worker(); backward meanwhile
+    // fills the other gradient buffer. It calls no MPI (FUNNELED) and no communicator.
+    uint16_t* out = bf16_ ? bf16_shard_.as<uint16_t>() : nullptr;
+    worker_ = std::thread([this, g, out, h] {
+      try {
+        const double w0 = now_seconds();
+        for (const Tile& t : tiles_) update_tile(t, g, out ? out + t.offset : nullptr, h);
+        worker_seconds_ = now_seconds() - w0;
+      } catch (...) {
+        worker_error_ = std::current_exception();
+      }
+    });
+    cur_ ^= 1;
+  } else {
+    const double c0 = comm_seconds_;
+    update_and_upload(g, h);
+    gather_params();
+    st.optim_seconds += now_seconds() - t2 - (comm_seconds_ - c0);
+  }
+  st.comm_seconds = std::exchange(comm_seconds_, 0.0);
   return st;
 }
 
+void ZeroOptimizer::drain() { join_worker(); }
+
+void ZeroOptimizer::check_no_update_in_flight(const char* what) const {
+  YUAN_CHECK(!worker_.joinable(), "ZeroOptimizer::%s while a delayed update is in flight (drain() first)", what);
+}
+
 void ZeroOptimizer::load_backend_params() {
+  check_no_update_in_flight("load_backend_params");
   backend_.set_params(master_.data(), shard_off_, shard_n_);
-  if (cfg_.zero == 0) return;
-  const DeviceBuffer p = backend_.param_buffer();
-  double t0 = now_seconds();
-  for (const Bucket& b : buckets_) comm_.all_gather(at(p, b.offset), shard_counts(b), p.dtype);
-  comm_seconds_ += now_seconds() - t0;
+  gather_params();
 }
 
 int ZeroOptimizer::stage() const { return cfg_.zero; }
 size_t ZeroOptimizer::shard_offset() const { return shard_off_; }
 size_t ZeroOptimizer::shard_size() const { return shard_n_; }
-float* ZeroOptimizer::master() { return master_.data(); }
-float* ZeroOptimizer::exp_avg() { return m_.data(); }
-float* ZeroOptimizer::exp_avg_sq() { return v_.data(); }
+float* ZeroOptimizer::master() {
+  check_no_update_in_flight("master");
+  return master_.data();
+}
+float* ZeroOptimizer::exp_avg() {
+  check_no_update_in_flight("exp_avg");
+  return m_.data();
+}
+float* ZeroOptimizer::exp_avg_sq() {
+  check_no_update_in_flight("exp_avg_sq");
+  return v_.data();
+}
 int64_t ZeroOptimizer::adam_step() const { return t_; }
 void ZeroOptimizer::set_adam_step(int64_t s) { t_ = s; }
 

@@ -1,37 +1,55 @@
-// ZeRO data-parallel AdamW. The fp32 master weights and the AdamW moments live in host memory, sharded over
-// the data-parallel ranks; the backend keeps the working weights and gradients (see backend/backend.h).
+// ZeRO data-parallel AdamW with the optimizer offloaded to the host (ZeRO-Offload). The fp32 master weights and
+// the AdamW moments live in host memory, sharded over the data-parallel ranks; the backend keeps the working
+// weights and gradients (see backend/backend.h).
 //
 //   zero 0: gradients all-reduced, every rank holds and updates the whole optimizer state.
-//   zero 1: gradients reduce-scattered at the end of the step; rank r holds and updates shard r of the
-//           master weights and moments (1/N of the bytes), then the weights are all-gathered.
+//   zero 1: gradients reduce-scattered once per step; rank r holds and updates shard r of the master weights
+//           and moments (1/N of the bytes), then the weights are all-gathered.
 //   zero 2: as 1, but each finished bucket is reduce-scattered during backward of every micro-batch and
-//           accumulated into an fp32 gradient shard, so no rank keeps a full gradient across micro-batches.
+//           accumulated into the host gradient shard, so no rank keeps a full gradient across micro-batches.
 //
 // The flat buffer is padded to a multiple of the world size; rank r's shard is [r*S, (r+1)*S), S = padded/N.
 // Communication goes bucket by bucket (optim.bucket_mb, whole modules in reverse layout order, the order
 // backward finishes them). Clipping uses the exact global norm: squared norms of the shards, summed.
+//
+// The pipeline, per bucket: reduce (Communicator, on its stream for NCCL) -> this rank's part copied into a
+// pinned host gradient buffer (Backend::grads_to_host_async, on a copy stream) -> after backward: the global
+// norm, then OpenMP AdamW over the shard tile by tile (a tile is a bucket's part of the shard), each finished
+// tile's working weights uploaded on alternating copy lanes while the next tile updates -> all-gather.
+// At zero 2 the buckets go during every backward; at zero 0 and 1 during the step's last backward when the
+// caller announces it (before_last_micro_batch), else at step(). On host backends every transfer is a copy.
+//
+// optim.delayed_update: step t's AdamW runs on a host thread while step t+1's forward and backward run, and its
+// weights reach the backend at the start of step t+2's. That is a different algorithm: the gradient of step t is
+// taken at the weights of step t-2 (those of step 0 for t <= 1), w_t = AdamW(w_{t-1}, grad L(w_{t-2}; batch_t)).
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <exception>
+#include <thread>
 #include <vector>
 
 #include "backend/backend.h"
 #include "config/config.h"
 #include "dist/communicator.h"
+#include "ops/adamw.h"
 #include "util/memory.h"
 
 namespace yuan {
 
 size_t zero_padded_size(size_t n_params, int world);
-// Host bytes of optimizer state per rank: fp32 master weights, both moments and the fp32 gradient, for this
-// rank's shard (the whole padded buffer at zero 0). Exactly what a ZeroOptimizer allocates as Mem::Optimizer.
-size_t zero_optimizer_bytes(size_t n_params, int world, int stage);
+// Host bytes of optimizer state per rank: fp32 master weights, both moments and the fp32 gradient (two with
+// delayed_update), for this rank's shard (the whole padded buffer at zero 0). Exactly what a ZeroOptimizer
+// allocates as Mem::Optimizer; its transfer staging is Mem::Comm.
+size_t zero_optimizer_bytes(size_t n_params, int world, int stage, bool delayed_update = false);
 
 struct ZeroStepStats {
-  double grad_norm = 0;      // global L2 norm before clipping
-  double comm_seconds = 0;   // time in collectives during step() (stage 2: plus during backward)
-  double optim_seconds = 0;  // time in the AdamW update
-  bool skipped = false;      // no update: the norm was not finite, or the caller asked to skip
+  double grad_norm = 0;           // global L2 norm before clipping
+  double comm_seconds = 0;        // host time in and waiting for collectives and gradient copies since last step
+  double optim_seconds = 0;       // host time of the update on the critical path: norm, AdamW, weight upload
+                                  // (delayed_update: norm, waiting for the previous update, its upload)
+  double background_seconds = 0;  // delayed_update: the AdamW that ran on the worker thread beside compute
+  bool skipped = false;           // no update: the norm was not finite, or the caller asked to skip
 };
 
 class ZeroOptimizer {
@@ -39,22 +57,31 @@ class ZeroOptimizer {
   // `init_params`: full fp32 parameters (layout().total() values, identical on every rank). Keeps this rank's
   // shard as the master copy and loads the backend's working weights.
   ZeroOptimizer(const OptimConfig& cfg, Backend& backend, Communicator& comm, const float* init_params);
+  ~ZeroOptimizer();
   ZeroOptimizer(const ZeroOptimizer&) = delete;  // the ready hook captures `this`
   ZeroOptimizer& operator=(const ZeroOptimizer&) = delete;
 
   // Pass as Backend::forward_backward's `ready` hook.
   const ModuleReadyFn& ready_hook() const { return ready_; }
+  // Optional, before the step's last forward_backward: zero 0 and 1 then reduce and copy out each bucket as
+  // backward finishes it, instead of all of them in step().
+  void before_last_micro_batch();
   // After every micro-batch's forward_backward.
   void after_micro_batch();
   // Reduce the gradients, clip to optim.grad_clip, AdamW with learning rate `lr` on this rank's shard, put the
   // new weights into the backend (all-gathered for zero >= 1), zero the gradients. With `skip` (a non-finite
   // loss) or a non-finite gradient norm, the gradients are dropped and weights and moments stay as they were.
+  // With delayed_update the update is started here and lands in the backend at the next step() or drain().
   ZeroStepStats step(double lr, bool skip = false);
+  // Completes a delayed update still in flight and loads it into the backend. Collective: every rank calls it,
+  // before reading the state below (checkpoints), evaluating, or at the end.
+  void drain();
 
   int stage() const;
   size_t shard_offset() const;
   size_t shard_size() const;
-  // Optimizer state of this rank's shard (shard_size() values each), for checkpoints.
+  // Optimizer state of this rank's shard (shard_size() values each), for checkpoints; not while an update is in
+  // flight (drain() first).
   float* master();
   float* exp_avg();
   float* exp_avg_sq();
@@ -68,14 +95,28 @@ class ZeroOptimizer {
     size_t offset = 0, count = 0;  // range of the padded flat buffer
     int first_module = 0, last_module = 0;
     int pending = 0;               // modules not yet finished in the current micro-batch
+    bool reduced = false;          // reduced and on its way to the host in the current micro-batch / step
   };
   struct Segment {
     size_t offset = 0, count = 0;  // range of this rank's shard
     bool decay = false;            // weight decay applies (matrices and embeddings)
   };
+  struct Tile {
+    size_t offset = 0, count = 0;  // a bucket's part of this rank's shard
+    std::vector<Segment> pieces;   // the tile split where weight decay changes
+  };
   void module_ready(int module);
-  void reduce_bucket(const Bucket& b);  // reduce-scatter b, add this rank's part to grad_, zero b in the backend
+  void reduce_bucket(Bucket& b);            // reduce b; start copying this rank's part into the host gradient
+  void finish_reductions(bool accumulate);  // wait for them; zero the backend's gradients
   std::vector<size_t> shard_counts(const Bucket& b) const;  // b's intersection with each rank's shard
+  // AdamW over tile `t` from gradient `g` (the shard's); its working weights in bf16 into `bf16` when not null.
+  void update_tile(const Tile& t, const float* g, uint16_t* bf16, const ops::AdamWHyper& h);
+  void update_and_upload(const float* g, const ops::AdamWHyper& h);  // the pipelined update, in place
+  void upload_shard();  // the working weights of the whole shard from master (or its bf16 copy)
+  void gather_params();
+  void join_worker();   // the delayed update finished, its weights uploaded and gathered
+  void check_no_update_in_flight(const char* what) const;
+
   OptimConfig cfg_;
   Backend& backend_;
   Communicator& comm_;
@@ -83,12 +124,23 @@ class ZeroOptimizer {
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_module_;
   std::vector<bool> module_done_;  // reported ready in the current micro-batch
-  std::vector<Segment> segments_;
+  std::vector<Tile> tiles_;
   size_t padded_ = 0, shard_off_ = 0, shard_n_ = 0;
-  HostArray<float> master_, m_, v_, grad_;  // grad_: fp32 gradient of the shard (full for zero 0)
-  HostArray<float> staging_;               // zero 2: one bucket's shard part on its way into grad_
+  bool bf16_ = false;  // the backend's working weights are bf16: AdamW writes them for upload
+  HostArray<float> master_, m_, v_;
+  PinnedBuffer grad_[2];    // fp32 gradient of the shard (full for zero 0); the second for delayed_update
+  PinnedBuffer incoming_;   // zero 2: a later micro-batch's reduced shard, added into grad_
+  PinnedBuffer stage_[2];   // bf16 tiles on their way to the backend, one per copy lane
+  PinnedBuffer bf16_shard_; // delayed_update with bf16 weights: the updated shard waiting for its upload
+  int cur_ = 0;             // grad_ that backward fills; the other one is being updated (delayed_update)
+  int micro_ = 0;           // micro-batches finished since the last step
+  bool reduce_in_backward_ = false;
   int64_t t_ = 0;
   double comm_seconds_ = 0;
+  // delayed_update
+  std::thread worker_;
+  std::exception_ptr worker_error_;
+  double worker_seconds_ = 0;
 };
 
 }  // namespace yuan

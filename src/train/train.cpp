@@ -19,6 +19,7 @@
 #include "config/config.h"
 #include "data/loader.h"
 #include "dist/communicator.h"
+#include "dist/nccl.h"
 #include "dist/world.h"
 #include "optim/schedule.h"
 #include "optim/zero.h"
@@ -28,6 +29,9 @@
 #include "util/log.h"
 #include "util/memory.h"
 #include "util/peak.h"
+#ifdef YUAN_CUDA
+#include "backend/cuda_backend.h"
+#endif
 
 namespace yuan {
 namespace {
@@ -56,6 +60,21 @@ struct FaultInjection {
   }
 };
 
+// Gradients and weights travel over MPI between host buffers and over NCCL between GPUs; MPI cannot carry
+// device memory, except with one rank, where every collective is the identity.
+std::unique_ptr<Communicator> make_communicator(Backend& backend, const Config& cfg, int world) {
+  if (world == 1 || std::string(backend.name()) == "cpu") return make_mpi_communicator();
+#ifdef YUAN_CUDA
+  if (std::string(backend.name()) == "cuda")
+    return make_nccl_world_communicator(backend.stream(), cfg.dist.nccl_timeout_s);
+#else
+  (void)cfg;
+#endif
+  throw Error(strf("train.device resolved to %s on %d ranks: data parallelism across GPUs needs the NCCL "
+                   "communicator, which this build does not have (built: %s); run one rank or train.device=cpu",
+                   backend.name(), world, YUAN_BACKENDS));
+}
+
 // Keeps the metrics lines of steps <= `step`: a resumed run rewrites the steps after its checkpoint.
 void truncate_metrics(const std::string& path, int64_t step) {
   std::ifstream in(path);
@@ -72,14 +91,15 @@ class Trainer {
  public:
   explicit Trainer(const Config& cfg) : cfg_(cfg), world_(dist::world()) {
     accum_ = cfg.train.global_batch / (world_.size * cfg.train.micro_batch);
-    comm_ = make_mpi_communicator();
+#ifdef YUAN_CUDA
+    if (cfg.train.device != "cpu" && cuda_device_available()) cuda_select_device(world_.local_rank);
+#endif
     backend_ = make_backend(cfg.train.device, cfg.model, cfg.train.micro_batch,
                             zero_padded_size(ParamLayout(cfg.model).total(), world_.size), cfg.train.recompute);
-    // MPI carries host buffers only; gradients in GPU memory need the NCCL communicator between ranks.
-    YUAN_CHECK(world_.size == 1 || std::string(backend_->name()) == "cpu",
-               "train.device resolved to %s on %d ranks: data parallelism across GPUs needs the NCCL communicator, "
-               "which this build does not have yet; run one rank per GPU job or train.device=cpu",
-               backend_->name(), world_.size);
+    comm_ = make_communicator(*backend_, cfg, world_.size);
+    YUAN_CHECK(cfg.optim.offload == "cpu", "optim.offload=%s: the trainer keeps the optimizer state on the host "
+               "(optim.offload=cpu); the GPU-resident AdamW is measured by bin/bench_gpu_train (docs/OFFLOAD.md)",
+               cfg.optim.offload.c_str());
     const ParamLayout& layout = backend_->layout();
     n_params_ = layout.total();
     flops_per_token_ = flops_per_token(cfg.model, n_params_);
@@ -125,8 +145,10 @@ class Trainer {
     say("model: %zu parameters (%.1fM), %.3g FLOPs/token (6N + 12LCT), %d layers x %d heads x %d, seq %d, vocab %d",
         n_params_, n_params_ / 1e6, flops_per_token_, c.model.n_layer, c.model.n_head, c.model.n_embd,
         c.model.seq_len, c.model.vocab_size);
-    say("parallel: %d ranks x %d micro-batch x %d accumulation = %d sequences/step, ZeRO stage %d, backend %s",
-        world_.size, c.train.micro_batch, accum_, c.train.global_batch, opt_->stage(), backend_->name());
+    say("parallel: %d ranks x %d micro-batch x %d accumulation = %d sequences/step, ZeRO stage %d, backend %s, "
+        "optimizer on the host%s",
+        world_.size, c.train.micro_batch, accum_, c.train.global_batch, opt_->stage(), backend_->name(),
+        c.optim.delayed_update ? " with a one-step delayed update" : "");
     say("val: %s", val_ ? strf("%d micro-batches per rank from %s", val_->batches(), c.data.val.c_str()).c_str()
                         : "none (data.val is empty)");
     say("host memory per rank: params %s, grads %s, optimizer %s, activations %s; peak %.1f GFLOP/s per rank "
@@ -159,6 +181,7 @@ class Trainer {
         const int32_t* tokens = loader_->next_micro_batch();
         backend_->range_pop();
         backend_->range_push("forward_backward");
+        if (m == accum_ - 1) opt_->before_last_micro_batch();
         loss += backend_->forward_backward(tokens, c.train.micro_batch, scale, opt_->ready_hook());
         opt_->after_micro_batch();
         backend_->range_pop();
@@ -195,6 +218,7 @@ class Trainer {
                             .add("compute_s", t_compute - t0 - data_s)
                             .add("comm_s", st.comm_seconds)
                             .add("optim_s", st.optim_seconds)
+                            .add("optim_background_s", st.background_seconds)
                             .add("skipped", static_cast<long long>(st.skipped))
                             .add("tokens", static_cast<long long>(done * tokens_per_step))
                             .add("peak_host_bytes", static_cast<long long>(host_peak_rss_bytes())));
@@ -202,6 +226,7 @@ class Trainer {
         warn("step %d: non-finite %s, update skipped (%d in a row, train.max_bad_steps %d)", done,
              std::isfinite(loss) ? "gradient norm" : "loss", ++bad_run, c.train.max_bad_steps);
         if (bad_run >= c.train.max_bad_steps) {
+          opt_->drain();
           std::string dir = save_checkpoint(cfg_, state_, *opt_, tokenizer_);
           throw Error(strf("%d consecutive steps with a non-finite loss or gradient norm (steps %d-%d); %s holds "
                            "the weights from before them",
@@ -212,6 +237,7 @@ class Trainer {
         bad_run = 0;
       }
       if (dist::allreduce_max(g_stop_signal) > 0) {
+        opt_->drain();
         std::string dir = save_checkpoint(cfg_, state_, *opt_, tokenizer_);
         say("stopped by a signal after step %d; checkpoint %s; exit %d so the job can be requeued", done, dir.c_str(),
             kExitRequeue);
@@ -230,6 +256,7 @@ class Trainer {
 
  private:
   void checkpoint() {
+    opt_->drain();
     double t0 = now_seconds();
     std::string dir = save_checkpoint(cfg_, state_, *opt_, tokenizer_);
     say("checkpoint %s (%.1f s)", dir.c_str(), now_seconds() - t0);
@@ -237,6 +264,7 @@ class Trainer {
 
   void evaluate(int64_t step) {
     if (!val_) return;
+    opt_->drain();
     backend_->range_push("eval");
     double sum = 0;
     for (int i = 0; i < val_->batches(); i++) sum += backend_->forward_loss(val_->batch(i), cfg_.train.micro_batch);

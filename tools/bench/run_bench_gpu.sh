@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `make bench-gpu` on a GPU machine: the CUDA kernel tests, our training throughput (bin/bench_gpu_train) and the
 # PyTorch peer (tools/bench/gpt_torch.py) on the same GPU, at the same micro-batch, then ours / PyTorch per
-# config. The whole log also goes to $OUT/bench_gpu.log when OUT is set (the device tool's output folder), else
-# to build/bench_gpu.log. Extra arguments go to bench_gpu_train (--steps N, --recompute).
+# config; before them the ZeRO-Offload benchmark (bin/bench_gpu_offload, docs/OFFLOAD.md). The whole log also
+# goes to $OUT/bench_gpu.log when OUT is set (the device tool's output folder), else to build/bench_gpu.log.
+# Extra arguments go to bench_gpu_train (--steps N, --recompute).
 #
 # bin/bench_gpu_train links MPI, HDF5 and Boost like every bench binary; on a machine without them, carry the
 # libraries or run only bin/test_cuda (which needs none of them).
@@ -19,6 +20,13 @@ if [ -x bin/test_cuda ]; then
   bin/test_cuda --gtest_brief=1 || status=1
 else
   echo "bin/test_cuda not built (make bin/test_cuda)"; status=1
+fi
+
+echo "== bin/bench_gpu_offload (ZeRO-Offload: step breakdown, MFU, yuan-4.7b, largest model)"
+if [ -x bin/bench_gpu_offload ]; then
+  bin/bench_gpu_offload | tee build/bench_gpu_offload.txt || status=1
+else
+  echo "bin/bench_gpu_offload not built (make bin/bench_gpu_offload)"; status=1
 fi
 
 echo "== bin/bench_gpu_train $*"
