@@ -13,6 +13,7 @@ pkgs=(
   fortunes-zh                              # the demo corpus (Tang poems, Song ci, quotations)
   python3-h5py python3-numpy               # test fixtures written by a second HDF5 writer
   python3-torch python3-matplotlib         # PyTorch reference fixtures, benchmarks' peer, plots
+  slurm-wlm munge                          # the tests' one-node SLURM (tests/slurm/start.sh)
 )
 missing=()
 for p in "${pkgs[@]}"; do
