@@ -78,6 +78,9 @@ FLAGS_STAMP := build/.flags
 FLAGS_NOW   := $(CXX) $(CPPFLAGS) $(CXXFLAGS) | $(BACKENDS) | $(NVCC) $(NVCCFLAGS)
 $(shell mkdir -p build; [ "$$(cat $(FLAGS_STAMP) 2>/dev/null)" = '$(FLAGS_NOW)' ] || echo '$(FLAGS_NOW)' > $(FLAGS_STAMP))
 
+# Keep every object (make would delete the benchmarks' as intermediates and relink them each time).
+.SECONDARY:
+
 .PHONY: all deps test bench bench-gpu run clean
 all: bin/yuanlm bin/test_yuanlm $(BENCH_BIN) $(if $(CU_OBJ),bin/test_cuda)
 	@echo "built backends: $(BACKENDS)"

@@ -9,7 +9,7 @@ pkgs=(
   libboost-program-options-dev libboost-dev  # config decks and command line; property_tree JSON
   libgtest-dev                             # tests
   libsentencepiece-dev sentencepiece       # tokenizer training and encoding
-  libopenblas-pthread-dev                  # CPU GEMM
+  libopenblas-openmp-dev                   # CPU GEMM (the OpenMP build: see src/ops/matmul.cpp)
   fortunes-zh                              # the demo corpus (Tang poems, Song ci, quotations)
   python3-h5py python3-numpy               # test fixtures written by a second HDF5 writer
   python3-torch python3-matplotlib         # PyTorch reference fixtures, benchmarks' peer, plots

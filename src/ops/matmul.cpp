@@ -1,14 +1,24 @@
 // Linear layers: out = inp @ w^T + bias, with w stored [OC, C].
-// The GEMMs go to OpenBLAS: its sgemm runs at the FMA peak that `make bench` measures (docs/BENCHMARKS.md),
-// which no portable kernel of ours would, and the reference backend's speed sets how long the CPU demo and
-// the tests take.
+// The GEMMs go to OpenBLAS rather than a blocked kernel of ours: its AVX-512 sgemm reaches about 0.8 of the
+// FMA peak that `make bench` measures on gpt-small's shapes (docs/BENCHMARKS.md), and the reference backend's
+// speed sets how long the CPU demo and the tests take.
 #include <cblas.h>
 #include <dlfcn.h>
 
 #include <cstdlib>
+#include <string>
 
 #include "ops/ops.h"
 #include "util/error.h"
+
+// Debian's directory for this architecture's libraries, where its OpenBLAS variants live.
+#if defined(__x86_64__)
+#define YUAN_MULTIARCH "x86_64-linux-gnu"
+#elif defined(__aarch64__)
+#define YUAN_MULTIARCH "aarch64-linux-gnu"
+#else
+#define YUAN_MULTIARCH ""
+#endif
 
 namespace yuan::ops {
 namespace {
@@ -19,16 +29,31 @@ using SgemmFn = void (*)(CBLAS_ORDER, CBLAS_TRANSPOSE, CBLAS_TRANSPOSE, blasint,
 // OpenBLAS chooses its kernels from CPUID when it is loaded. A CPU model it does not know, such as the generic
 // "Intel Xeon Processor" that hypervisors report, gets its SSE3 kernels at a third of the speed, so we load it
 // ourselves after naming the kernel family the CPU supports (a user's OPENBLAS_CORETYPE wins).
+// We also prefer OpenBLAS's OpenMP build: the pthread build's own spinning threads fight the OpenMP threads of
+// every other op, which halved the tiny model's step rate on 2 cores (docs/BENCHMARKS.md).
 SgemmFn sgemm() {
   static SgemmFn fn = [] {
     if (__builtin_cpu_supports("avx512f"))
       setenv("OPENBLAS_CORETYPE", "SkylakeX", 0);
     else if (__builtin_cpu_supports("avx2"))
       setenv("OPENBLAS_CORETYPE", "Haswell", 0);
-    void* lib = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
-    YUAN_CHECK(lib, "cannot load OpenBLAS (libopenblas.so.0): %s", dlerror());
+    const char* explicit_path = std::getenv("YUAN_OPENBLAS");
+    const char* candidates[] = {
+        explicit_path,                                                 // the user's choice
+        "/usr/lib/" YUAN_MULTIARCH "/openblas-openmp/libopenblas.so.0",  // Debian, Ubuntu
+        "libopenblaso.so.0",                                           // Fedora, RHEL
+        "libopenblas.so.0",                                            // whatever the loader finds
+    };
+    void* lib = nullptr;
+    std::string tried;
+    for (const char* c : candidates) {
+      if (!c) continue;
+      if ((lib = dlopen(c, RTLD_NOW | RTLD_LOCAL))) break;
+      tried += std::string(tried.empty() ? "" : "; ") + dlerror();
+    }
+    YUAN_CHECK(lib, "cannot load OpenBLAS (set YUAN_OPENBLAS to its libopenblas.so): %s", tried.c_str());
     auto f = reinterpret_cast<SgemmFn>(dlsym(lib, "cblas_sgemm"));
-    YUAN_CHECK(f, "libopenblas.so.0 has no cblas_sgemm");
+    YUAN_CHECK(f, "the OpenBLAS library loaded has no cblas_sgemm");
     return f;
   }();
   return fn;
