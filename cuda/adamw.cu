@@ -8,7 +8,7 @@ namespace yuan::gpu {
 namespace {
 
 struct AdamWScalars {
-  float decay, b1, a1, b2, a2, neg_step, bc2_sqrt, eps, scale;
+  float decay, b1, a1, b2, a2, neg_step, inv_bc2_sqrt, eps, scale;
 };
 
 __global__ void adamw_kernel(float* p, float* m, float* v, const float* g, bf16* p_bf16, size_t n, AdamWScalars k) {
@@ -16,7 +16,7 @@ __global__ void adamw_kernel(float* p, float* m, float* v, const float* g, bf16*
     float gi = g[i] * k.scale;
     float mi = k.b1 * m[i] + k.a1 * gi;
     float vi = k.b2 * v[i] + k.a2 * gi * gi;
-    float denom = sqrtf(vi) / k.bc2_sqrt + k.eps;
+    float denom = sqrtf(vi) * k.inv_bc2_sqrt + k.eps;
     float pi = p[i] * k.decay + k.neg_step * mi / denom;
     m[i] = mi;
     v[i] = vi;
@@ -39,7 +39,7 @@ void adamw_update(float* p, float* m, float* v, const float* g, bf16* p_bf16, si
   k.b2 = static_cast<float>(h.beta2);
   k.a2 = static_cast<float>(1.0 - h.beta2);
   k.neg_step = static_cast<float>(-(h.lr / bc1));
-  k.bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+  k.inv_bc2_sqrt = static_cast<float>(1.0 / std::sqrt(bc2));
   k.eps = static_cast<float>(h.eps);
   k.scale = static_cast<float>(h.grad_scale);
   adamw_kernel<<<grid_for(n, 256), 256, 0, s>>>(p, m, v, g, p_bf16, n, k);

@@ -75,7 +75,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   void reduce_scatter(void* buf, const std::vector<size_t>& counts, DType t) override {
-    const std::vector<size_t> offs = offsets(counts, "reduce_scatter");
+    const std::vector<size_t> offs = block_offsets(counts, size_, "reduce_scatter");
     char* p = static_cast<char*>(buf);
     const size_t es = dtype_size(t);
     after_producer();
@@ -96,7 +96,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   void all_gather(void* buf, const std::vector<size_t>& counts, DType t) override {
-    const std::vector<size_t> offs = offsets(counts, "all_gather");
+    const std::vector<size_t> offs = block_offsets(counts, size_, "all_gather");
     char* p = static_cast<char*>(buf);
     const size_t es = dtype_size(t);
     after_producer();
@@ -196,13 +196,6 @@ class NcclCommunicator final : public Communicator {
                      last.empty() ? "" : "; NCCL says: ", last.c_str()));
   }
 
-  std::vector<size_t> offsets(const std::vector<size_t>& counts, const char* what) const {
-    YUAN_CHECK(counts.size() == static_cast<size_t>(size_), "%s: %zu counts for %d ranks", what, counts.size(),
-               size_);
-    std::vector<size_t> offs(counts.size() + 1, 0);
-    std::partial_sum(counts.begin(), counts.end(), offs.begin() + 1);
-    return offs;
-  }
   static bool equal(const std::vector<size_t>& counts) {
     for (size_t c : counts)
       if (c != counts[0]) return false;

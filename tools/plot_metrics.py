@@ -9,33 +9,15 @@ are labelled by their directory name. A resumed run rewrites the steps after its
 appears twice the later line wins. The first step of a run pays for warm-up and is left out of the time split.
 """
 import argparse
-import json
 import os
-import sys
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from run_metrics import read_metrics  # noqa: E402
 
 PHASES = [("data_s", "data"), ("compute_s", "compute"), ("comm_s", "comm"), ("optim_s", "optim")]
-
-
-def load(run_dir):
-    path = os.path.join(run_dir, "metrics.jsonl")
-    steps, vals = {}, {}
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                sys.exit(f"{path}:{n}: not JSON: {e}")
-            (vals if "val_loss" in rec else steps)[rec["step"]] = rec
-    if not steps and not vals:
-        sys.exit(f"{path}: no metrics")
-    return [steps[s] for s in sorted(steps)], [vals[s] for s in sorted(vals)]
 
 
 def labels(run_dirs):
@@ -56,7 +38,7 @@ def main():
     tokens_per_step = {}
     split = []
     for i, (run, name) in enumerate(zip(a.runs, labels(a.runs))):
-        steps, vals = load(run)
+        steps, vals = read_metrics(run)
         color = f"C{i % 10}"
         if steps:
             # tokens is cumulative, so every step has the same token count: the last line tells it

@@ -30,12 +30,13 @@ import argparse
 import configparser
 import csv
 import glob
-import json
 import math
 import os
 import re
 import statistics
 import sys
+
+from run_metrics import read_metrics
 
 
 def read_manifest(sweep):
@@ -82,23 +83,10 @@ def read_config(run_dir):
 
 
 def read_steps(run_dir):
-    path = os.path.join(run_dir, "metrics.jsonl")
-    steps = {}
-    if not os.path.exists(path):
-        sys.exit(f"{path}: missing (the run did not start?)")
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                sys.exit(f"{path}:{n}: not JSON: {e}")
-            if "loss" in rec and "step_s" in rec:
-                steps[rec["step"]] = rec
+    steps = [r for r in read_metrics(run_dir)[0] if "loss" in r and "step_s" in r]
     if not steps:
-        sys.exit(f"{path}: no training steps")
-    return [steps[s] for s in sorted(steps)]
+        sys.exit(f"{os.path.join(run_dir, 'metrics.jsonl')}: no training steps")
+    return steps
 
 
 def measure(run, skip):

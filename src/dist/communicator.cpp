@@ -2,6 +2,8 @@
 // ZeRO optimizer.
 #include "dist/communicator.h"
 
+#include <numeric>
+
 #include "util/error.h"
 
 namespace yuan {
@@ -12,21 +14,25 @@ class LocalCommunicator final : public Communicator {
   int rank() const override { return 0; }
   int size() const override { return 1; }
   void all_reduce(void*, size_t, DType, ReduceOp) override {}
-  void reduce_scatter(void*, const std::vector<size_t>& counts, DType) override { check(counts); }
-  void all_gather(void*, const std::vector<size_t>& counts, DType) override { check(counts); }
+  void reduce_scatter(void*, const std::vector<size_t>& counts, DType) override {
+    block_offsets(counts, 1, "reduce_scatter");
+  }
+  void all_gather(void*, const std::vector<size_t>& counts, DType) override { block_offsets(counts, 1, "all_gather"); }
   void broadcast(void*, size_t, DType, int root) override {
     YUAN_CHECK(root == 0, "broadcast: root %d outside the 1 rank", root);
   }
   void barrier() override {}
   double sum(double x) override { return x; }
-
- private:
-  static void check(const std::vector<size_t>& counts) {
-    YUAN_CHECK(counts.size() == 1, "local communicator: %zu counts for 1 rank", counts.size());
-  }
 };
 
 }  // namespace
+
+std::vector<size_t> block_offsets(const std::vector<size_t>& counts, int ranks, const char* what) {
+  YUAN_CHECK(counts.size() == static_cast<size_t>(ranks), "%s: %zu counts for %d ranks", what, counts.size(), ranks);
+  std::vector<size_t> offs(counts.size() + 1, 0);
+  std::partial_sum(counts.begin(), counts.end(), offs.begin() + 1);
+  return offs;
+}
 
 std::unique_ptr<Communicator> make_local_communicator() { return std::make_unique<LocalCommunicator>(); }
 

@@ -41,6 +41,9 @@ class Communicator {
 };
 
 // Communicator over MPI_COMM_WORLD (host buffers). Counts above INT_MAX are split.
+// Start of every rank's block, plus the total at the end; throws unless there is one count per rank.
+std::vector<size_t> block_offsets(const std::vector<size_t>& counts, int ranks, const char* what);
+
 std::unique_ptr<Communicator> make_mpi_communicator();
 // The same with every MPI call limited to `max_count_per_call` elements: the tests use a small limit to run
 // the splitting paths that only counts above INT_MAX take in production.

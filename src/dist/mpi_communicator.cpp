@@ -55,7 +55,7 @@ class MpiCommunicator final : public Communicator {
 
   void reduce_scatter(void* buf, const std::vector<size_t>& counts, DType t) override {
     MPI_Datatype mt = mpi_reduce_type(t, "reduce_scatter");
-    std::vector<size_t> offs = offsets(counts, "reduce_scatter");
+    std::vector<size_t> offs = block_offsets(counts, size_, "reduce_scatter");
     if (size_ == 1) return;
     char* p = static_cast<char*>(buf);
     const size_t es = dtype_size(t);
@@ -79,7 +79,7 @@ class MpiCommunicator final : public Communicator {
 
   void all_gather(void* buf, const std::vector<size_t>& counts, DType t) override {
     MPI_Datatype mt = mpi_type(t);
-    std::vector<size_t> offs = offsets(counts, "all_gather");
+    std::vector<size_t> offs = block_offsets(counts, size_, "all_gather");
     if (size_ == 1) return;
     char* p = static_cast<char*>(buf);
     const size_t es = dtype_size(t);
@@ -115,14 +115,6 @@ class MpiCommunicator final : public Communicator {
   }
 
  private:
-  // Block starts, plus the total at the end.
-  std::vector<size_t> offsets(const std::vector<size_t>& counts, const char* what) const {
-    YUAN_CHECK(counts.size() == static_cast<size_t>(size_), "%s: %zu counts for %d ranks", what, counts.size(),
-               size_);
-    std::vector<size_t> offs(counts.size() + 1, 0);
-    std::partial_sum(counts.begin(), counts.end(), offs.begin() + 1);
-    return offs;
-  }
 
   size_t max_count_;  // elements per MPI call (MPI counts are int)
   int rank_ = 0, size_ = 1;

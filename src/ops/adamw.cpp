@@ -23,7 +23,7 @@ void adamw_pass(float* __restrict p, float* __restrict m, float* __restrict v, c
   const float b1 = static_cast<float>(h.beta1), a1 = static_cast<float>(1.0 - h.beta1);
   const float b2 = static_cast<float>(h.beta2), a2 = static_cast<float>(1.0 - h.beta2);
   const float neg_step = static_cast<float>(-(h.lr / bc1));
-  const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+  const float inv_bc2_sqrt = static_cast<float>(1.0 / std::sqrt(bc2));
   const float eps = static_cast<float>(h.eps);
   const float scale = static_cast<float>(h.grad_scale);
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
@@ -31,7 +31,7 @@ void adamw_pass(float* __restrict p, float* __restrict m, float* __restrict v, c
     float gi = g[i] * scale;
     float mi = b1 * m[i] + a1 * gi;
     float vi = b2 * v[i] + a2 * gi * gi;
-    float denom = std::sqrt(vi) / bc2_sqrt + eps;
+    float denom = std::sqrt(vi) * inv_bc2_sqrt + eps;
     float pi = p[i] * decay + neg_step * mi / denom;
     m[i] = mi;
     v[i] = vi;
