@@ -1,36 +1,19 @@
 // Tokenizer::decode, which `yuanlm sample` prints through: it inverts encode on text each tokenizer can
 // represent, skips the eot id, and rejects ids outside the vocabulary.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include "prep/documents.h"
 #include "prep/tokenizer.h"
+#include "test_util.h"
 #include "util/error.h"
 
-namespace fs = std::filesystem;
 
 namespace {
 
-class Decode : public ::testing::Test {
- protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/yuan_test_decode_XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string file(const std::string& name, const std::string& text) {
-    std::string p = dir_ + "/" + name;
-    std::ofstream(p, std::ios::binary) << text;
-    return p;
-  }
-  std::string dir_;
-};
+class Decode : public yuan::testing::TempDirTest {};
 
 std::vector<uint32_t> encode(const yuan::Tokenizer& t, const std::string& s) {
   std::vector<uint32_t> ids;

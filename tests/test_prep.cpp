@@ -27,11 +27,6 @@ namespace {
 
 class Prep : public yuan::testing::TempDirTest {
  protected:
-  std::string file(const std::string& name, const std::string& text) {
-    std::string p = path(name);
-    std::ofstream(p, std::ios::binary) << text;
-    return p;
-  }
   static std::vector<std::string> docs_of(const std::string& path, yuan::InputFormat f, bool blank = false) {
     yuan::Documents d(yuan::expand_inputs({path}, f), blank);
     std::vector<std::string> out;

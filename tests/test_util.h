@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "util/error.h"
@@ -20,6 +21,12 @@ class TempDirTest : public ::testing::Test {
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
   std::string path(const std::string& name) const { return dir_ + "/" + name; }
+  // Writes `text` to a file of the directory; returns its path.
+  std::string file(const std::string& name, const std::string& text) const {
+    std::string p = path(name);
+    std::ofstream(p, std::ios::binary) << text;
+    return p;
+  }
 
   std::string dir_;
 };
