@@ -5,8 +5,8 @@
 # goes to $OUT/bench_gpu.log when OUT is set (the device tool's output folder), else to build/bench_gpu.log.
 # Extra arguments go to bench_gpu_train (--steps N, --recompute).
 #
-# bin/bench_gpu_train links MPI, HDF5 and Boost like every bench binary; on a machine without them, carry the
-# libraries or run only bin/test_cuda (which needs none of them).
+# bin/test_cuda and bin/bench_gpu_* link only the core and CUDA objects (no MPI, HDF5 or Boost), so they build
+# and run on a bare GPU machine with the CUDA toolkit, GoogleTest for the tests, and PyTorch for the peer.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 log=${OUT:-build}/bench_gpu.log
@@ -31,7 +31,7 @@ fi
 
 echo "== bin/bench_gpu_train $*"
 if [ ! -x bin/bench_gpu_train ]; then
-  echo "bin/bench_gpu_train not built (make bin/bench_gpu_train; it needs MPI, HDF5, Boost)"
+  echo "bin/bench_gpu_train not built (make bin/bench_gpu_train)"
   exit 1
 fi
 bin/bench_gpu_train "$@" | tee build/bench_gpu_ours.txt || status=1
