@@ -13,7 +13,11 @@ import numpy as np
 
 def losses(run):
     with open(f"{run}/metrics.jsonl") as f:
-        return [(r["step"], r["loss"]) for r in map(json.loads, f) if "loss" in r]
+        records = [json.loads(line) for line in f]
+    for kind in ("loss", "val_loss"):  # a resumed run rewrites what came after its checkpoint, never twice
+        steps = [r["step"] for r in records if kind in r]
+        assert len(steps) == len(set(steps)), f"{run}/metrics.jsonl: a step has two {kind} records: {steps}"
+    return [(r["step"], r["loss"]) for r in records if "loss" in r]
 
 
 def read_safetensors(path):

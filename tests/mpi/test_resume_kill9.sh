@@ -3,7 +3,8 @@
 # reported by name and skipped for the one before it, with the same result.
 source "$(dirname "$0")/lib.sh"
 make_corpus "$WORK/corpus" 2 4000 64
-args=(--train.steps=24 --train.global_batch=8 --train.micro_batch=2 --ckpt.every=5)
+args=(--train.steps=24 --train.global_batch=8 --train.micro_batch=2 --ckpt.every=5 --data.val="$WORK/corpus/*.h5"
+      --train.eval_every=5 --train.eval_batches=1)
 train 2 "$WORK/ref" "${args[@]}" >"$WORK/ref.log" 2>&1 || { cat "$WORK/ref.log"; exit 1; }
 
 for kill_at in 7 13; do
