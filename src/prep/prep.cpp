@@ -10,10 +10,10 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
-#include <iostream>
 #include <memory>
 #include <queue>
 
+#include "config/command_line.h"
 #include "data/shard.h"
 #include "prep/documents.h"
 #include "prep/tokenizer.h"
@@ -206,7 +206,10 @@ void remove_old_shards(const std::string& dir) {
 }
 
 bool parse_options(const std::vector<std::string>& args, PrepOptions& o) {
-  po::options_description desc("yuanlm prep: tokenize text into HDF5 shards (docs/FORMAT.md)\nOptions");
+  po::options_description desc(
+      "yuanlm prep: tokenize text into HDF5 shards (docs/FORMAT.md)\n\n"
+      "Every document is written preceded by eot_id: the SentencePiece model's eos id, or a dedicated id\n"
+      "(= piece count) for models without one; for vocab.txt, <eod> if present.\n\nOptions");
   desc.add_options()
       ("help,h", "print this help")
       ("input,i", po::value(&o.inputs)->multitoken()->required(), "input files or globs (several allowed)")
@@ -237,17 +240,7 @@ bool parse_options(const std::vector<std::string>& args, PrepOptions& o) {
       ("threads", po::value(&o.threads)->default_value(o.threads),
        "tokenizer threads (0: all cores); the output does not depend on it");
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(args).options(desc).run(), vm);
-    if (vm.count("help")) {
-      std::cout << desc << "\nEvery document is written preceded by eot_id: the SentencePiece model's eos id, or\n"
-                           "a dedicated id (= piece count) for models without one; for vocab.txt, <eod> if present.\n";
-      return false;
-    }
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw Error(strf("prep: %s (see yuanlm prep --help)", e.what()));
-  }
+  if (!parse_command("prep", args, desc, &vm)) return false;
   YUAN_CHECK(o.train_tokenizer != !o.tokenizer.empty(), "prep: give exactly one of --tokenizer FILE and --train-tokenizer");
   YUAN_CHECK(o.doc_sep == "line" || o.doc_sep == "blank", "prep: --doc-sep %s: expected line or blank", o.doc_sep.c_str());
   YUAN_CHECK(o.spm.vocab_size >= 300, "prep: --vocab-size %d: need at least 300 (256 bytes + specials + pieces)",

@@ -6,9 +6,8 @@
 #include <string>
 #include <vector>
 
-#include <boost/program_options.hpp>
-
 #include "backend/backend.h"
+#include "config/command_line.h"
 #include "train/checkpoint.h"
 
 namespace yuan {
@@ -17,12 +16,6 @@ int eval_main(const std::vector<std::string>& args);
 int sample_main(const std::vector<std::string>& args);
 int export_main(const std::vector<std::string>& args);
 
-// Shared by the three. --help line width: the option texts are long.
-constexpr unsigned kHelpWidth = 110;
-// Parses `args` against `desc` (which must hold "help"); returns false when --help was
-// asked (printed on rank 0). Errors name the command: "eval: ... (see yuanlm eval --help)".
-bool parse_command(const char* command, const std::vector<std::string>& args,
-                   const boost::program_options::options_description& desc);
 // A backend on `device` holding the checkpoint's weights, for micro-batches of up to `micro_batch` rows.
 std::unique_ptr<Backend> checkpoint_backend(const CheckpointModel& m, const std::string& device, int micro_batch);
 
