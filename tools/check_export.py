@@ -19,21 +19,12 @@ import h5py
 import numpy as np
 import torch
 import torch.nn.functional as F
+from safetensors_f32 import read_f32
 
 
 def read_safetensors(path):
-    with open(path, "rb") as f:
-        n = int.from_bytes(f.read(8), "little")
-        header = json.loads(f.read(n))
-        data = f.read()
-    meta = header.pop("__metadata__", {})
-    tensors = {}
-    for name, h in header.items():
-        if h["dtype"] != "F32":
-            sys.exit(f"{path}: tensor {name} is {h['dtype']}, expected F32")
-        b, e = h["data_offsets"]
-        tensors[name] = torch.from_numpy(np.frombuffer(data[b:e], dtype="<f4").reshape(h["shape"]).copy())
-    return tensors, meta
+    arrays, meta = read_f32(path)
+    return {name: torch.from_numpy(a.copy()) for name, a in arrays.items()}, meta
 
 
 def expected_shapes(cfg):

@@ -5,10 +5,12 @@ usage: compare_runs.py RUN_A RUN_B LOSS_RTOL PARAM_RTOL
 """
 import json
 import os
-import struct
 import sys
 
 import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+from safetensors_f32 import read_f32  # noqa: E402
 
 
 def losses(run):
@@ -20,16 +22,6 @@ def losses(run):
     return [(r["step"], r["loss"]) for r in records if "loss" in r]
 
 
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
-    header.pop("__metadata__", None)
-    return {k: np.frombuffer(data[v["data_offsets"][0]:v["data_offsets"][1]], dtype=np.float32)
-            for k, v in header.items()}
-
-
 def weights(run):
     """The fp32 master weights of the newest checkpoint: the optimizer shards put back together."""
     with open(f"{run}/ckpt/latest") as f:
@@ -39,7 +31,7 @@ def weights(run):
     flat = np.zeros(state["n_params"], dtype=np.float32)
     for entry in state["files"]:
         if "offset" in entry:
-            master = read_safetensors(os.path.join(ckpt, entry["name"]))["master"]
+            master = read_f32(os.path.join(ckpt, entry["name"]))[0]["master"]
             lo = entry["offset"]
             hi = min(lo + entry["count"], state["n_params"])
             if hi > lo:
