@@ -66,16 +66,23 @@ class Shard : public yuan::testing::TempDirTest {
   }
 };
 
+// Plain little-endian data is read with pread(2) at the offsets HDF5 reports (direct); compressed and
+// big-endian data goes through HDF5 hyperslabs. Both must give the same tokens, across chunk boundaries too.
 TEST_F(Shard, ReadsH5pyShardsTokenForToken) {
   struct Case {
     const char* args;
     uint64_t n, vocab;
-  } cases[] = {{"--n 5000 --vocab 500 --dtype uint16 --chunks 64", 5000, 500},
-               {"--n 3000 --vocab 70000 --dtype uint32", 3000, 70000},
-               {"--n 999 --vocab 200 --dtype uint8 --chunks 100", 999, 200}};
+    bool direct;
+  } cases[] = {{"--n 5000 --vocab 500 --dtype uint16 --chunks 64", 5000, 500, true},
+               {"--n 3000 --vocab 70000 --dtype uint32", 3000, 70000, true},
+               {"--n 999 --vocab 200 --dtype uint8 --chunks 100", 999, 200, true},
+               {"--n 5000 --vocab 500 --dtype uint16 --chunks 64 --gzip", 5000, 500, false},
+               {"--n 3000 --vocab 70000 --dtype '>u4' --chunks 256", 3000, 70000, false},
+               {"--n 2000 --vocab 300 --dtype '>u2'", 2000, 300, false}};
   int k = 0;
   for (const Case& c : cases) {
     yuan::ShardReader r(h5py_shard("py" + std::to_string(k++) + ".h5", c.args), 129);
+    EXPECT_EQ(r.direct(), c.direct) << c.args;
     EXPECT_EQ(r.tokens(), c.n);
     EXPECT_EQ(static_cast<uint64_t>(r.meta().vocab_size), c.vocab);
     EXPECT_EQ(r.meta().tokenizer, "test:sha256:0");
@@ -110,10 +117,24 @@ TEST_F(Shard, OursReadBackByH5pyAndH5dump) {
     EXPECT_EQ(squeezed, expect);
 
     yuan::ShardReader r(p, 777);
+    EXPECT_TRUE(r.direct());
     std::vector<int32_t> back(777);
     r.read(0, 777, back.data());
     EXPECT_TRUE(std::equal(back.begin(), back.end(), tokens.begin()));
   }
+}
+
+// A shard cut short while a run reads it (replaced on a shared file system, disk full on copy) is an error
+// naming the file and the offset, not zeros.
+TEST_F(Shard, FileCutShortAfterOpenIsAnError) {
+  std::string p = h5py_shard("cut_later.h5", "--n 100000 --chunks 4096");
+  yuan::ShardReader r(p, 1025);
+  ASSERT_TRUE(r.direct());
+  std::vector<int32_t> buf(1025);
+  r.read(90000, 1025, buf.data());
+  fs::resize_file(p, fs::file_size(p) / 2);
+  std::string msg = yuan::testing::error_of([&] { r.read(90000, 1025, buf.data()); });
+  EXPECT_NE(msg.find(p + ": cannot read 1025 tokens at offset 90000: the file ends early"), std::string::npos) << msg;
 }
 
 TEST_F(Shard, InterruptedWriteLeavesNoShard) {
@@ -158,6 +179,8 @@ TEST_F(Shard, BadFilesAreOneLineErrorsNamingTheFile) {
       {h5py_shard("signed.h5", "--dtype int32"), "int32"},
       {h5py_shard("rank2.h5", "--rank 2"), "rank 2"},
       {h5py_shard("badid.h5", "--n 100 --vocab 50 --bad-id-at 37"), "token id 50 at offset 37 >= vocab_size 50"},
+      {h5py_shard("badid_gz.h5", "--n 100 --vocab 50 --bad-id-at 37 --chunks 16 --gzip"),
+       "token id 50 at offset 37 >= vocab_size 50"},
       {h5py_shard("eot.h5", "--vocab 50 --eot 50"), "eot_id 50"},
   };
   for (const Case& c : cases) {

@@ -17,9 +17,10 @@ def main():
     p.add_argument("--vocab", type=int, default=500)
     p.add_argument("--eot", type=int, default=0)
     p.add_argument("--tokenizer", default="test:sha256:0")
-    p.add_argument("--dtype", default="uint16", help="numpy dtype of /tokens, e.g. uint32, int32, float32")
+    p.add_argument("--dtype", default="uint16", help="numpy dtype of /tokens, e.g. uint32, >u2 (big-endian), int32, float32")
     p.add_argument("--rank", type=int, default=1, help="2 writes /tokens as (n/2, 2)")
     p.add_argument("--chunks", type=int, default=0, help="chunk length (0: contiguous)")
+    p.add_argument("--gzip", action="store_true", help="compress the chunks")
     p.add_argument("--bad-id-at", type=int, default=-1, help="write id = vocab at this offset")
     p.add_argument("--no-tokens", action="store_true", help="leave out /tokens")
     a = p.parse_args()
@@ -33,7 +34,7 @@ def main():
     with h5py.File(a.path, "w") as f:
         if not a.no_tokens:
             chunks = (a.chunks,) if a.chunks and a.rank == 1 else None
-            f.create_dataset("tokens", data=data, chunks=chunks)
+            f.create_dataset("tokens", data=data, chunks=chunks, compression="gzip" if a.gzip else None)
         f.attrs["format_version"] = 1
         f.attrs["vocab_size"] = a.vocab
         f.attrs["eot_id"] = a.eot

@@ -25,6 +25,7 @@ class ShardReader {
   // finished shard) and checks the schema. Reads are expected to be about `window` tokens; that sizes the
   // chunk cache. Throws Error naming the file.
   ShardReader(const std::string& path, size_t window);
+  ~ShardReader();
   ShardReader(const ShardReader&) = delete;
   ShardReader& operator=(const ShardReader&) = delete;
 
@@ -33,8 +34,16 @@ class ShardReader {
   uint64_t tokens() const { return tokens_; }
   // Tokens [offset, offset+n) as int32, every id checked < vocab_size.
   void read(uint64_t offset, size_t n, int32_t* out);
+  // True when tokens are read with pread(2) at the file offsets HDF5 reports for the dataset's storage
+  // (unfiltered little-endian data, which is what prep and h5py write by default); false when every read
+  // goes through an HDF5 hyperslab selection (compressed or big-endian data, user blocks).
+  bool direct() const { return !extent_addr_.empty(); }
 
  private:
+  void map_storage(hid_t file_type);
+  void read_direct(uint64_t offset, size_t n);
+  void read_hyperslab(uint64_t offset, size_t n);
+
   std::string path_;
   ShardMeta meta_;
   uint64_t tokens_ = 0;
@@ -42,6 +51,10 @@ class ShardReader {
   Hid file_, dset_, fspace_, mspace_, memtype_;
   size_t mspace_n_ = 0;
   std::vector<uint8_t> scratch_;
+  // Direct reads: the file offset of each chunk of extent_tokens_ tokens (one extent for contiguous data).
+  std::vector<uint64_t> extent_addr_;
+  uint64_t extent_tokens_ = 0;
+  int fd_ = -1;
 };
 
 class ShardWriter {

@@ -1,6 +1,8 @@
 // Loader throughput: tokens/s that TrainLoader hands to one rank (world 1, gpt-small shape: seq_len 1024),
-// against a plain sequential read(2) of the same shard files and against what one H100 consumes in gpt-small
-// training. Writes a synthetic corpus first (uint16 tokens, like a 50k GPT-2 vocabulary) and removes it after.
+// against a plain sequential read(2) of the same shard files, against pread(2) of window-sized pieces at
+// random places in them (what any reader of uniformly shuffled windows pays) and against what one H100
+// consumes in gpt-small training. Writes a synthetic corpus first (uint16 tokens, like a 50k GPT-2
+// vocabulary) and removes it after.
 //   bin/bench_loader [--dir /tmp/yuan_bench_loader] [--tokens 200000000] [--shards 4] [--seconds 5]
 #include <fcntl.h>
 #include <unistd.h>
@@ -56,6 +58,35 @@ double raw_read_bytes_per_second(const std::vector<std::string>& paths) {
   return bytes / (yuan::now_seconds() - t0);
 }
 
+// pread(2) of `window` bytes at random offsets of the files, for `seconds`: no HDF5, no shuffle bookkeeping,
+// no conversion. The bytes are summed so that the reads cannot be skipped.
+double raw_random_bytes_per_second(const std::vector<std::string>& paths, size_t window, double seconds) {
+  std::vector<int> fds;
+  std::vector<uint64_t> sizes;
+  for (const std::string& p : paths) {
+    fds.push_back(open(p.c_str(), O_RDONLY));
+    YUAN_CHECK(fds.back() >= 0, "%s: cannot open", p.c_str());
+    sizes.push_back(static_cast<uint64_t>(lseek(fds.back(), 0, SEEK_END)));
+  }
+  std::vector<uint8_t> buf(window);
+  uint64_t reads = 0, x = 1, sum = 0;
+  double t0 = yuan::now_seconds(), t = t0;
+  for (; t - t0 < seconds; reads++) {
+    for (int k = 0; k < 64; k++) {
+      x = yuan::splitmix64(x);
+      size_t f = x % fds.size();
+      YUAN_CHECK(pread(fds[f], buf.data(), window, static_cast<off_t>((x >> 8) % (sizes[f] - window))) ==
+                     static_cast<ssize_t>(window),
+                 "%s: short read", paths[f].c_str());
+      sum += buf[window / 2];
+    }
+    t = yuan::now_seconds();
+  }
+  for (int fd : fds) close(fd);
+  if (sum == 1) std::printf(" ");
+  return static_cast<double>(reads) * 64 * window / (t - t0);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -87,6 +118,7 @@ int main(int argc, char** argv) {
     // loader's own overhead: random windows through HDF5 against one sequential stream of bytes.
     raw_read_bytes_per_second(paths);
     double raw = raw_read_bytes_per_second(paths) / 2;
+    double raw_random = raw_random_bytes_per_second(paths, (kSeq + 1) * 2, seconds) / 2 * kSeq / (kSeq + 1);
 
     yuan::LoaderSpec spec;
     spec.glob = dir + "/bench_*.h5";
@@ -104,7 +136,10 @@ int main(int argc, char** argv) {
     std::printf("raw read(2), sequential: %.3e tokens/s\n", raw);
     std::printf("loader (1 rank, seq %d, micro-batch %d, random windows): %.3e tokens/s (caller waited %.2f s)\n",
                 kSeq, kMicroBatch, rate, loader.wait_seconds());
+    std::printf("raw pread(2) of %d-byte windows at random offsets: %.3e tokens/s (%.3f of sequential)\n",
+                (kSeq + 1) * 2, raw_random, raw_random / raw);
     std::printf("loader / raw read: %.3f (goal >= 0.5)\n", rate / raw);
+    std::printf("loader / raw random pread: %.3f\n", rate / raw_random);
     std::printf("loader / gpt-small on one H100 (assumed %.0f tokens/s): %.1f\n", kH100GptSmallTokensPerSecond,
                 rate / kH100GptSmallTokensPerSecond);
     std::filesystem::remove_all(dir);
