@@ -5,7 +5,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_va
 export OMPI_MCA_rmaps_base_oversubscribe=1 OMP_NUM_THREADS=1
 WORK=$(mktemp -d /tmp/yuanlm-test.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
-PY=/usr/bin/python3
+PY=${PY:-/usr/bin/python3}  # Debian's, with h5py and numpy; GPU machines without it set PY (env/device-kit.sh)
 
 # make_corpus DIR NSHARDS TOKENS_PER_SHARD VOCAB: random tokens (seeded), written with h5py.
 make_corpus() {
