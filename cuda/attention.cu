@@ -347,12 +347,21 @@ void allow_smem(Kernel k, size_t bytes) {
   CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
 }
 
+// The kernels' grid, (tiles along T, B*NH). CUDA caps grid.y at 65535, and a launch past that fails with an
+// error that does not say why.
+dim3 tile_grid(int B, int T, int NH) {
+  const long long heads = static_cast<long long>(B) * NH;
+  YUAN_CHECK(heads <= 65535, "attention: micro-batch %d x n_head %d = %lld exceeds CUDA's grid.y limit of 65535", B,
+             NH, heads);
+  return dim3(ceil_div(T, kTile), static_cast<unsigned>(heads));
+}
+
 template <int D>
 void forward_impl(bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH, cudaStream_t s) {
   static const bool init = (allow_smem(attention_forward_kernel<D>, forward_smem<D>()), true);
   (void)init;
   const float scale = 1.0f / std::sqrt(static_cast<float>(C / NH));
-  attention_forward_kernel<D><<<dim3(ceil_div(T, kTile), B * NH), kThreads, forward_smem<D>(), s>>>(
+  attention_forward_kernel<D><<<tile_grid(B, T, NH), kThreads, forward_smem<D>(), s>>>(
       out, lse, qkv, T, C, NH, scale * kLog2e);
   CUDA_CHECK(cudaGetLastError());
 }
@@ -364,7 +373,7 @@ void backward_impl(bf16* dqkv, const float* delta, const bf16* dout, const bf16*
                             allow_smem(attention_backward_q_kernel<D>, backward_q_smem<D>()), true);
   (void)init;
   const float scale = 1.0f / std::sqrt(static_cast<float>(C / NH));
-  const dim3 grid(ceil_div(T, kTile), B * NH);
+  const dim3 grid = tile_grid(B, T, NH);
   attention_backward_kv_kernel<D><<<grid, kThreads, backward_kv_smem<D>(), s>>>(dqkv, qkv, dout, lse, delta, T, C, NH,
                                                                                 scale, scale * kLog2e);
   CUDA_CHECK(cudaGetLastError());

@@ -133,6 +133,51 @@ std::string describe(const CudaMemoryPlan& p) {
               p.weights / kGiB, p.grads / kGiB, p.activations / kGiB, p.buffers / kGiB);
 }
 
+// check_cuda_memory for a buffer of `padded` parameters, which is what the backend allocates (the flat buffer is
+// padded for ZeRO's shards); the public, unpadded plan undercounts it.
+void check_plan_fits(const GPTConfig& cfg, int micro_batch, bool recompute, size_t padded, size_t free_bytes) {
+  const CudaMemoryPlan plan = plan_padded(cfg, micro_batch, recompute, padded);
+  if (plan.total() <= free_bytes) return;
+  int fits = 0;  // the largest micro-batch below this one that fits as configured
+  for (int b = micro_batch - 1; b >= 1 && !fits; b--)
+    if (plan_padded(cfg, b, recompute, padded).total() <= free_bytes) fits = b;
+  std::string hint;
+  if (fits && !recompute)
+    hint = strf("try train.micro_batch=%d or train.recompute=true", fits);
+  else if (fits)
+    hint = strf("try train.micro_batch=%d", fits);
+  else if (!recompute)
+    hint = "try train.recompute=true or a smaller model";
+  else
+    hint = "the model does not fit at micro-batch 1: use a smaller model or more GPUs";
+  throw Error(strf("memory plan: needs %s, device has %.2f GiB free; %s", describe(plan).c_str(), free_bytes / kGiB,
+                   hint.c_str()));
+}
+
+}  // namespace
+
+PeakFlops cuda_peak_flops() {
+  int dev = 0, sms = 0, khz = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  cudaDeviceProp prop;
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+  const std::string name = prop.name;
+  // First match wins: the PCIe and NVL parts before the SXM ones whose names they contain.
+  const std::pair<const char*, double> known[] = {{"H100 PCIe", 756}, {"H100 NVL", 835}, {"H200 NVL", 835},
+                                                  {"H100", 989},      {"H200", 989},     {"A100", 312}};
+  for (const auto& [part, tflops] : known)
+    if (name.find(part) != std::string::npos)
+      return {tflops * 1e12, strf("%s, dense bf16 from the datasheet", prop.name)};
+  // Tensor-core bf16 FLOPs per SM per clock, dense: 2048 on sm_80 (A100), 4096 on sm_90 (H100).
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, dev));
+  const double per_clock = prop.major >= 9 ? 4096 : prop.major == 8 && prop.minor == 0 ? 2048 : 1024;
+  return {sms * (khz * 1e3) * per_clock,
+          strf("%s, dense bf16 estimated: %d SMs x %.0f MHz x %.0f FLOP/clock", prop.name, sms, khz / 1e3, per_clock)};
+}
+
+namespace {
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend(const GPTConfig& c, int micro_batch, size_t padded, bool recompute)
@@ -154,7 +199,7 @@ class CudaBackend final : public Backend {
     const CudaMemoryPlan plan = plan_padded(c, B_, recompute_, padded_);
     say("cuda: device %d %s (sm_%d%d), memory plan B=%d T=%d recompute %s: %s of %.2f GiB free", dev, prop.name,
         prop.major, prop.minor, B_, c.seq_len, recompute_ ? "on" : "off", describe(plan).c_str(), free_bytes / kGiB);
-    check_cuda_memory(c, micro_batch, recompute, free_bytes);
+    check_plan_fits(c, micro_batch, recompute, padded_, free_bytes);
 
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     CUDA_CHECK(cudaStreamCreateWithFlags(&d2h_, cudaStreamNonBlocking));
@@ -182,21 +227,23 @@ class CudaBackend final : public Backend {
   }
 
   ~CudaBackend() override {
-    // Destructors do not throw: errors here are ignored (the process is usually on its way out).
+    // Destructors do not throw: errors here are ignored (the process is usually on its way out). Work still
+    // queued on any stream may use the GEMM workspace, the pools or the pinned buffers, so all drain first.
+    for (cudaStream_t s : {stream_, d2h_, up_[0], up_[1]})
+      if (s) cudaStreamSynchronize(s);
     gemm_.reset();
-    if (stream_) cudaStreamSynchronize(stream_);
     for (char* p : pools_)
       if (p) cudaFree(p);
     if (host_tokens_) cudaFreeHost(host_tokens_);
     if (host_losses_) cudaFreeHost(host_losses_);
-    for (cudaStream_t s : {d2h_, up_[0], up_[1]})
-      if (s) cudaStreamSynchronize(s), cudaStreamDestroy(s);
+    for (cudaStream_t s : {stream_, d2h_, up_[0], up_[1]})
+      if (s) cudaStreamDestroy(s);
     for (cudaEvent_t e : {ev_compute_, ev_after_, ev_d2h_, ev_up_[0], ev_up_[1]})
       if (e) cudaEventDestroy(e);
-    if (stream_) cudaStreamDestroy(stream_);
   }
 
   const char* name() const override { return "cuda"; }
+  PeakFlops peak_flops() override { return cuda_peak_flops(); }
   const ParamLayout& layout() const override { return layout_; }
   size_t padded_size() const override { return padded_; }
   int max_micro_batch() const override { return B_; }
@@ -456,22 +503,7 @@ CudaMemoryPlan plan_cuda_memory(const GPTConfig& cfg, int micro_batch, bool reco
 }
 
 void check_cuda_memory(const GPTConfig& cfg, int micro_batch, bool recompute, size_t free_bytes) {
-  const CudaMemoryPlan plan = plan_cuda_memory(cfg, micro_batch, recompute);
-  if (plan.total() <= free_bytes) return;
-  int fits = 0;  // the largest micro-batch below this one that fits as configured
-  for (int b = micro_batch - 1; b >= 1 && !fits; b--)
-    if (plan_cuda_memory(cfg, b, recompute).total() <= free_bytes) fits = b;
-  std::string hint;
-  if (fits && !recompute)
-    hint = strf("try train.micro_batch=%d or train.recompute=true", fits);
-  else if (fits)
-    hint = strf("try train.micro_batch=%d", fits);
-  else if (!recompute)
-    hint = "try train.recompute=true or a smaller model";
-  else
-    hint = "the model does not fit at micro-batch 1: use a smaller model or more GPUs";
-  throw Error(strf("memory plan: needs %s, device has %.2f GiB free; %s", describe(plan).c_str(), free_bytes / kGiB,
-                   hint.c_str()));
+  check_plan_fits(cfg, micro_batch, recompute, ParamLayout(cfg).total(), free_bytes);
 }
 
 std::unique_ptr<Backend> make_cuda_backend(const GPTConfig& cfg, int micro_batch, size_t padded_size,

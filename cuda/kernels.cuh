@@ -66,6 +66,9 @@ class Matmul {
   // dw[OC,C] += dout^T @ inp and dbias[OC] += column sums of dout, both fp32. dout has row stride ld_dout.
   void backward(bf16* dinp, float* dw, float* dbias, const bf16* dout, const bf16* inp, const bf16* w,
                 const bf16* pre_gelu, int N, int C, int OC, int ld_dout, cudaStream_t s);
+  // false: skip the GELU_AUX_BIAS, DGELU and BGRADB epilogues and always take the unfused kernels that stand in
+  // when cuBLASLt has no algorithm for them, so that tests can check that path on any GPU.
+  bool fuse_epilogues = true;
 
  private:
   struct Plan;
@@ -91,6 +94,8 @@ void attention_backward(bf16* dqkv, float* delta, const bf16* dout, const bf16* 
 // ---- classifier.cu ----
 // Fused softmax + cross-entropy over bf16 logits[N, V] (row stride ld): losses[i] = logsumexp - logit of target.
 // With dlogits_scale != 0 the logits are overwritten by dlogits_scale * (softmax - onehot), as on the CPU.
+// Columns [V, ld) are padding, ignored by the loss whatever they hold. The gradient is written in whole 8-value
+// vectors, so the padding up to V rounded up to 8 becomes zero and the rest of it is left as it was.
 void classifier_forward_backward(bf16* logits, float* losses, const int32_t* targets, int B, int T, int V, int ld,
                                  int tgt_stride, float dlogits_scale, cudaStream_t s);
 

@@ -8,6 +8,8 @@
 // with beta = 1, C != D), the MLP's GELU with its input kept for backward (GELU_AUX_BIAS), GELU's backward on
 // the input gradient (DGELU, reading that kept input), and the bias gradient as the column sums of dout
 // (BGRADB). cuBLASLt writes a bias gradient instead of adding it, so it lands in a scratch vector first.
+// cuBLASLt has no algorithm for some shapes with the GELU and bias-gradient epilogues, so each of those has an
+// unfused fallback: the plain GEMM, then gelu.cu or bias_backward_kernel.
 #include <algorithm>
 
 #include "kernels.cuh"
@@ -80,6 +82,25 @@ __global__ void add_kernel(float* dst, const float* src, int n) {
   if (i < n) dst[i] += src[i];
 }
 
+constexpr int kBiasWarps = 32;
+
+// dbias[oc] += sum over rows of dout[n * ld + oc]. A block owns one warp-wide strip of columns, so each row's read
+// is contiguous; its warps take rows in turn and their sums are added in warp order, with no atomics, so the
+// result is the same bits every run.
+__global__ void __launch_bounds__(kBiasWarps * kWarpSize)
+    bias_backward_kernel(float* dbias, const bf16* dout, int N, int OC, int64_t ld) {
+  __shared__ float part[kBiasWarps][kWarpSize];
+  const int oc = blockIdx.x * kWarpSize + threadIdx.x;
+  float sum = 0;
+  if (oc < OC)
+    for (int n = threadIdx.y; n < N; n += kBiasWarps) sum += __bfloat162float(dout[n * ld + oc]);
+  part[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.y != 0 || oc >= OC) return;
+  for (int w = 1; w < kBiasWarps; w++) sum += part[w][threadIdx.x];
+  dbias[oc] += sum;
+}
+
 }  // namespace
 
 Matmul::Matmul(void* workspace, float* bias_scratch, size_t bias_scratch_count)
@@ -93,7 +114,9 @@ Matmul::~Matmul() {
 }
 
 Matmul::Plan& Matmul::plan(const Call& c) {
-  std::vector<int64_t> key = {c.ta, c.tb, c.m, c.n, c.k, c.lda, c.ldb, c.ldc, c.ldd, c.cd_type, c.epilogue, c.ld_aux,
+  // The C layout's leading dimension, not c.ldc: a null C is read through D's.
+  const int64_t ldc = c.C ? c.ldc : c.ldd;
+  std::vector<int64_t> key = {c.ta, c.tb, c.m, c.n, c.k, c.lda, c.ldb, ldc, c.ldd, c.cd_type, c.epilogue, c.ld_aux,
                               alignment(c.A), alignment(c.B), alignment(c.C ? c.C : c.D), alignment(c.D),
                               alignment(c.bias), alignment(c.aux)};
   std::unique_ptr<Plan>& slot = plans_[key];
@@ -113,7 +136,7 @@ Matmul::Plan& Matmul::plan(const Call& c) {
   const bool a_t = c.ta == CUBLAS_OP_T, b_t = c.tb == CUBLAS_OP_T;
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, a_t ? c.k : c.m, a_t ? c.m : c.k, c.lda));
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, b_t ? c.n : c.k, b_t ? c.k : c.n, c.ldb));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, c.cd_type, c.m, c.n, c.C ? c.ldc : c.ldd));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, c.cd_type, c.m, c.n, ldc));
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->d, c.cd_type, c.m, c.n, c.ldd));
 
   cublasLtMatmulPreference_t pref;
@@ -129,9 +152,13 @@ Matmul::Plan& Matmul::plan(const Call& c) {
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &align[i], sizeof(align[i])));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, p->desc, p->a, p->b, p->c, p->d, pref, 1, &result, &found));
+  const cublasStatus_t heuristic =
+      cublasLtMatmulAlgoGetHeuristic(handle_, p->desc, p->a, p->b, p->c, p->d, pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
-  p->ok = found > 0;
+  // cuBLASLt says "no algorithm" with NOT_SUPPORTED rather than found == 0; run() must return false for it so
+  // that the fused epilogues fall back.
+  if (heuristic != CUBLAS_STATUS_NOT_SUPPORTED) CUBLAS_CHECK(heuristic);
+  p->ok = heuristic == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS;
   if (p->ok) p->algo = result.algo;
   slot = std::move(p);
   return *slot;
@@ -175,7 +202,7 @@ void Matmul::forward(bf16* out, const bf16* inp, const bf16* w, const bf16* bias
   Call g = c;
   g.epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
   g.aux = pre_gelu, g.ld_aux = OC;
-  if (run(g, s)) return;
+  if (fuse_epilogues && run(g, s)) return;
   c.D = pre_gelu;  // unfused: bias epilogue into the GELU input, then gelu.cu
   RUN_OR_THROW(c, s);
   gelu_forward(out, pre_gelu, static_cast<size_t>(N) * OC, s);
@@ -191,7 +218,7 @@ void Matmul::backward(bf16* dinp, float* dw, float* dbias, const bf16* dout, con
   d.B = dout, d.ldb = ld_dout;
   d.D = dinp, d.ldd = C;
   bool fused = false;
-  if (pre_gelu) {
+  if (pre_gelu && fuse_epilogues) {
     Call g = d;
     g.epilogue = CUBLASLT_EPILOGUE_DGELU;
     g.aux = pre_gelu, g.ld_aux = C;
@@ -211,15 +238,21 @@ void Matmul::backward(bf16* dinp, float* dw, float* dbias, const bf16* dout, con
   g.C = dw, g.ldc = C, g.beta = 1.0f;
   g.D = dw, g.ldd = C;
   g.cd_type = CUDA_R_32F;
-  if (dbias) {
+  if (dbias && fuse_epilogues) {
     YUAN_CHECK(static_cast<size_t>(OC) <= bias_scratch_count_, "matmul: bias gradient of %d > scratch of %zu", OC,
                bias_scratch_count_);
-    g.epilogue = CUBLASLT_EPILOGUE_BGRADB;
-    g.bias = bias_scratch_;
+    Call b = g;
+    b.epilogue = CUBLASLT_EPILOGUE_BGRADB;
+    b.bias = bias_scratch_;
+    if (run(b, s)) {
+      add_kernel<<<ceil_div(OC, 256), 256, 0, s>>>(dbias, bias_scratch_, OC);
+      CUDA_CHECK(cudaGetLastError());
+      return;
+    }
   }
   RUN_OR_THROW(g, s);
   if (dbias) {
-    add_kernel<<<ceil_div(OC, 256), 256, 0, s>>>(dbias, bias_scratch_, OC);
+    bias_backward_kernel<<<ceil_div(OC, kWarpSize), dim3(kWarpSize, kBiasWarps), 0, s>>>(dbias, dout, N, OC, ld_dout);
     CUDA_CHECK(cudaGetLastError());
   }
 }

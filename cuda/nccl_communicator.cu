@@ -3,11 +3,12 @@
 // buckets are reduced.
 //
 // Failure model: the communicator is nonblocking (ncclConfig_t::blocking = 0), so no NCCL call, initialisation
-// included, can block the host indefinitely; every wait (initialisation, enqueueing, synchronize) polls
+// included, can block the host indefinitely; every wait (initialisation, enqueueing, synchronize, finalize) polls
 // ncclCommGetAsyncError and a deadline. A dead or stuck peer therefore ends as an Error on every surviving rank
 // within dist.nccl_timeout_s, after ncclCommAbort has released the GPU side, instead of a hang.
 #include <chrono>
 #include <cstring>
+#include <exception>
 #include <numeric>
 #include <thread>
 
@@ -30,37 +31,51 @@ ncclDataType_t nccl_type(DType t) {
   return ncclFloat32;
 }
 
+// u16 travels as bf16 bits: a sum or max would do floating-point arithmetic on integers.
+ncclDataType_t nccl_reduce_type(DType t, const char* what) {
+  YUAN_CHECK(t != DType::U16, "NCCL communicator: %s over u16 is not supported (NCCL has no 16-bit integers)",
+             what);
+  return nccl_type(t);
+}
+
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(int rank, int size, const NcclId& id, void* producer, double timeout_s)
       : rank_(rank), size_(size), producer_(static_cast<cudaStream_t>(producer)), timeout_s_(timeout_s) {
     YUAN_CHECK(size >= 1 && rank >= 0 && rank < size, "NCCL communicator: rank %d of %d", rank, size);
     YUAN_CHECK(timeout_s > 0, "NCCL communicator: timeout %g s must be positive", timeout_s);
-    CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    CUDA_CHECK(cudaEventCreateWithFlags(&ev_producer_, cudaEventDisableTiming));
-    CUDA_CHECK(cudaEventCreateWithFlags(&ev_done_, cudaEventDisableTiming));
-    CUDA_CHECK(cudaMalloc(&scalar_dev_, sizeof(double)));
-    CUDA_CHECK(cudaMallocHost(&scalar_host_, sizeof(double)));
-    ncclUniqueId uid;
-    static_assert(sizeof uid == sizeof(NcclId), "ncclUniqueId size");
-    std::memcpy(&uid, id.data(), sizeof uid);
-    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = 0;
-    NCCL_CHECK(ncclCommInitRankConfig(&comm_, size, uid, rank, &config));
-    settle("ncclCommInitRankConfig");
+    try {
+      CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+      CUDA_CHECK(cudaEventCreateWithFlags(&ev_producer_, cudaEventDisableTiming));
+      CUDA_CHECK(cudaEventCreateWithFlags(&ev_done_, cudaEventDisableTiming));
+      CUDA_CHECK(cudaMalloc(&scalar_dev_, sizeof(double)));
+      CUDA_CHECK(cudaMallocHost(&scalar_host_, sizeof(double)));
+      ncclUniqueId uid;
+      static_assert(sizeof uid == sizeof(NcclId), "ncclUniqueId size");
+      std::memcpy(&uid, id.data(), sizeof uid);
+      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+      config.blocking = 0;
+      check(ncclCommInitRankConfig(&comm_, size, uid, rank, &config), "ncclCommInitRankConfig");
+      settle("ncclCommInitRankConfig");
+    } catch (...) {
+      // No destructor runs for an object whose constructor threw.
+      if (comm_) ncclCommAbort(comm_);
+      release();
+      throw;
+    }
   }
 
+  // Destructors do not throw. Finalizing waits for every peer, so it is only tried on an orderly exit: while an
+  // exception unwinds a peer may be dead or stuck, and after a failure the communicator is already aborted
+  // (comm_ is null).
   ~NcclCommunicator() override {
-    // Destructors do not throw; after a failure the communicator was already aborted (comm_ is null).
     if (comm_) {
-      cudaStreamSynchronize(stream_);
-      ncclCommDestroy(comm_);
+      if (std::uncaught_exceptions() == 0 && finalized())
+        ncclCommDestroy(comm_);
+      else
+        ncclCommAbort(comm_);
     }
-    cudaFree(scalar_dev_);
-    cudaFreeHost(scalar_host_);
-    cudaEventDestroy(ev_producer_);
-    cudaEventDestroy(ev_done_);
-    cudaStreamDestroy(stream_);
+    release();
   }
 
   int rank() const override { return rank_; }
@@ -68,31 +83,31 @@ class NcclCommunicator final : public Communicator {
   void* stream() override { return stream_; }
 
   void all_reduce(void* buf, size_t count, DType t, ReduceOp op) override {
+    const ncclDataType_t nt = nccl_reduce_type(t, "all_reduce");
     after_producer();
-    NCCL_CHECK(ncclAllReduce(buf, buf, count, nccl_type(t), op == ReduceOp::Sum ? ncclSum : ncclMax, live(),
-                             stream_));
+    check(ncclAllReduce(buf, buf, count, nt, op == ReduceOp::Sum ? ncclSum : ncclMax, live(), stream_),
+          "ncclAllReduce");
     settle("ncclAllReduce");
   }
 
   void reduce_scatter(void* buf, const std::vector<size_t>& counts, DType t) override {
+    const ncclDataType_t nt = nccl_reduce_type(t, "reduce_scatter");
     const std::vector<size_t> offs = block_offsets(counts, size_, "reduce_scatter");
     char* p = static_cast<char*>(buf);
     const size_t es = dtype_size(t);
     after_producer();
     if (equal(counts)) {
       // In place: NCCL's receive buffer of rank r is exactly block r of the send buffer.
-      NCCL_CHECK(ncclReduceScatter(p, p + offs[rank_] * es, counts[0], nccl_type(t), ncclSum, live(), stream_));
+      check(ncclReduceScatter(p, p + offs[rank_] * es, counts[0], nt, ncclSum, live(), stream_), "ncclReduceScatter");
       settle("ncclReduceScatter");
       return;
     }
-    // Uneven blocks (the padded buffer's last bucket): each block reduced onto its owner, one NCCL launch.
-    NCCL_CHECK(ncclGroupStart());
-    for (int r = 0; r < size_; r++)
-      if (counts[r] > 0)
-        NCCL_CHECK(ncclReduce(p + offs[r] * es, p + offs[r] * es, counts[r], nccl_type(t), ncclSum, r, live(),
-                              stream_));
-    NCCL_CHECK(ncclGroupEnd());
-    settle("ncclReduce group");
+    // Uneven blocks: each block reduced onto its owner, one NCCL launch. Buckets are whole modules and seldom end
+    // on a shard boundary, so this is the usual path, not an exception; at 2 ranks it moves up to about twice the
+    // bytes of a reduce-scatter, still overlapped with backward.
+    grouped(counts, "ncclReduce group", [&](int r, ncclComm_t c) {
+      return ncclReduce(p + offs[r] * es, p + offs[r] * es, counts[r], nt, ncclSum, r, c, stream_);
+    });
   }
 
   void all_gather(void* buf, const std::vector<size_t>& counts, DType t) override {
@@ -101,22 +116,19 @@ class NcclCommunicator final : public Communicator {
     const size_t es = dtype_size(t);
     after_producer();
     if (equal(counts)) {
-      NCCL_CHECK(ncclAllGather(p + offs[rank_] * es, p, counts[0], nccl_type(t), live(), stream_));
+      check(ncclAllGather(p + offs[rank_] * es, p, counts[0], nccl_type(t), live(), stream_), "ncclAllGather");
       settle("ncclAllGather");
       return;
     }
-    NCCL_CHECK(ncclGroupStart());
-    for (int r = 0; r < size_; r++)
-      if (counts[r] > 0)
-        NCCL_CHECK(ncclBroadcast(p + offs[r] * es, p + offs[r] * es, counts[r], nccl_type(t), r, live(), stream_));
-    NCCL_CHECK(ncclGroupEnd());
-    settle("ncclBroadcast group");
+    grouped(counts, "ncclBroadcast group", [&](int r, ncclComm_t c) {
+      return ncclBroadcast(p + offs[r] * es, p + offs[r] * es, counts[r], nccl_type(t), r, c, stream_);
+    });
   }
 
   void broadcast(void* buf, size_t count, DType t, int root) override {
     YUAN_CHECK(root >= 0 && root < size_, "broadcast: root %d outside the %d ranks", root, size_);
     after_producer();
-    NCCL_CHECK(ncclBroadcast(buf, buf, count, nccl_type(t), root, live(), stream_));
+    check(ncclBroadcast(buf, buf, count, nccl_type(t), root, live(), stream_), "ncclBroadcast");
     settle("ncclBroadcast");
   }
 
@@ -128,7 +140,7 @@ class NcclCommunicator final : public Communicator {
   double sum(double x) override {
     *scalar_host_ = x;
     CUDA_CHECK(cudaMemcpyAsync(scalar_dev_, scalar_host_, sizeof(double), cudaMemcpyHostToDevice, stream_));
-    NCCL_CHECK(ncclAllReduce(scalar_dev_, scalar_dev_, 1, ncclFloat64, ncclSum, live(), stream_));
+    check(ncclAllReduce(scalar_dev_, scalar_dev_, 1, ncclFloat64, ncclSum, live(), stream_), "ncclAllReduce (scalar)");
     settle("ncclAllReduce (scalar)");
     CUDA_CHECK(cudaMemcpyAsync(scalar_host_, scalar_dev_, sizeof(double), cudaMemcpyDeviceToHost, stream_));
     synchronize();
@@ -149,6 +161,7 @@ class NcclCommunicator final : public Communicator {
  private:
   using Clock = std::chrono::steady_clock;
   using Deadline = Clock::time_point;
+  static constexpr std::chrono::microseconds kPollStep{20};
   Deadline deadline() const {
     return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s_));
   }
@@ -156,6 +169,29 @@ class NcclCommunicator final : public Communicator {
   ncclComm_t live() const {
     YUAN_CHECK(comm_, "NCCL communicator used after it was aborted (rank %d)", rank_);
     return comm_;
+  }
+
+  // A call NCCL refused leaves the peers waiting for a collective this rank will never join: abort and throw.
+  void check(ncclResult_t r, const char* what) {
+    if (r != ncclSuccess && r != ncclInProgress) fail(what, ncclGetErrorString(r));
+  }
+
+  // One NCCL launch of `enqueue(r, comm)` for every rank r with a nonempty block. A failed enqueue closes the
+  // group before the abort, whose own result no longer matters.
+  template <class Enqueue>
+  void grouped(const std::vector<size_t>& counts, const char* what, Enqueue enqueue) {
+    const ncclComm_t c = live();
+    check(ncclGroupStart(), what);
+    for (int r = 0; r < size_; r++) {
+      if (counts[r] == 0) continue;
+      const ncclResult_t e = enqueue(r, c);
+      if (e != ncclSuccess && e != ncclInProgress) {
+        ncclGroupEnd();
+        fail(what, ncclGetErrorString(e));
+      }
+    }
+    check(ncclGroupEnd(), what);
+    settle(what);
   }
 
   void after_producer() {
@@ -174,8 +210,20 @@ class NcclCommunicator final : public Communicator {
 
   ncclResult_t async_state() {
     ncclResult_t state = ncclSuccess;
-    NCCL_CHECK(ncclCommGetAsyncError(live(), &state));
+    check(ncclCommGetAsyncError(live(), &state), "ncclCommGetAsyncError");
     return state;
+  }
+
+  // ncclCommFinalize, then its completion polled like every other wait: true once it finished within the
+  // deadline without error. Never throws (destructor).
+  bool finalized() {
+    const Deadline d = deadline();
+    ncclResult_t state = ncclCommFinalize(comm_);
+    while (state == ncclInProgress && Clock::now() <= d) {
+      std::this_thread::sleep_for(kPollStep);
+      if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess) return false;
+    }
+    return state == ncclSuccess;
   }
 
   // One wait step: an asynchronous NCCL error or the deadline ends the job's use of the communicator.
@@ -185,7 +233,7 @@ class NcclCommunicator final : public Communicator {
     if (Clock::now() > d)
       fail(what, strf("not complete after dist.nccl_timeout_s = %g s: a peer rank died or is stuck", timeout_s_)
                      .c_str());
-    std::this_thread::sleep_for(std::chrono::microseconds(20));
+    std::this_thread::sleep_for(kPollStep);
   }
 
   [[noreturn]] void fail(const char* what, const char* why) {
@@ -194,6 +242,15 @@ class NcclCommunicator final : public Communicator {
     comm_ = nullptr;
     throw Error(strf("NCCL error (rank %d of %d on %s): %s: %s%s%s", rank_, size_, process_host().c_str(), what, why,
                      last.empty() ? "" : "; NCCL says: ", last.c_str()));
+  }
+
+  // Null handles are skipped, so this also undoes a constructor that stopped half-way.
+  void release() {
+    if (scalar_dev_) cudaFree(scalar_dev_);
+    if (scalar_host_) cudaFreeHost(scalar_host_);
+    if (ev_producer_) cudaEventDestroy(ev_producer_);
+    if (ev_done_) cudaEventDestroy(ev_done_);
+    if (stream_) cudaStreamDestroy(stream_);
   }
 
   static bool equal(const std::vector<size_t>& counts) {

@@ -20,14 +20,22 @@
 #include <functional>
 #include <memory>
 #include <new>
+#include <string>
 #include <utility>
 
 #include "model/gpt.h"
 #include "util/dtype.h"
 #include "util/error.h"
 #include "util/memory.h"
+#include "util/peak.h"
 
 namespace yuan {
+
+// The FLOP/s that MFU is a fraction of, and where the number comes from (the step log says which).
+struct PeakFlops {
+  double flops = 0;
+  std::string source;
+};
 
 struct DeviceBuffer {
   void* ptr = nullptr;
@@ -88,6 +96,11 @@ class Backend {
   virtual const ParamLayout& layout() const = 0;
   virtual size_t padded_size() const = 0;
   virtual int max_micro_batch() const = 0;
+  // Host backends: the fp32 FMA rate measured on this process's threads. Device backends: the device's dense
+  // bf16 tensor peak.
+  virtual PeakFlops peak_flops() {
+    return {measure_peak_flops(), "measured fp32 FMA loop on this rank's threads"};
+  }
 
   virtual void set_params(const float* src, size_t offset, size_t count) = 0;
   virtual void get_params(float* dst, size_t offset, size_t count) = 0;

@@ -26,6 +26,11 @@ bool cuda_device_available();
 // there are more ranks than GPUs) and returns its index. Call before creating the backend and the communicator.
 int cuda_select_device(int local_rank);
 
+// Dense bf16 tensor-core peak of the current device from NVIDIA's datasheets (H100 SXM and H200 989 TFLOP/s,
+// H100 PCIe 756, H100 NVL and H200 NVL 835, A100 312), else estimated from SM count and clock for sm_80 and
+// sm_90; the source says which. MFU everywhere on the GPU is a fraction of this.
+PeakFlops cuda_peak_flops();
+
 // Device bytes of a CUDA backend by purpose: what its constructor allocates (parameter count unpadded).
 struct CudaMemoryPlan {
   size_t weights = 0;      // bf16 working weights

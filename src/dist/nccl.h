@@ -16,7 +16,7 @@ NcclId nccl_unique_id();
 // the work enqueued so far on `producer` (the backend's compute stream, a cudaStream_t; nullptr: none). Errors and
 // hangs never block the job: every wait polls NCCL's asynchronous error state and a deadline of `timeout_s`
 // seconds, and on either it aborts the communicator and throws an Error naming rank and host (main() then ends
-// the job with MPI_Abort).
+// the job with MPI_Abort). Destroying it finalizes within the same deadline, or aborts while an exception unwinds.
 std::unique_ptr<Communicator> make_nccl_communicator(int rank, int size, const NcclId& id, void* producer,
                                                      double timeout_s);
 // The same over MPI_COMM_WORLD (src/dist/nccl.cpp): rank 0's id reaches every rank by MPI_Bcast. Call after

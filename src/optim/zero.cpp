@@ -1,5 +1,7 @@
 #include "optim/zero.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -290,7 +292,11 @@ ZeroStepStats ZeroOptimizer::step(double lr, bool skip) {
     // The worker owns master, moments, grad_[cur_] and bf16_shard_ until join_worker(); backward meanwhile
     // fills the other gradient buffer. It calls no MPI (FUNNELED) and no communicator.
     uint16_t* out = bf16_ ? bf16_shard_.as<uint16_t>() : nullptr;
-    worker_ = std::thread([this, g, out, h] {
+    // A core left to this thread, which keeps running OpenMP and launching kernels meanwhile. Read here: a new
+    // thread's team size starts from the process default, not from configure_threads (util/threads.cpp).
+    const int threads = std::max(1, omp_get_max_threads() - 1);
+    worker_ = std::thread([this, g, out, h, threads] {
+      omp_set_num_threads(threads);
       try {
         const double w0 = now_seconds();
         for (const Tile& t : tiles_) update_tile(t, g, out ? out + t.offset : nullptr, h);

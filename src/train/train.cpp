@@ -28,7 +28,6 @@
 #include "util/fs.h"
 #include "util/log.h"
 #include "util/memory.h"
-#include "util/peak.h"
 #ifdef YUAN_CUDA
 #include "backend/cuda_backend.h"
 #endif
@@ -132,7 +131,7 @@ class Trainer {
       spec.glob = cfg.data.val;
       val_ = std::make_unique<ValLoader>(spec, cfg.train.eval_batches);
     }
-    peak_flops_ = measure_peak_flops();
+    peak_ = backend_->peak_flops();
     if (world_.rank == 0) {
       make_dirs(cfg.run.dir);
       write_file_atomic(cfg.run.dir + "/config.ini", cfg.to_ini());
@@ -154,11 +153,11 @@ class Trainer {
         c.optim.delayed_update ? " with a one-step delayed update" : "");
     say("val: %s", val_ ? strf("%d micro-batches per rank from %s", val_->batches(), c.data.val.c_str()).c_str()
                         : "none (data.val is empty)");
-    say("host memory per rank: params %s, grads %s, optimizer %s, activations %s; peak %.1f GFLOP/s per rank "
-        "(measured FMA loop)",
+    say("host memory per rank: params %s, grads %s, optimizer %s, activations %s; MFU against %.4g TFLOP/s per "
+        "rank (%s)",
         format_bytes(mem_bytes(Mem::Params)).c_str(), format_bytes(mem_bytes(Mem::Grads)).c_str(),
         format_bytes(mem_bytes(Mem::Optimizer)).c_str(), format_bytes(mem_bytes(Mem::Activations)).c_str(),
-        peak_flops_ / 1e9);
+        peak_.flops / 1e12, peak_.source.c_str());
     if (state_.step >= c.train.steps) {
       say("nothing to do: the checkpoint is at step %lld of %d", static_cast<long long>(state_.step), c.train.steps);
       return 0;
@@ -202,7 +201,7 @@ class Trainer {
       if (step > first) timed += dt;
       const double per_step = step > first ? timed / (step - first) : dt;
       const double tok_s = tokens_per_step / dt;
-      const double mfu = tok_s * flops_per_token_ / (peak_flops_ * world_.size);
+      const double mfu = tok_s * flops_per_token_ / (peak_.flops * world_.size);
       const double data_s = loader_->wait_seconds() - wait0;
       if (done % c.train.log_every == 0 || done == c.train.steps || st.skipped)
         say("step %6d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | MFU %.1f%% | %.0f ms/step | ETA %s", done,
@@ -282,11 +281,14 @@ class Trainer {
   FaultInjection faults_;
   int accum_ = 1;
   size_t n_params_ = 0;
-  double flops_per_token_ = 0, peak_flops_ = 0;
+  double flops_per_token_ = 0;
+  PeakFlops peak_;
   std::string tokenizer_;
   TrainState state_;
-  std::unique_ptr<Communicator> comm_;
   std::unique_ptr<Backend> backend_;
+  // After the backend, so destroyed before it: the backend's teardown waits on streams behind NCCL events (and
+  // cudaFree on the whole device) with no deadline; the communicator finalizes within dist.nccl_timeout_s or aborts.
+  std::unique_ptr<Communicator> comm_;
   std::unique_ptr<ZeroOptimizer> opt_;
   std::unique_ptr<TrainLoader> loader_;
   std::unique_ptr<ValLoader> val_;

@@ -9,8 +9,9 @@
 //   3. The largest model at width 4096 (32 heads, seq 2048, vocab 53248, recompute, micro-batch 1) whose memory
 //      plan fits this GPU and whose host state fits this machine's available memory; then a few steps of it.
 //
-// MFU counts model FLOPs (gpt.h's flops_per_token: recomputation does not raise it) against the H100 SXM's dense
-// bf16 peak from NVIDIA's datasheet, 989 TFLOP/s (stated, not measured). Lines starting with RESULT are JSON.
+// MFU counts model FLOPs (gpt.h's flops_per_token: recomputation does not raise it) against the device's dense
+// bf16 peak from NVIDIA's datasheet (cuda_peak_flops: 989 TFLOP/s on an H100 SXM; stated, not measured).
+// Lines starting with RESULT are JSON.
 //
 // usage: bench_gpu_offload [--steps N] [--accum A] [--only xl|yuan|largest]
 #include <cmath>
@@ -44,7 +45,6 @@ using namespace yuan;
 
 namespace {
 
-constexpr double kPeakFlops = 989e12;  // H100 SXM dense bf16, datasheet
 constexpr double kGiB = 1073741824.0;
 constexpr double kGoalMfu = 0.40, kGoalExposedOptim = 0.10;
 
@@ -145,17 +145,18 @@ void report(const char* name, const GPTConfig& c, int B, bool recompute, bool de
   const size_t n = ParamLayout(c).total();
   const double tokens = static_cast<double>(B) * accum * c.seq_len;
   const double tok_s = tokens / m.step;
-  const double mfu = tok_s * flops_per_token(c, n) / kPeakFlops;
-  const double compute_mfu = tokens / m.compute * flops_per_token(c, n) / kPeakFlops;
+  const PeakFlops peak = cuda_peak_flops();
+  const double mfu = tok_s * flops_per_token(c, n) / peak.flops;
+  const double compute_mfu = tokens / m.compute * flops_per_token(c, n) / peak.flops;
   const double exposed_optim = m.optim / m.step;
   const double hidden = m.adamw > 0 ? std::max(0.0, 1.0 - m.optim / m.adamw) : 0.0;
   std::printf("%s (%.2fB params, B=%d x accum %d, T=%d, recompute %s, delayed update %s):\n"
               "  step %.3f s = compute %.3f + exposed comm %.3f + exposed optimizer %.3f (+ %.3f other)\n"
               "  CPU AdamW %.3f s = %.1f%% of the step, %.0f%% of it hidden\n"
-              "  %.0f tokens/s, MFU %.3f (compute alone %.3f) of 989 TFLOP/s; 1B tokens in %.1f h\n",
+              "  %.0f tokens/s, MFU %.3f (compute alone %.3f) of %.0f TFLOP/s (%s); 1B tokens in %.1f h\n",
               name, n / 1e9, B, accum, c.seq_len, recompute ? "on" : "off", delayed ? "on" : "off", m.step, m.compute,
               m.comm, m.optim, m.step - m.compute - m.comm - m.optim, m.adamw, 100 * m.adamw / m.step, 100 * hidden,
-              tok_s, mfu, compute_mfu, 1e9 / tok_s / 3600);
+              tok_s, mfu, compute_mfu, peak.flops / 1e12, peak.source.c_str(), 1e9 / tok_s / 3600);
   std::printf("  goals: MFU %.3f / %.2f = %.2f (>= 1 met); exposed optimizer %.1f%% / %.0f%% = %.2f (<= 1 met)\n", mfu,
               kGoalMfu, mfu / kGoalMfu, 100 * exposed_optim, 100 * kGoalExposedOptim,
               exposed_optim / kGoalExposedOptim);

@@ -1,6 +1,6 @@
 // GPU training throughput: real training steps (CUDA backend forward_backward, global-norm clipping and the GPU
-// AdamW, one GPU) on random tokens, as tokens/s and MFU against the H100 SXM's dense bf16 tensor-core peak from
-// NVIDIA's datasheet, 989 TFLOP/s (stated, not measured). MFU counts model FLOPs (gpt.h's flops_per_token), so
+// AdamW, one GPU) on random tokens, as tokens/s and MFU against the device's dense bf16 tensor-core peak from
+// NVIDIA's datasheet (cuda_peak_flops: 989 TFLOP/s on an H100 SXM; stated, not measured). MFU counts model FLOPs (gpt.h's flops_per_token), so
 // recomputation does not raise it. Each config runs at the largest micro-batch of 32, 16, ... 1 whose backend
 // and optimizer state fit. Lines starting with RESULT are JSON for tools/bench/run_bench_gpu.sh.
 //
@@ -28,7 +28,6 @@ int main() {
 #else
 using namespace yuan;
 
-constexpr double kPeakFlops = 989e12;  // H100 SXM dense bf16, datasheet
 
 struct Bench {
   const char* name;
@@ -49,7 +48,7 @@ static void train_step(Backend& be, CudaAdamW& opt, const std::vector<int32_t>& 
   be.zero_grads(0, be.padded_size());
 }
 
-static void run(const Bench& b, int steps, bool recompute) {
+static void run(const Bench& b, int steps, bool recompute, const PeakFlops& peak) {
   const GPTConfig& c = b.cfg;
   const ParamLayout layout(c);
   std::vector<float> init(layout.total());
@@ -67,10 +66,10 @@ static void run(const Bench& b, int steps, bool recompute) {
       for (int s = 0; s < steps; s++) train_step(*be, opt, tok, B, 3 + s);
       const double dt = (now_seconds() - t0) / steps;
       const double tok_s = static_cast<double>(B) * c.seq_len / dt;
-      const double mfu = tok_s * flops_per_token(c, layout.total()) / kPeakFlops;
+      const double mfu = tok_s * flops_per_token(c, layout.total()) / peak.flops;
       std::printf("train %-12s (%6.1fM params, B=%d, T=%d, recompute %s): %9.0f tokens/s, %7.1f ms/step, MFU %.3f "
-                  "of 989 TFLOP/s\n", b.name, layout.total() / 1e6, B, c.seq_len, recompute ? "on" : "off", tok_s,
-                  1000 * dt, mfu);
+                  "of %.0f TFLOP/s\n", b.name, layout.total() / 1e6, B, c.seq_len, recompute ? "on" : "off", tok_s,
+                  1000 * dt, mfu, peak.flops / 1e12);
       std::printf("RESULT {\"name\": \"%s\", \"n_layer\": %d, \"n_head\": %d, \"n_embd\": %d, \"seq_len\": %d, "
                   "\"vocab_size\": %d, \"B\": %d, \"tokens_per_s\": %.1f, \"mfu\": %.4f}\n", b.name, c.n_layer,
                   c.n_head, c.n_embd, c.seq_len, c.vocab_size, B, tok_s, mfu);
@@ -103,7 +102,9 @@ int main(int argc, char** argv) {
   const Bench benches[] = {{"gpt-small", {12, 12, 768, 1024, 50257}},
                            {"gpt-xl-1024", {24, 16, 2048, 1024, 50257}},
                            {"gpt-xl-2048", {24, 16, 2048, 2048, 50257}}};
-  for (const Bench& b : benches) run(b, steps, recompute);
+  const PeakFlops peak = cuda_peak_flops();
+  std::printf("peak: %.0f TFLOP/s (%s)\n", peak.flops / 1e12, peak.source.c_str());
+  for (const Bench& b : benches) run(b, steps, recompute, peak);
   return 0;
 }
 #endif
