@@ -42,7 +42,7 @@ pkgs=$(for l in $libs; do owner "$l"; done | cut -d: -f1 | sort -u |
   true)
 pkgs="$pkgs libopenblas0-openmp libopenmpi3 openmpi-bin openmpi-common"
 echo "device-kit: packages: $(echo $pkgs | tr '\n' ' ')"
-(cd "$kit/debs" && apt-get download $pkgs >/dev/null)
+(cd "$kit/debs" && apt-get -o APT::Sandbox::User=root download $pkgs >/dev/null)
 for d in "$kit"/debs/*.deb; do dpkg -x "$d" "$kit/root"; done
 rm -rf "$kit/debs" "$kit/root/usr/share/doc" "$kit/root/usr/share/man" "$kit/root/usr/share/locale"
 find "$kit/root" -name '*.a' -delete
