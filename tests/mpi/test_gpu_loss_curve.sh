@@ -4,8 +4,8 @@
 # agree to bf16 accuracy: every logged step within 3% relative, the mean gap under 1%, the final validation
 # loss within 2%, and both curves must fall. Skipped (77) without CUDA in the build or without a GPU.
 source "$(dirname "$0")/lib.sh"
-bin/yuanlm --version | grep -q cuda || { echo "skipped: built without the CUDA backend"; exit 77; }
-nvidia-smi -L >/dev/null 2>&1 || { echo "skipped: no GPU"; exit 77; }
+bin/yuanlm --version | grep -q cuda || { echo "SKIP: built without the CUDA backend"; exit 77; }
+nvidia-smi -L >/dev/null 2>&1 || { echo "SKIP: no GPU (nvidia-smi -L fails)"; exit 77; }
 tools/demo.sh --prep-only
 args=(input/tiny.ini --train.global_batch=8 --train.steps=150 --train.log_every=1 --train.eval_every=150)
 for dev in cpu cuda; do
