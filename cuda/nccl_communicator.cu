@@ -171,9 +171,12 @@ class NcclCommunicator final : public Communicator {
     return comm_;
   }
 
+  // ncclInProgress is how a nonblocking communicator accepts work, not a failure.
+  static bool failed(ncclResult_t r) { return r != ncclSuccess && r != ncclInProgress; }
+
   // A call NCCL refused leaves the peers waiting for a collective this rank will never join: abort and throw.
   void check(ncclResult_t r, const char* what) {
-    if (r != ncclSuccess && r != ncclInProgress) fail(what, ncclGetErrorString(r));
+    if (failed(r)) fail(what, ncclGetErrorString(r));
   }
 
   // One NCCL launch of `enqueue(r, comm)` for every rank r with a nonempty block. A failed enqueue closes the
@@ -185,7 +188,7 @@ class NcclCommunicator final : public Communicator {
     for (int r = 0; r < size_; r++) {
       if (counts[r] == 0) continue;
       const ncclResult_t e = enqueue(r, c);
-      if (e != ncclSuccess && e != ncclInProgress) {
+      if (failed(e)) {
         ncclGroupEnd();
         fail(what, ncclGetErrorString(e));
       }
@@ -229,7 +232,7 @@ class NcclCommunicator final : public Communicator {
   // One wait step: an asynchronous NCCL error or the deadline ends the job's use of the communicator.
   void poll(const Deadline& d, const char* what) {
     const ncclResult_t state = async_state();
-    if (state != ncclSuccess && state != ncclInProgress) fail(what, ncclGetErrorString(state));
+    if (failed(state)) fail(what, ncclGetErrorString(state));
     if (Clock::now() > d)
       fail(what, strf("not complete after dist.nccl_timeout_s = %g s: a peer rank died or is stuck", timeout_s_)
                      .c_str());
