@@ -50,7 +50,7 @@ LIBS      = $(MPI_LIB) $(HDF5_LIB) $(BOOST_LIB) $(SPM_LIB) $(BLAS_LIB) -lpthread
 
 # core: the model, the CPU reference ops and the ZeRO-Offload optimizer with its one-rank communicator, with no
 # MPI/HDF5/Boost, so GPU machines can link kernel tests and single-GPU benchmarks of the optimizer.
-CORE_SRC := $(wildcard src/util/*.cpp src/model/*.cpp src/ops/*.cpp src/optim/*.cpp) src/dist/communicator.cpp
+CORE_SRC := $(wildcard src/util/*.cpp src/model/*.cpp src/ops/*.cpp src/optim/*.cpp) src/parallel/communicator.cpp
 APP_SRC  := $(filter-out src/main.cpp $(CORE_SRC),$(wildcard src/*/*.cpp))
 TEST_SRC := $(wildcard tests/*.cpp)
 BENCH_SRC:= $(wildcard tools/bench/*.cpp)

@@ -1,4 +1,4 @@
-// The NCCL communicator (src/dist/nccl.h): in-place collectives on the backend's device buffers, on a stream of
+// The NCCL communicator (src/parallel/nccl.h): in-place collectives on the backend's device buffers, on a stream of
 // their own that waits for the backend's compute by events, so that backward keeps running while finished
 // buckets are reduced.
 //
@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "cuda_check.h"
-#include "dist/nccl.h"
+#include "parallel/nccl.h"
 
 namespace yuan {
 namespace {

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/world.h"
+#include "parallel/world.h"
 #include "prep/prep.h"
 #include "run/commands.h"
 #include "train/train.h"
@@ -59,16 +59,16 @@ int main(int argc, char** argv) {
     usage(stderr);
     return 1;
   }
-  yuan::dist::init(&argc, &argv);
+  yuan::parallel::init(&argc, &argv);
   int rc;
   try {
-    yuan::configure_threads(yuan::dist::world().local_size);
+    yuan::configure_threads(yuan::parallel::world().local_size);
     rc = cmd->run(std::vector<std::string>(argv + 2, argv + argc));
   } catch (const yuan::Error& e) {
-    return yuan::dist::fail(e);
+    return yuan::parallel::fail(e);
   } catch (const std::exception& e) {
-    return yuan::dist::fail(yuan::Error(e.what()));
+    return yuan::parallel::fail(yuan::Error(e.what()));
   }
-  yuan::dist::finalize();
+  yuan::parallel::finalize();
   return rc;
 }

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "backend/host_backend.h"
-#include "dist/communicator.h"
-#include "dist/mpi_check.h"
-#include "dist/world.h"
+#include "parallel/communicator.h"
+#include "parallel/mpi_check.h"
+#include "parallel/world.h"
 #include "ops/adamw.h"
 #include "optim/zero.h"
 #include "util/memory.h"
@@ -22,18 +22,18 @@
 namespace yuan {
 namespace {
 
-int rank() { return dist::world().rank; }
-int nranks() { return dist::world().size; }
+int rank() { return parallel::world().rank; }
+int nranks() { return parallel::world().size; }
 
 // ---------------------------------------------------------------------------------------------------------------
 // World
 
 TEST(MpiWorld, InfoMatchesMpi) {
-  ASSERT_TRUE(dist::initialized());
+  ASSERT_TRUE(parallel::initialized());
   int r = -1, n = -1;
   MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &r));
   MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &n));
-  const dist::WorldInfo& w = dist::world();
+  const parallel::WorldInfo& w = parallel::world();
   EXPECT_EQ(w.rank, r);
   EXPECT_EQ(w.size, n);
   EXPECT_GE(w.local_rank, 0);
@@ -42,14 +42,14 @@ TEST(MpiWorld, InfoMatchesMpi) {
   EXPECT_FALSE(w.host.empty());
   EXPECT_EQ(process_rank(), r);
   EXPECT_EQ(process_host(), w.host);
-  EXPECT_EQ(dist::allreduce_sum(r + 1.0), n * (n + 1) / 2.0);
-  EXPECT_EQ(dist::allreduce_max(static_cast<double>(r)), n - 1.0);
+  EXPECT_EQ(parallel::allreduce_sum(r + 1.0), n * (n + 1) / 2.0);
+  EXPECT_EQ(parallel::allreduce_max(static_cast<double>(r)), n - 1.0);
 }
 
 // Every rank must throw the same collective error, naming the first rank that differs from rank 0.
 void expect_mismatch_names(uint64_t value, int first_bad) {
   try {
-    dist::check_same_everywhere(value, "test value");
+    parallel::check_same_everywhere(value, "test value");
     ADD_FAILURE() << "no error although rank " << first_bad << " differs";
   } catch (const Error& e) {
     EXPECT_TRUE(e.collective());
@@ -60,7 +60,7 @@ void expect_mismatch_names(uint64_t value, int first_bad) {
 }
 
 TEST(MpiWorld, CheckSameEverywhereNamesTheDifferingRank) {
-  EXPECT_NO_THROW(dist::check_same_everywhere(0xC0FFEEull, "config hash"));
+  EXPECT_NO_THROW(parallel::check_same_everywhere(0xC0FFEEull, "config hash"));
   if (nranks() == 1) return;  // nothing can differ
   expect_mismatch_names(rank() == nranks() - 1 ? 2 : 1, nranks() - 1);
   expect_mismatch_names(rank() >= 1 ? 7 : 3, 1);

@@ -22,7 +22,7 @@
 
 #include "backend/backend.h"
 #include "config/config.h"
-#include "dist/communicator.h"
+#include "parallel/communicator.h"
 #include "model/gpt.h"
 #include "optim/schedule.h"
 #include "optim/zero.h"

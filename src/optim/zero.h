@@ -31,7 +31,7 @@
 
 #include "backend/backend.h"
 #include "config/config.h"
-#include "dist/communicator.h"
+#include "parallel/communicator.h"
 #include "ops/adamw.h"
 #include "util/memory.h"
 

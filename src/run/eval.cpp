@@ -6,7 +6,7 @@
 #include <cstdio>
 
 #include "data/loader.h"
-#include "dist/world.h"
+#include "parallel/world.h"
 #include "run/commands.h"
 #include "train/metrics.h"
 #include "util/error.h"
@@ -41,7 +41,7 @@ int eval_main(const std::vector<std::string>& args) {
   const Config& c = m.cfg;
   if (data.empty()) data = c.data.val;
   YUAN_CHECK(!data.empty(), "eval: no --data given and the run of checkpoint %s had no data.val", m.dir.c_str());
-  const dist::WorldInfo& w = dist::world();
+  const parallel::WorldInfo& w = parallel::world();
   if (micro_batch == 0) micro_batch = c.train.micro_batch;
   if (batches == 0) {
     const long long trainer_batches = static_cast<long long>(c.train.eval_batches) * m.world;
@@ -68,7 +68,7 @@ int eval_main(const std::vector<std::string>& args) {
   double sum = 0;
   for (int i = 0; i < batches; i++) sum += backend->forward_loss(val.batch(i), micro_batch);
   // Every micro-batch holds the same number of targets, so the mean of the means is the mean over all targets.
-  const double loss = dist::allreduce_sum(sum) / (static_cast<double>(batches) * w.size);
+  const double loss = parallel::allreduce_sum(sum) / (static_cast<double>(batches) * w.size);
   const long long windows = static_cast<long long>(batches) * micro_batch * w.size;
   const long long tokens = windows * c.model.seq_len;
   say("eval %s (step %lld): val_loss %.6f, perplexity %.4g over %lld windows (%lld tokens) of %s; %d rank%s, %.2f s",

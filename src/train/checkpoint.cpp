@@ -10,7 +10,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "dist/world.h"
+#include "parallel/world.h"
 #include "model/gpt.h"
 #include "util/error.h"
 #include "util/fs.h"
@@ -129,7 +129,7 @@ Config read_config(const std::string& dir) {
 
 std::string save_checkpoint(const Config& cfg, const TrainState& st, ZeroOptimizer& opt,
                             const std::string& tokenizer_file) {
-  const dist::WorldInfo& w = dist::world();
+  const parallel::WorldInfo& w = parallel::world();
   const std::string root = cfg.run.dir + "/ckpt", name = step_name(st.step);
   const std::string final_dir = root + "/" + name, tmp = root + "/.tmp_" + name;
   if (w.rank == 0) {
@@ -137,7 +137,7 @@ std::string save_checkpoint(const Config& cfg, const TrainState& st, ZeroOptimiz
     fs::remove_all(tmp);
     make_dirs(tmp);
   }
-  dist::barrier();
+  parallel::barrier();
 
   // zero 0 keeps the whole state on every rank: rank 0 writes it once.
   const bool writer = opt.stage() > 0 || w.rank == 0;
@@ -153,7 +153,7 @@ std::string save_checkpoint(const Config& cfg, const TrainState& st, ZeroOptimiz
     mine = strf("{\"name\": \"%s\", \"offset\": %zu, \"count\": %zu, \"sha256\": \"%s\"}", file.c_str(),
                 opt.shard_offset(), opt.shard_size(), sha256_file(tmp + "/" + file).c_str());
   }
-  std::vector<std::string> files = dist::gather_strings(mine);
+  std::vector<std::string> files = parallel::gather_strings(mine);
   if (w.rank == 0) {
     write_file_atomic(tmp + "/config.ini", cfg.to_ini());
     files.push_back(strf("{\"name\": \"config.ini\", \"sha256\": \"%s\"}", sha256_file(tmp + "/config.ini").c_str()));
@@ -186,12 +186,12 @@ std::string save_checkpoint(const Config& cfg, const TrainState& st, ZeroOptimiz
     std::sort(steps.begin(), steps.end());
     for (size_t i = 0; i + cfg.ckpt.keep < steps.size(); i++) fs::remove_all(root + "/" + steps[i]);
   }
-  dist::barrier();
+  parallel::barrier();
   return final_dir;
 }
 
 std::string find_resumable_checkpoint(const std::string& run_dir) {
-  const dist::WorldInfo& w = dist::world();
+  const parallel::WorldInfo& w = parallel::world();
   const std::string root = run_dir + "/ckpt";
   std::vector<std::string> steps;
   if (fs::is_directory(root))
@@ -202,12 +202,12 @@ std::string find_resumable_checkpoint(const std::string& run_dir) {
   // Ranks may see different directory listings on a lagging filesystem: rank 0's list decides.
   std::string joined;
   for (const auto& s : steps) joined += s + "\n";
-  joined = dist::broadcast_string(joined, 0);
+  joined = parallel::broadcast_string(joined, 0);
   std::istringstream in(joined);
   for (std::string s; std::getline(in, s);) {
     std::string dir = root + "/" + s, why;
     bool ok = verify(dir, w.rank, w.size, &why);
-    bool all_ok = dist::allreduce_max(ok ? 0.0 : 1.0) == 0.0;
+    bool all_ok = parallel::allreduce_max(ok ? 0.0 : 1.0) == 0.0;
     if (all_ok) return dir;
     if (!ok) say_all("warning: skipping checkpoint %s: %s", dir.c_str(), why.c_str());
   }
@@ -231,7 +231,7 @@ TrainState load_checkpoint(const std::string& dir, const Config& cfg, ZeroOptimi
   opt.set_adam_step(s.adam_step);
   opt.load_backend_params();
   say("resumed from %s: step %lld, written by %d ranks%s", dir.c_str(), static_cast<long long>(s.train.step), s.world,
-      s.world != dist::world().size ? strf(", optimizer state re-cut for %d", dist::world().size).c_str() : "");
+      s.world != parallel::world().size ? strf(", optimizer state re-cut for %d", parallel::world().size).c_str() : "");
   return s.train;
 }
 

@@ -18,9 +18,9 @@
 #include "backend/backend.h"
 #include "config/config.h"
 #include "data/loader.h"
-#include "dist/communicator.h"
-#include "dist/nccl.h"
-#include "dist/world.h"
+#include "parallel/communicator.h"
+#include "parallel/nccl.h"
+#include "parallel/world.h"
 #include "optim/schedule.h"
 #include "optim/zero.h"
 #include "train/checkpoint.h"
@@ -91,7 +91,7 @@ void truncate_metrics(const std::string& path, int64_t step) {
 
 class Trainer {
  public:
-  explicit Trainer(const Config& cfg) : cfg_(cfg), world_(dist::world()) {
+  explicit Trainer(const Config& cfg) : cfg_(cfg), world_(parallel::world()) {
     accum_ = cfg.train.global_batch / (world_.size * cfg.train.micro_batch);
 #ifdef YUAN_CUDA
     if (cfg.train.device != "cpu" && cuda_device_available()) cuda_select_device(world_.local_rank);
@@ -190,7 +190,7 @@ class Trainer {
       }
       const double t_compute = now_seconds();
       if (world_.rank == 0 && step == faults_.kill_step) std::raise(SIGKILL);
-      loss = dist::allreduce_sum(loss) / (world_.size * accum_);
+      loss = parallel::allreduce_sum(loss) / (world_.size * accum_);
       backend_->range_push("optimizer");
       ZeroStepStats st = opt_->step(lr, !std::isfinite(loss));
       backend_->range_pop();
@@ -238,7 +238,7 @@ class Trainer {
       } else {
         bad_run = 0;
       }
-      if (dist::allreduce_max(g_stop_signal) > 0) {
+      if (parallel::allreduce_max(g_stop_signal) > 0) {
         opt_->drain();
         std::string dir = save_checkpoint(cfg_, state_, *opt_, tokenizer_);
         say("stopped by a signal after step %d; checkpoint %s; exit %d so the job can be requeued", done, dir.c_str(),
@@ -271,13 +271,13 @@ class Trainer {
     double sum = 0;
     for (int i = 0; i < val_->batches(); i++) sum += backend_->forward_loss(val_->batch(i), cfg_.train.micro_batch);
     backend_->range_pop();
-    double val = dist::allreduce_sum(sum) / (static_cast<double>(val_->batches()) * world_.size);
+    double val = parallel::allreduce_sum(sum) / (static_cast<double>(val_->batches()) * world_.size);
     say("val    %6lld | val_loss %.4f", static_cast<long long>(step), val);
     if (metrics_) metrics_->write(JsonLine().add("step", static_cast<long long>(step)).add("val_loss", val));
   }
 
   Config cfg_;
-  dist::WorldInfo world_;
+  parallel::WorldInfo world_;
   FaultInjection faults_;
   int accum_ = 1;
   size_t n_params_ = 0;
@@ -300,8 +300,8 @@ class Trainer {
 int train_main(const std::vector<std::string>& args) {
   Config cfg;
   if (!parse_config(args, "train", cfg)) return 0;
-  validate(cfg, dist::world().size);
-  dist::check_same_everywhere(cfg.hash(), "the resolved config");
+  validate(cfg, parallel::world().size);
+  parallel::check_same_everywhere(cfg.hash(), "the resolved config");
   say("# yuanlm train: resolved config\n%s", cfg.to_ini().c_str());
   return Trainer(cfg).run();
 }

@@ -9,8 +9,8 @@
 #include <string>
 
 #include "backend/cuda_backend.h"
-#include "dist/communicator.h"
-#include "dist/nccl.h"
+#include "parallel/communicator.h"
+#include "parallel/nccl.h"
 #include "gpu_test.h"
 #include "model/gpt.h"
 #include "optim/zero.h"

@@ -27,7 +27,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda_backend.h"
-#include "dist/communicator.h"
+#include "parallel/communicator.h"
 #include "model/gpt.h"
 #include "optim/zero.h"
 #include "util/error.h"

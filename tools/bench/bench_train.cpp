@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "dist/communicator.h"
-#include "dist/world.h"
+#include "parallel/communicator.h"
+#include "parallel/world.h"
 #include "ops/ops.h"
 #include "optim/zero.h"
 #include "util/log.h"
@@ -71,7 +71,7 @@ static void bench_model(const char* name, GPTConfig c, int B, int steps, double 
 }
 
 int main(int argc, char** argv) {
-  dist::init(&argc, &argv);
+  parallel::init(&argc, &argv);
   int steps = argc > 2 && !std::strcmp(argv[1], "--steps") ? std::atoi(argv[2]) : 3;
   int threads = configure_threads(1);
   double peak = measure_peak_flops(0.5);
@@ -80,6 +80,6 @@ int main(int argc, char** argv) {
   auto comm = make_mpi_communicator();
   bench_model("tiny", GPTConfig{4, 4, 128, 128, 4000}, 8, steps * 3, peak, *comm);
   bench_model("gpt-small", GPTConfig{12, 12, 768, 1024, 50304}, 1, steps, peak, *comm);
-  dist::finalize();
+  parallel::finalize();
   return 0;
 }

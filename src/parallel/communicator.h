@@ -1,7 +1,7 @@
 // Tensor traffic between data-parallel ranks. Buffers are the backend's (host memory for the CPU backend,
 // device memory for CUDA), collectives are in place, and all ranks call them in the same order. MPI is the
-// control plane (rendezvous, scalars, failure handling: see dist/world.h); an implementation of this interface
-// carries the gradients and weights: MpiCommunicator for host buffers, NcclCommunicator (dist/nccl.h) for GPU
+// control plane (rendezvous, scalars, failure handling: see parallel/world.h); an implementation of this interface
+// carries the gradients and weights: MpiCommunicator for host buffers, NcclCommunicator (parallel/nccl.h) for GPU
 // memory, LocalCommunicator for one process without MPI.
 //
 // Block partitions: reduce_scatter and all_gather take `counts` (one per rank, summing to `count`); rank r's

@@ -5,7 +5,7 @@
 #include <array>
 #include <memory>
 
-#include "dist/communicator.h"
+#include "parallel/communicator.h"
 
 namespace yuan {
 
@@ -19,7 +19,7 @@ NcclId nccl_unique_id();
 // the job with MPI_Abort). Destroying it finalizes within the same deadline, or aborts while an exception unwinds.
 std::unique_ptr<Communicator> make_nccl_communicator(int rank, int size, const NcclId& id, void* producer,
                                                      double timeout_s);
-// The same over MPI_COMM_WORLD (src/dist/nccl.cpp): rank 0's id reaches every rank by MPI_Bcast. Call after
+// The same over MPI_COMM_WORLD (src/parallel/nccl.cpp): rank 0's id reaches every rank by MPI_Bcast. Call after
 // cuda_select_device (backend/cuda_backend.h), so each rank talks from its own GPU.
 std::unique_ptr<Communicator> make_nccl_world_communicator(void* producer, double timeout_s);
 

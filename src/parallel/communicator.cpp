@@ -1,6 +1,6 @@
 // The one-rank communicator: part of the core objects (no MPI), so single-process GPU tools can drive the
 // ZeRO optimizer.
-#include "dist/communicator.h"
+#include "parallel/communicator.h"
 
 #include <numeric>
 

@@ -1,5 +1,5 @@
 // The MPI control plane: rendezvous, who-am-I, small host-side agreements (scalars, config hash) and ending
-// the job. Tensor traffic goes through a Communicator (dist/communicator.h).
+// the job. Tensor traffic goes through a Communicator (parallel/communicator.h).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -8,7 +8,7 @@
 
 #include "util/error.h"
 
-namespace yuan::dist {
+namespace yuan::parallel {
 
 struct WorldInfo {
   int rank = 0, size = 1;
@@ -36,4 +36,4 @@ void check_same_everywhere(uint64_t value, const char* what);
 // returns the exit code for main(). Non-collective errors abort every rank through MPI_Abort.
 int fail(const Error& e);
 
-}  // namespace yuan::dist
+}  // namespace yuan::parallel

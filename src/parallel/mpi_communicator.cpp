@@ -2,9 +2,9 @@
 #include <cstring>
 #include <numeric>
 
-#include "dist/communicator.h"
-#include "dist/mpi_check.h"
-#include "dist/world.h"
+#include "parallel/communicator.h"
+#include "parallel/mpi_check.h"
+#include "parallel/world.h"
 
 namespace yuan {
 
@@ -31,7 +31,7 @@ MPI_Datatype mpi_reduce_type(DType t, const char* what) {
 class MpiCommunicator final : public Communicator {
  public:
   explicit MpiCommunicator(size_t max_count) : max_count_(max_count) {
-    YUAN_CHECK(dist::initialized(), "MPI communicator created before dist::init");
+    YUAN_CHECK(parallel::initialized(), "MPI communicator created before parallel::init");
     YUAN_CHECK(max_count_ >= 1 && max_count_ <= static_cast<size_t>(INT_MAX), "MPI communicator: bad chunk %zu",
                max_count_);
     MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));

@@ -1,13 +1,13 @@
-#include "dist/world.h"
+#include "parallel/world.h"
 
 #include <cinttypes>
 #include <climits>
 #include <cstdio>
 #include <vector>
 
-#include "dist/mpi_check.h"
+#include "parallel/mpi_check.h"
 
-namespace yuan::dist {
+namespace yuan::parallel {
 
 namespace {
 WorldInfo g_world;
@@ -66,7 +66,7 @@ bool initialized() { return g_initialized; }
 const WorldInfo& world() { return g_world; }
 
 static double allreduce(double x, MPI_Op op) {
-  YUAN_CHECK(g_initialized, "dist::allreduce before dist::init");
+  YUAN_CHECK(g_initialized, "parallel::allreduce before parallel::init");
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, op, MPI_COMM_WORLD));
   return x;
 }
@@ -102,18 +102,18 @@ std::string broadcast_string(const std::string& s, int root) {
 }
 
 void broadcast_bytes(void* buf, size_t bytes, int root) {
-  YUAN_CHECK(g_initialized, "dist::broadcast_bytes before dist::init");
-  YUAN_CHECK(bytes <= static_cast<size_t>(INT_MAX), "dist::broadcast_bytes: %zu bytes is too many", bytes);
+  YUAN_CHECK(g_initialized, "parallel::broadcast_bytes before parallel::init");
+  YUAN_CHECK(bytes <= static_cast<size_t>(INT_MAX), "parallel::broadcast_bytes: %zu bytes is too many", bytes);
   MPI_CHECK(MPI_Bcast(buf, static_cast<int>(bytes), MPI_BYTE, root, MPI_COMM_WORLD));
 }
 
 void barrier() {
-  YUAN_CHECK(g_initialized, "dist::barrier before dist::init");
+  YUAN_CHECK(g_initialized, "parallel::barrier before parallel::init");
   MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
 }
 
 void check_same_everywhere(uint64_t value, const char* what) {
-  YUAN_CHECK(g_initialized, "dist::check_same_everywhere(%s) before dist::init", what);
+  YUAN_CHECK(g_initialized, "parallel::check_same_everywhere(%s) before parallel::init", what);
   std::vector<uint64_t> all(static_cast<size_t>(g_world.size));
   MPI_CHECK(MPI_Allgather(&value, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD));
   for (int r = 1; r < g_world.size; r++) {
@@ -135,4 +135,4 @@ int fail(const Error& e) {
   return 1;
 }
 
-}  // namespace yuan::dist
+}  // namespace yuan::parallel
