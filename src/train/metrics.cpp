@@ -4,7 +4,11 @@
 #include <cmath>
 #include <cstring>
 
+#include <cstdio>
+#include <fstream>
+
 #include "util/error.h"
+#include "util/fs.h"
 
 namespace yuan {
 
@@ -53,6 +57,21 @@ void MetricsLog::write(const JsonLine& line) {
   std::string s = line.str() + "\n";
   YUAN_CHECK(std::fwrite(s.data(), 1, s.size(), f_) == s.size() && std::fflush(f_) == 0,
              "cannot write metrics file '%s': %s", path_.c_str(), std::strerror(errno));
+}
+
+// Keeps what a run starting at `step` will not write again: the training steps up to `step` and the
+// evaluations before it (the run evaluates at `step` as it starts).
+void truncate_metrics(const std::string& path, int64_t step) {
+  std::ifstream in(path);
+  if (!in) return;
+  std::string kept, line;
+  while (std::getline(in, line)) {
+    long long s = -1;
+    if (std::sscanf(line.c_str(), "{\"step\": %lld", &s) != 1) continue;
+    const bool eval = line.find("\"val_loss\"") != std::string::npos;
+    if (eval ? s < step : s <= step) kept += line + "\n";
+  }
+  write_file_atomic(path, kept);
 }
 
 std::string format_duration(double s) {

@@ -1,6 +1,7 @@
 // What a run reports: the human step line on stdout and one JSON object per line in run.dir/metrics.jsonl
 // (rank 0 only), which tools/ and the tests read back.
 #pragma once
+#include <cstdint>
 #include <cstdio>
 #include <string>
 #include <utility>
@@ -32,6 +33,10 @@ class MetricsLog {
   std::FILE* f_ = nullptr;
   std::string path_;
 };
+
+// Keeps what a run resuming at `step` will not write again: the training steps up to `step` and the evaluations
+// before it (the run evaluates at `step` as it starts). Rewrites the file atomically; a missing file is fine.
+void truncate_metrics(const std::string& path, int64_t step);
 
 std::string format_duration(double seconds);  // "1h02m", "3m07s", "42s"
 std::string format_bytes(double bytes);       // "1.50 GiB"

@@ -74,21 +74,6 @@ std::unique_ptr<Communicator> make_communicator(Backend& backend, const Config& 
                    backend.name(), world, YUAN_BACKENDS));
 }
 
-// Keeps what a run starting at `step` will not write again: the training steps up to `step` and the
-// evaluations before it (the run evaluates at `step` as it starts).
-void truncate_metrics(const std::string& path, int64_t step) {
-  std::ifstream in(path);
-  if (!in) return;
-  std::string kept, line;
-  while (std::getline(in, line)) {
-    long long s = -1;
-    if (std::sscanf(line.c_str(), "{\"step\": %lld", &s) != 1) continue;
-    const bool eval = line.find("\"val_loss\"") != std::string::npos;
-    if (eval ? s < step : s <= step) kept += line + "\n";
-  }
-  write_file_atomic(path, kept);
-}
-
 class Trainer {
  public:
   explicit Trainer(const Config& cfg) : cfg_(cfg), world_(parallel::world()) {
