@@ -48,9 +48,10 @@ BLAS_LIB  := $(call libdir,$(OPENBLAS_HOME)) -ldl
 CPPFLAGS += -DOMPI_SKIP_MPICXX $(MPI_INC) $(HDF5_INC) $(BOOST_INC) $(SPM_INC) $(BLAS_INC)
 LIBS      = $(MPI_LIB) $(HDF5_LIB) $(BOOST_LIB) $(SPM_LIB) $(BLAS_LIB) -lpthread
 
-# core: the model, the CPU reference ops and the ZeRO-Offload optimizer with its one-rank communicator, with no
-# MPI/HDF5/Boost, so GPU machines can link kernel tests and single-GPU benchmarks of the optimizer.
-CORE_SRC := $(wildcard src/util/*.cpp src/model/*.cpp src/ops/*.cpp src/optim/*.cpp) src/parallel/communicator.cpp
+# core: the model program, the backend registry with the CPU backend, the ZeRO-Offload optimizer and its one-rank
+# communicator, with no MPI/HDF5/Boost, so GPU machines can link kernel tests and single-GPU benchmarks.
+CORE_SRC := $(wildcard src/util/*.cpp src/model/*.cpp src/ops/*.cpp src/backend/*.cpp src/optim/*.cpp) \
+            src/parallel/communicator.cpp
 APP_SRC  := $(filter-out src/main.cpp $(CORE_SRC),$(wildcard src/*/*.cpp))
 TEST_SRC := $(wildcard tests/*.cpp)
 BENCH_SRC:= $(wildcard tools/bench/*.cpp)

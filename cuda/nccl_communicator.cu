@@ -40,8 +40,8 @@ ncclDataType_t nccl_reduce_type(DType t, const char* what) {
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(int rank, int size, const NcclId& id, void* producer, double timeout_s)
-      : rank_(rank), size_(size), producer_(static_cast<cudaStream_t>(producer)), timeout_s_(timeout_s) {
+  NcclCommunicator(int rank, int size, const NcclId& id, DeviceStream producer, double timeout_s, std::string name)
+      : rank_(rank), size_(size), producer_(producer), timeout_s_(timeout_s), name_(std::move(name)) {
     YUAN_CHECK(size >= 1 && rank >= 0 && rank < size, "NCCL communicator: rank %d of %d", rank, size);
     YUAN_CHECK(timeout_s > 0, "NCCL communicator: timeout %g s must be positive", timeout_s);
     try {
@@ -80,7 +80,7 @@ class NcclCommunicator final : public Communicator {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  void* stream() override { return stream_; }
+  DeviceStream stream() override { return stream_; }
 
   void all_reduce(void* buf, size_t count, DType t, ReduceOp op) override {
     const ncclDataType_t nt = nccl_reduce_type(t, "all_reduce");
@@ -130,6 +130,27 @@ class NcclCommunicator final : public Communicator {
     after_producer();
     check(ncclBroadcast(buf, buf, count, nccl_type(t), root, live(), stream_), "ncclBroadcast");
     settle("ncclBroadcast");
+  }
+
+  // A send and a receive in one NCCL group: neighbours exchanging in opposite directions do not wait on each other.
+  void send_recv(const void* send_buf, size_t send_count, int peer, void* recv_buf, size_t recv_count, int peer2,
+                 DType t) override {
+    YUAN_CHECK((send_count == 0 || (peer >= 0 && peer < size_ && peer != rank_)) &&
+                   (recv_count == 0 || (peer2 >= 0 && peer2 < size_ && peer2 != rank_)),
+               "%s: send to rank %d / receive from rank %d of %d", name_.c_str(), peer, peer2, size_);
+    if (send_count == 0 && recv_count == 0) return;
+    after_producer();
+    const ncclComm_t c = live();
+    check(ncclGroupStart(), "ncclSend/ncclRecv group");
+    ncclResult_t e = ncclSuccess;
+    if (send_count) e = ncclSend(send_buf, send_count, nccl_type(t), peer, c, stream_);
+    if (!failed(e) && recv_count) e = ncclRecv(recv_buf, recv_count, nccl_type(t), peer2, c, stream_);
+    if (failed(e)) {
+      ncclGroupEnd();
+      fail("ncclSend/ncclRecv", ncclGetErrorString(e));
+    }
+    check(ncclGroupEnd(), "ncclSend/ncclRecv group");
+    settle("ncclSend/ncclRecv");
   }
 
   // On the GPU path: a host barrier through MPI could block while a peer still waits inside an NCCL kernel.
@@ -243,8 +264,8 @@ class NcclCommunicator final : public Communicator {
     const std::string last = comm_ ? ncclGetLastError(comm_) : "";
     if (comm_) ncclCommAbort(comm_);  // frees the GPU from kernels that would wait for the peer forever
     comm_ = nullptr;
-    throw Error(strf("NCCL error (rank %d of %d on %s): %s: %s%s%s", rank_, size_, process_host().c_str(), what, why,
-                     last.empty() ? "" : "; NCCL says: ", last.c_str()));
+    throw Error(strf("NCCL error (%s rank %d of %d on %s): %s: %s%s%s", name_.c_str(), rank_, size_,
+                     process_host().c_str(), what, why, last.empty() ? "" : "; NCCL says: ", last.c_str()));
   }
 
   // Null handles are skipped, so this also undoes a constructor that stopped half-way.
@@ -265,6 +286,7 @@ class NcclCommunicator final : public Communicator {
   int rank_, size_;
   cudaStream_t producer_;
   double timeout_s_;
+  std::string name_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t ev_producer_ = nullptr, ev_done_ = nullptr;
@@ -282,9 +304,9 @@ NcclId nccl_unique_id() {
   return id;
 }
 
-std::unique_ptr<Communicator> make_nccl_communicator(int rank, int size, const NcclId& id, void* producer,
-                                                     double timeout_s) {
-  return std::make_unique<NcclCommunicator>(rank, size, id, producer, timeout_s);
+std::unique_ptr<Communicator> make_nccl_communicator(int rank, int size, const NcclId& id, DeviceStream producer,
+                                                     double timeout_s, const std::string& name) {
+  return std::make_unique<NcclCommunicator>(rank, size, id, producer, timeout_s, name);
 }
 
 }  // namespace yuan

@@ -11,8 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "backend/host_backend.h"
+#include "backend/cpu_backend.h"
 #include "parallel/communicator.h"
+#include "parallel/groups.h"
 #include "parallel/mpi_check.h"
 #include "parallel/world.h"
 #include "ops/adamw.h"
@@ -24,6 +25,15 @@ namespace {
 
 int rank() { return parallel::world().rank; }
 int nranks() { return parallel::world().size; }
+
+// The world as a process group, for communicators over every rank.
+const parallel::ProcessGroup& world_group() {
+  static const parallel::ProcessGroups groups(parallel::Topology::data_parallel(nranks(), 3, 1));
+  return groups.get(parallel::Group::World);
+}
+std::unique_ptr<Communicator> world_communicator(size_t max_count = INT_MAX) {
+  return parallel::make_mpi_communicator(world_group(), max_count);
+}
 
 // ---------------------------------------------------------------------------------------------------------------
 // World
@@ -89,8 +99,8 @@ T sum_over_ranks(size_t i) {
 // One plain communicator and one that splits every call into chunks of 5 elements.
 std::vector<std::unique_ptr<Communicator>> communicators() {
   std::vector<std::unique_ptr<Communicator>> out;
-  out.push_back(make_mpi_communicator());
-  out.push_back(make_mpi_communicator(5));
+  out.push_back(world_communicator());
+  out.push_back(world_communicator(5));
   return out;
 }
 
@@ -195,46 +205,35 @@ constexpr int kRows = 2;  // per micro-batch and rank
 // Test double of a GPT replica: loss of a row = 0.5 * sum_i a_i (p_i - x_i(row))^2, with x a fixed function of the
 // row's tokens, so gradients depend on the batch and their mean over the global batch is known in closed form.
 // Flat fp32 host buffers; backward visits the modules in reverse layout order and reports each one finished.
-class QuadraticBackend : public HostBackend {
+class QuadraticBackend : public CpuBackend {
  public:
-  QuadraticBackend(const GPTConfig& c, size_t padded) : HostBackend(c, padded) {}
+  QuadraticBackend(const GPTConfig& c, size_t padded) : CpuBackend(ParamLayout(c), padded) {}
 
   static double curvature(size_t i) { return 0.5 + 0.25 * static_cast<double>(i % 5); }
   static double target(const int32_t* row, size_t i, int T) {
     return std::sin(0.37 * static_cast<double>(i) + 0.9 * row[i % (T + 1)]);
   }
 
-  const char* name() const override { return "quadratic"; }
-  int max_micro_batch() const override { return 64; }
-  float forward_backward(const int32_t* tokens, int B, float grad_scale, const ModuleReadyFn& ready) override {
-    const int T = layout_.config().seq_len;
+  virtual ~QuadraticBackend() = default;
+  // Adds grad_scale times the gradient of the mean loss of B rows into the gradients; returns the mean loss.
+  virtual float forward_backward(const int32_t* tokens, int B, float grad_scale, const ModuleReadyFn& ready) {
+    const int T = layout().config().seq_len;
     double loss = 0;
-    for (int m = static_cast<int>(layout_.modules().size()) - 1; m >= 0; m--) {
-      const ModuleSpec& mod = layout_.modules()[m];
+    for (int m = static_cast<int>(layout().modules().size()) - 1; m >= 0; m--) {
+      const ModuleSpec& mod = layout().modules()[m];
       for (size_t i = mod.offset; i < mod.offset + mod.numel; i++) {
         double g = 0;
         for (int b = 0; b < B; b++) {
-          double d = params_[i] - target(tokens + b * (T + 1), i, T);
+          double d = param_mem_[i] - target(tokens + b * (T + 1), i, T);
           g += curvature(i) * d;
           loss += 0.5 * curvature(i) * d * d;
         }
-        grads_[i] += static_cast<float>(grad_scale * g / B);
+        grad_mem_[i] += static_cast<float>(grad_scale * g / B);
       }
-      if (ready) ready(m);
+      if (ready) ready(mod.index);
     }
     return static_cast<float>(loss / B);
   }
-  float forward_loss(const int32_t* tokens, int B) override {
-    const int T = layout_.config().seq_len;
-    double loss = 0;
-    for (int b = 0; b < B; b++)
-      for (size_t i = 0; i < layout_.total(); i++) {
-        double d = params_[i] - target(tokens + b * (T + 1), i, T);
-        loss += 0.5 * curvature(i) * d * d;
-      }
-    return static_cast<float>(loss / B);
-  }
-  void forward_logits(const int32_t*, int, float*) override { throw Error("the quadratic test backend has no logits"); }
 };
 
 // The offload pipeline's view of a GPU, on the host: working weights in f32 or bf16, and the asynchronous
@@ -245,42 +244,37 @@ class QuadraticBackend : public HostBackend {
 class DeferredBackend final : public QuadraticBackend {
  public:
   DeferredBackend(const GPTConfig& c, size_t padded, DType working)
-      : QuadraticBackend(c, padded), working_(working), bf16_(working == DType::BF16 ? padded : 0) {}
-
-  DeviceBuffer param_buffer() override {
-    return working_ == DType::BF16 ? DeviceBuffer{bf16_.data(), padded_, DType::BF16} : HostBackend::param_buffer();
+      : QuadraticBackend(c, padded), working_(working), bf16_(working == DType::BF16 ? padded : 0) {
+    if (working == DType::BF16) weights_ = Tensor(bf16_.data(), DType::BF16, 1, static_cast<int64_t>(padded));
   }
+
   void set_params(const float* src, size_t off, size_t n) override {
     flush_all();
-    HostBackend::set_params(src, off, n);
+    CpuBackend::set_params(src, off, n);
     for (size_t i = 0; i < bf16_.size() && i < n; i++) bf16_[off + i] = f32_to_bf16(src[i]);
   }
   void get_params(float* dst, size_t off, size_t n) override {
     compute_view();
-    HostBackend::get_params(dst, off, n);
+    CpuBackend::get_params(dst, off, n);
   }
   float forward_backward(const int32_t* tokens, int B, float grad_scale, const ModuleReadyFn& ready) override {
     compute_view();
     return QuadraticBackend::forward_backward(tokens, B, grad_scale, ready);
   }
-  float forward_loss(const int32_t* tokens, int B) override {
-    compute_view();
-    return QuadraticBackend::forward_loss(tokens, B);
-  }
   void zero_grads(size_t off, size_t n) override {
     run(copies_);
-    HostBackend::zero_grads(off, n);
+    CpuBackend::zero_grads(off, n);
   }
-  void grads_to_host_async(size_t off, size_t n, float* dst, void*) override {
+  void grads_to_host_async(size_t off, size_t n, float* dst, DeviceStream) override {
     check_range(off, n);
-    copies_.push_back([this, off, n, dst] { std::memcpy(dst, grads_.data() + off, n * sizeof(float)); });
+    copies_.push_back([this, off, n, dst] { std::memcpy(dst, grad_mem_.data() + off, n * sizeof(float)); });
   }
   void wait_transfers() override { run(copies_); }
   void params_from_host_async(const void* src, size_t off, size_t n, int lane) override {
     check_range(off, n);
     ASSERT_TRUE(lane == 0 || lane == 1) << lane;
     char* dst = working_ == DType::BF16 ? reinterpret_cast<char*>(bf16_.data() + off)
-                                        : reinterpret_cast<char*>(params_.data() + off);
+                                        : reinterpret_cast<char*>(param_mem_.data() + off);
     const size_t bytes = n * dtype_size(working_);
     uploads_[lane].push_back([dst, src, bytes] { std::memcpy(dst, src, bytes); });
   }
@@ -299,7 +293,7 @@ class DeferredBackend final : public QuadraticBackend {
   // What compute reads: the working weights after every transfer, as the values the bf16 words stand for.
   void compute_view() {
     flush_all();
-    for (size_t i = 0; i < bf16_.size(); i++) params_[i] = bf16_to_f32(bf16_[i]);
+    for (size_t i = 0; i < bf16_.size(); i++) param_mem_[i] = bf16_to_f32(bf16_[i]);
   }
   DType working_;
   std::vector<uint16_t> bf16_;
@@ -322,6 +316,13 @@ std::vector<float> initial_params(size_t n) {
 
 double lr_at(int step) { return 1e-2 * (1.0 + 0.5 * step); }
 
+
+// One optimizer step as the trainer takes it: reduce, the global norm from every rank's share, update.
+ZeroStepStats step(ZeroOptimizer& opt, Communicator& comm, double lr) {
+  const double norm = std::sqrt(comm.sum(opt.reduce_gradients()));
+  return opt.step(lr, norm);
+}
+
 struct Trajectory {
   std::vector<float> params;
   std::vector<double> norms;
@@ -342,7 +343,7 @@ Trajectory run_zero(const OptimConfig& oc, int accum, int steps, const Drive& dr
       drive.deferred ? std::make_unique<DeferredBackend>(tiny_config(), padded, drive.working)
                      : std::make_unique<QuadraticBackend>(tiny_config(), padded);
   QuadraticBackend& be = *owned;
-  std::unique_ptr<Communicator> comm = make_mpi_communicator();
+  std::unique_ptr<Communicator> comm = world_communicator();
   std::vector<float> init = initial_params(layout.total());
   ZeroOptimizer opt(oc, be, *comm, init.data());
   Trajectory out;
@@ -353,7 +354,7 @@ Trajectory run_zero(const OptimConfig& oc, int accum, int steps, const Drive& dr
       be.forward_backward(tok.data(), kRows, 1.0f / static_cast<float>(nranks() * accum), opt.ready_hook());
       opt.after_micro_batch();
     }
-    ZeroStepStats st = opt.step(lr_at(s));
+    ZeroStepStats st = step(opt, *comm, lr_at(s));
     out.norms.push_back(st.grad_norm);
     std::vector<float> g(be.padded_size());
     be.grads_to_host(0, g.size(), g.data());
@@ -400,13 +401,7 @@ Trajectory run_serial(const OptimConfig& oc, int accum, int steps, DType working
     }
     double norm = std::sqrt(norm2);
     out.norms.push_back(norm);
-    ops::AdamWHyper h;
-    h.lr = lr_at(s);
-    h.beta1 = oc.beta1;
-    h.beta2 = oc.beta2;
-    h.eps = oc.eps;
-    h.t = s + 1;
-    if (oc.grad_clip > 0 && norm > oc.grad_clip) h.grad_scale = oc.grad_clip / (norm + 1e-6);
+    ops::AdamWHyper h = adamw_hyper(oc, lr_at(s), s + 1, norm);
     for (const TensorSpec& t : layout.tensors()) {
       h.weight_decay = t.decay ? oc.weight_decay : 0.0;
       ops::adamw_update(&p[t.offset], &m[t.offset], &v[t.offset], &g[t.offset], nullptr, t.numel, h);
@@ -524,7 +519,7 @@ TEST(MpiZero, OptimizerBytesShrinkWithWorld) {
   ParamLayout layout(tiny_config());
   const size_t n = layout.total(), padded = zero_padded_size(n, nranks());
   QuadraticBackend be(tiny_config(), padded);
-  std::unique_ptr<Communicator> comm = make_mpi_communicator();
+  std::unique_ptr<Communicator> comm = world_communicator();
   std::vector<float> init = initial_params(n);
   size_t bytes[3];
   for (int stage : {0, 1, 2}) {
@@ -551,7 +546,7 @@ TEST(MpiZero, OptimizerBytesShrinkWithWorld) {
 TEST(MpiZero, StateAccessWaitsForDrain) {
   ParamLayout layout(tiny_config());
   QuadraticBackend be(tiny_config(), zero_padded_size(layout.total(), nranks()));
-  std::unique_ptr<Communicator> comm = make_mpi_communicator();
+  std::unique_ptr<Communicator> comm = world_communicator();
   std::vector<float> init = initial_params(layout.total());
   OptimConfig oc = optim_config(1, 0.001, 1.0);
   oc.delayed_update = true;
@@ -559,7 +554,7 @@ TEST(MpiZero, StateAccessWaitsForDrain) {
   std::vector<int32_t> tok = batch_tokens(0, rank(), 0);
   be.forward_backward(tok.data(), kRows, 1.0f / nranks(), opt.ready_hook());
   opt.after_micro_batch();
-  opt.step(1e-2);
+  step(opt, *comm, 1e-2);
   EXPECT_THROW(opt.master(), Error);  // the update is still in flight
   opt.drain();
   EXPECT_NE(opt.master(), nullptr);
@@ -571,7 +566,7 @@ TEST(MpiZero, ShardsReassembleTheWeights) {
   ParamLayout layout(tiny_config());
   const size_t n = layout.total();
   QuadraticBackend be(tiny_config(), zero_padded_size(n, nranks()));
-  std::unique_ptr<Communicator> comm = make_mpi_communicator();
+  std::unique_ptr<Communicator> comm = world_communicator();
   std::vector<float> init = initial_params(n);
   for (int stage : {0, 1, 2}) {
     ZeroOptimizer opt(optim_config(stage, 0.001, 1.0), be, *comm, init.data());
@@ -589,7 +584,7 @@ TEST(MpiZero, ShardsReassembleTheWeights) {
 TEST(MpiZero, MissingReadyModuleIsAnError) {
   ParamLayout layout(tiny_config());
   QuadraticBackend be(tiny_config(), zero_padded_size(layout.total(), nranks()));
-  std::unique_ptr<Communicator> comm = make_mpi_communicator();
+  std::unique_ptr<Communicator> comm = world_communicator();
   std::vector<float> init = initial_params(layout.total());
   ZeroOptimizer opt(optim_config(1, 0.001, 1.0), be, *comm, init.data());
   for (int m = static_cast<int>(layout.modules().size()) - 1; m >= 1; m--) opt.ready_hook()(m);  // wte never

@@ -21,10 +21,12 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "model/program.h"
+#include "run/commands.h"
 #include "config/config.h"
 #include "parallel/communicator.h"
 #include "model/gpt.h"
-#include "optim/schedule.h"
+#include "optim/lr_schedule.h"
 #include "optim/zero.h"
 #include "util/dtype.h"
 #include "util/error.h"
@@ -89,8 +91,12 @@ struct Reference {
     return out;
   }
   const int32_t* batch(int step) const { return tokens.data() + static_cast<size_t>(step) * B * (cfg.seq_len + 1); }
-  std::unique_ptr<yuan::Backend> backend() const {
-    return yuan::make_backend("cpu", cfg, B, yuan::zero_padded_size(layout->total(), 1));
+  // The CPU backend and the program over every module, for micro-batches of up to B rows.
+  yuan::Replica model() const {
+    yuan::Replica m;
+    m.backend = yuan::make_backend(yuan::Device::Cpu, {cfg, {}, layout->total()});
+    m.program = std::make_unique<yuan::Program>(*m.backend, yuan::ProgramSpec{{}, B, 1, false});
+    return m;
   }
 };
 
@@ -173,20 +179,21 @@ TEST(GptInit, DeterministicPerSeedWithTheStatedStds) {
 TEST(Reference, LogitsAndLossAtInitialParams) {
   Reference ref;
   const int T = ref.cfg.seq_len, V = ref.cfg.vocab_size;
-  auto be = ref.backend();
+  yuan::Replica model = ref.model();
+  yuan::Backend* be = model.backend.get();
   be->set_params(ref.params.data(), 0, ref.params.size());
   const std::vector<float> want = ref.file.read_f32("logits", {ref.B, T, V});
   std::vector<float> got(want.size());
   for (int b = 0; b < ref.B; b++)
-    be->forward_logits(ref.batch(0) + static_cast<size_t>(b) * (T + 1), T, got.data() + static_cast<size_t>(b) * T * V);
+    model.program->forward_logits(ref.batch(0) + static_cast<size_t>(b) * (T + 1), T, got.data() + static_cast<size_t>(b) * T * V);
   EXPECT_LE(rel_err(got.data(), want.data(), want.size()), 1e-5);
   // A prefix sees only itself (causality): the logits of its positions are those of the full row.
   std::vector<float> prefix(5 * V);
-  be->forward_logits(ref.batch(0), 5, prefix.data());
+  model.program->forward_logits(ref.batch(0), 5, prefix.data());
   EXPECT_LE(rel_err(prefix.data(), want.data(), prefix.size()), 1e-5);
 
   const double loss = ref.file.read_f64("loss", {})[0];
-  EXPECT_LE(rel_err(be->forward_loss(ref.batch(0), ref.B), loss), 1e-5);
+  EXPECT_LE(rel_err(model.program->forward_loss(ref.batch(0), ref.B), loss), 1e-5);
   // Single rows (a micro-batch below the backend's maximum): cross-entropy of the reference logits.
   for (int b = 0; b < ref.B; b++) {
     const int32_t* row = ref.batch(0) + static_cast<size_t>(b) * (T + 1);
@@ -197,18 +204,19 @@ TEST(Reference, LogitsAndLossAtInitialParams) {
       for (int v = 0; v < V; v++) z += std::exp(l[v] - mx);
       sum += mx + std::log(z) - l[row[t + 1]];
     }
-    EXPECT_LE(rel_err(be->forward_loss(row, 1), sum / T), 1e-5) << "row " << b;
+    EXPECT_LE(rel_err(model.program->forward_loss(row, 1), sum / T), 1e-5) << "row " << b;
   }
-  EXPECT_LE(rel_err(be->forward_backward(ref.batch(0), ref.B, 1.0f, [](int) {}), loss), 1e-5);
+  EXPECT_LE(rel_err(model.program->forward_backward(ref.batch(0), ref.B, 1.0f, [](int) {}), loss), 1e-5);
 }
 
 TEST(Reference, GradientsAtInitialParams) {
   Reference ref;
-  auto be = ref.backend();
+  yuan::Replica model = ref.model();
+  yuan::Backend* be = model.backend.get();
   be->set_params(ref.params.data(), 0, ref.params.size());
   be->zero_grads(0, be->padded_size());
   std::vector<int> ready;
-  be->forward_backward(ref.batch(0), ref.B, 1.0f, [&](int m) { ready.push_back(m); });
+  model.program->forward_backward(ref.batch(0), ref.B, 1.0f, [&](int m) { ready.push_back(m); });
   // Every module reported once, in reverse layout order (ZeRO-2 reduces buckets as they complete).
   std::vector<int> want_ready;
   for (int m = static_cast<int>(ref.layout->modules().size()) - 1; m >= 0; m--) want_ready.push_back(m);
@@ -225,8 +233,8 @@ TEST(Reference, GradientsAtInitialParams) {
   // the tokens, add up to the full batch's mean-loss gradient.
   ASSERT_EQ(ref.B, 3);
   be->zero_grads(0, be->padded_size());
-  be->forward_backward(ref.batch(0), 1, 1.0f / 3, [](int) {});
-  be->forward_backward(ref.batch(0) + (ref.cfg.seq_len + 1), 2, 2.0f / 3, [](int) {});
+  model.program->forward_backward(ref.batch(0), 1, 1.0f / 3, [](int) {});
+  model.program->forward_backward(ref.batch(0) + (ref.cfg.seq_len + 1), 2, 2.0f / 3, [](int) {});
   be->grads_to_host(0, grads.size(), grads.data());
   for (const auto& t : ref.layout->tensors())
     EXPECT_LE(rel_err(grads.data() + t.offset, want.data() + t.offset, t.numel), 1e-4)
@@ -240,19 +248,20 @@ TEST(Reference, ThreeTrainingStepsMatchTorchAdamW) {
   const std::vector<double> norms = ref.file.read_f64("grad_norms", {ref.steps});
   const std::vector<double> lrs = ref.file.read_f64("lrs", {ref.steps});
   const std::vector<float> final_params = ref.flat("final.");
-  auto comm = yuan::make_mpi_communicator();
+  auto comm = yuan::make_local_communicator();
   for (int stage : {0, 1, 2}) {
     SCOPED_TRACE("optim.zero=" + std::to_string(stage));
     yuan::OptimConfig oc = ref.optim;
     oc.zero = stage;
     oc.bucket_mb = 0.02;  // ~20 KB: several buckets for this 116 KB model
-    auto be = ref.backend();
+    yuan::Replica model = ref.model();
+  yuan::Backend* be = model.backend.get();
     yuan::ZeroOptimizer opt(oc, *be, *comm, ref.params.data());
     for (int step = 0; step < ref.steps; step++) {
-      float loss = be->forward_backward(ref.batch(step), ref.B, 1.0f, opt.ready_hook());
+      float loss = model.program->forward_backward(ref.batch(step), ref.B, 1.0f, opt.ready_hook());
       opt.after_micro_batch();
       const double lr = yuan::lr_at(oc, step, ref.steps);
-      yuan::ZeroStepStats st = opt.step(lr);
+      yuan::ZeroStepStats st = opt.step(lr, std::sqrt(comm->sum(opt.reduce_gradients())));
       EXPECT_LE(rel_err(loss, losses[step]), 1e-5) << "loss of step " << step;
       EXPECT_LE(rel_err(lr, lrs[step]), 1e-12) << "lr of step " << step;
       EXPECT_LE(rel_err(st.grad_norm, norms[step]), 1e-5) << "grad norm of step " << step;

@@ -1,26 +1,130 @@
 #include "backend/backend.h"
 
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
 #include "backend/cpu_backend.h"
-#include "util/error.h"
+#include "util/peak.h"
 #ifdef YUAN_CUDA
 #include "backend/cuda_backend.h"
 #endif
 
 namespace yuan {
 
-std::unique_ptr<Backend> make_backend(const std::string& device, const GPTConfig& cfg, int micro_batch,
-                                      size_t padded_size, bool recompute) {
-#ifdef YUAN_CUDA
-  if (device == "cuda" || (device == "auto" && cuda_device_available()))
-    return make_cuda_backend(cfg, micro_batch, padded_size, recompute);
-#else
-  (void)recompute;
-  YUAN_CHECK(device != "cuda", "train.device=cuda: this yuanlm was built without the CUDA backend (built: %s)",
-             YUAN_BACKENDS);
-#endif
-  YUAN_CHECK(device == "cpu" || device == "auto", "train.device: unknown device '%s' (expected cpu, cuda or auto)",
-             device.c_str());
-  return make_cpu_backend(cfg, micro_batch, padded_size);
+Allocation::Allocation(void* p, size_t bytes, Release release, std::optional<Mem> host_category)
+    : p_(p), bytes_(bytes), release_(release), category_(host_category) {
+  if (category_) detail::mem_account(*category_, static_cast<std::ptrdiff_t>(bytes_));
 }
+
+Allocation::~Allocation() {
+  if (!p_) return;
+  release_(p_);
+  if (category_) detail::mem_account(*category_, -static_cast<std::ptrdiff_t>(bytes_));
+}
+
+Allocation host_allocation(size_t bytes, Mem cat) {
+  if (bytes == 0) return {};
+  void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  if (!p) throw std::bad_alloc();
+  std::memset(p, 0, bytes);
+  return Allocation(p, bytes, std::free, cat);
+}
+
+Backend::Backend(const ParamLayout& layout, size_t padded) : layout_(layout), padded_(padded) {
+  YUAN_CHECK(padded >= layout_.total(), "backend: padded size %zu < parameter count %zu", padded, layout_.total());
+}
+
+PeakFlops Backend::peak_flops() { return {measure_peak_flops(), "measured fp32 FMA loop on this rank's threads"}; }
+
+const TensorFormats& Backend::formats() const { return tensor_formats(device()); }
+
+void Backend::check_range(size_t off, size_t n) const {
+  YUAN_CHECK(off + n <= padded_, "%s backend: range [%zu, %zu) outside the %zu-element buffer", name(), off, off + n,
+             padded_);
+}
+
+Tensor Backend::view(const Tensor& flat, const TensorSpec& t) {
+  const int64_t rows = t.shape.size() == 2 ? t.shape[0] : 1, cols = static_cast<int64_t>(t.numel) / rows;
+  return Tensor(static_cast<char*>(flat.data) + t.offset * dtype_size(flat.dtype), flat.dtype, rows, cols);
+}
+
+void Backend::params_from_host_async(const void* src, size_t offset, size_t count, int lane) {
+  (void)lane;
+  YUAN_CHECK(weights_.dtype == DType::F32, "backend %s: no upload path for its working weights", name());
+  set_params(static_cast<const float*>(src), offset, count);
+}
+
+// ---- registry ----
+
+namespace {
+
+struct Registered {
+  Device device;
+  const TensorFormats& (*formats)();
+  bool (*available)();  // a device of this kind is visible to this process
+  size_t (*free_bytes)();
+  std::unique_ptr<Backend> (*make)(const BackendSpec&);
+};
+
+bool always() { return true; }
+size_t unbounded() { return SIZE_MAX; }
+
+// In order of preference for train.device=auto.
+const Registered kRegistry[] = {
+#ifdef YUAN_CUDA
+    {Device::Cuda, cuda_tensor_formats, cuda_device_available, cuda_free_bytes, make_cuda_backend},
+#endif
+    {Device::Cpu, cpu_tensor_formats, always, unbounded, make_cpu_backend},
+};
+
+const Registered* find(Device d) {
+  for (const Registered& r : kRegistry)
+    if (r.device == d) return &r;
+  return nullptr;
+}
+
+const Registered& require(Device d) {
+  const Registered* r = find(d);
+  YUAN_CHECK(r, "train.device=%s: this yuanlm was built without the %s backend (built: %s)", device_name(d),
+             device_name(d), YUAN_BACKENDS);
+  return *r;
+}
+
+}  // namespace
+
+const char* device_name(Device d) {
+  switch (d) {
+    case Device::Cpu: return "cpu";
+    case Device::Cuda: return "cuda";
+  }
+  return "?";
+}
+
+DeviceRequest parse_device(const std::string& text, const char* key) {
+  if (text == "auto") return {};
+  for (Device d : {Device::Cpu, Device::Cuda})
+    if (text == device_name(d)) return {false, d};
+  throw Error(strf("%s must be cpu, cuda or auto (got '%s')", key, text.c_str()), true);
+}
+
+Device resolve_device(const DeviceRequest& req) {
+  if (!req.automatic) {
+    const Registered& r = require(req.device);
+    YUAN_CHECK(r.available(), "train.device=%s: no %s device is visible to this process", device_name(req.device),
+               device_name(req.device));
+    return req.device;
+  }
+  for (const Registered& r : kRegistry)
+    if (r.available()) return r.device;
+  return Device::Cpu;
+}
+
+const TensorFormats& tensor_formats(Device device) { return require(device).formats(); }
+
+size_t device_free_bytes(Device device) { return require(device).free_bytes(); }
+
+std::unique_ptr<Backend> make_backend(Device device, const BackendSpec& spec) { return require(device).make(spec); }
 
 }  // namespace yuan

@@ -11,6 +11,7 @@
 
 #include <boost/program_options.hpp>
 
+#include "backend/backend.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -62,11 +63,8 @@ std::vector<Field> fields(Config& c) {
       {"optim.grad_clip", &c.optim.grad_clip, "clip the global gradient L2 norm to this; 0 disables"},
       {"optim.zero", &c.optim.zero, "ZeRO stage: 0 replicated, 1 optimizer state sharded, 2 gradients too"},
       {"optim.bucket_mb", &c.optim.bucket_mb, "gradient communication bucket size in MiB"},
-      {"optim.offload", &c.optim.offload,
-       "cpu: fp32 master weights and moments in host memory, CPU AdamW (ZeRO-Offload) | none: GPU-resident AdamW "
-       "(one CUDA rank; bench_gpu_train only, the trainer refuses it)"},
       {"optim.delayed_update", &c.optim.delayed_update,
-       "offload=cpu: run step t's AdamW beside step t+1's forward/backward; gradients see weights one step stale"},
+       "run step t's host AdamW beside step t+1's forward/backward; gradients see weights one step stale"},
       {"dist.nccl_timeout_s", &c.dist.nccl_timeout_s,
        "CUDA on several ranks: an NCCL operation not done after this many seconds aborts the job"},
       {"run.dir", &c.run.dir, "directory for logs, config.ini and checkpoints"},
@@ -326,9 +324,7 @@ void validate(const Config& c, int world) {
   at_least("train.eval_every", c.train.eval_every, 0);
   at_least("train.eval_batches", c.train.eval_batches, 1);
   at_least("train.max_bad_steps", c.train.max_bad_steps, 1);
-  const std::string& dev = c.train.device;
-  if (dev != "cpu" && dev != "cuda" && dev != "auto")
-    throw Error(strf("train.device must be cpu, cuda or auto (got '%s')", dev.c_str()), true);
+  parse_device(c.train.device, "train.device");
   long per_step = static_cast<long>(world) * c.train.micro_batch;
   if (c.train.global_batch % per_step != 0)
     throw Error(strf("train.global_batch (%d) must be divisible by world size (%d) x train.micro_batch (%d) = %ld",
@@ -348,14 +344,6 @@ void validate(const Config& c, int world) {
   at_least("optim.grad_clip", o.grad_clip, 0);
   if (o.zero < 0 || o.zero > 2) throw Error(strf("optim.zero must be 0, 1 or 2 (got %d)", o.zero), true);
   above("optim.bucket_mb", o.bucket_mb, 0);
-  if (o.offload != "cpu" && o.offload != "none")
-    throw Error(strf("optim.offload must be cpu or none (got '%s')", o.offload.c_str()), true);
-  if (o.offload == "none" && (world > 1 || dev == "cpu"))
-    throw Error(strf("optim.offload=none keeps the optimizer on the GPU of a single rank; this run has %d rank(s) "
-                     "and train.device=%s: use optim.offload=cpu", world, dev.c_str()),
-                true);
-  if (o.offload == "none" && o.delayed_update)
-    throw Error("optim.delayed_update overlaps the host AdamW with the GPU: it needs optim.offload=cpu", true);
   above("dist.nccl_timeout_s", c.dist.nccl_timeout_s, 0);
 
   if (c.run.dir.empty()) throw Error("run.dir must not be empty", true);

@@ -42,7 +42,6 @@ struct OptimConfig {
   double grad_clip = 1.0;  // global L2 norm; 0 disables
   int zero = 1;            // 0 replicated, 1 optimizer state sharded, 2 gradients sharded too
   double bucket_mb = 25;   // gradient communication bucket size
-  std::string offload = "cpu";  // cpu: optimizer state in host memory (ZeroOptimizer) | none: on the GPU
   bool delayed_update = false;  // step t's AdamW beside step t+1's forward/backward (weights one step stale)
 };
 

@@ -1,59 +1,88 @@
 #include "model/gpt.h"
 
+#include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "util/error.h"
 #include "util/rng.h"
 
 namespace yuan {
 
-ParamLayout::ParamLayout(const GPTConfig& c) : cfg_(c) {
+namespace {
+
+// The tensors of one module, as (name suffix, shape) in table order.
+std::vector<std::pair<std::string, std::vector<int64_t>>> module_tensors(const GPTConfig& c, int module) {
   const int64_t C = c.n_embd, V = c.vocab_size, T = c.seq_len;
-  auto begin_module = [&](const std::string& name) {
+  if (module == kWteModule) return {{"weight", {V, C}}};
+  if (module == kWpeModule) return {{"weight", {T, C}}};
+  if (module == ln_f_module(c)) return {{"weight", {C}}, {"bias", {C}}};
+  return {{"ln_1.weight", {C}},          {"ln_1.bias", {C}},           {"attn.c_attn.weight", {3 * C, C}},
+          {"attn.c_attn.bias", {3 * C}}, {"attn.c_proj.weight", {C, C}}, {"attn.c_proj.bias", {C}},
+          {"ln_2.weight", {C}},          {"ln_2.bias", {C}},           {"mlp.c_fc.weight", {4 * C, C}},
+          {"mlp.c_fc.bias", {4 * C}},    {"mlp.c_proj.weight", {C, 4 * C}}, {"mlp.c_proj.bias", {C}}};
+}
+
+std::string module_name(const GPTConfig& c, int module) {
+  if (module == kWteModule) return "wte";
+  if (module == kWpeModule) return "wpe";
+  if (module == ln_f_module(c)) return "ln_f";
+  return "h." + std::to_string(module - 2);
+}
+
+}  // namespace
+
+std::vector<int> held_modules(const GPTConfig& c, const ModuleRange& range) {
+  std::vector<int> m;
+  if (range.end == module_count(c) && range.first > kWteModule) m.push_back(kWteModule);
+  for (int i = range.first; i < range.end; i++) m.push_back(i);
+  return m;
+}
+
+ParamLayout::ParamLayout(const GPTConfig& c) : ParamLayout(c, held_modules(c, all_modules(c))) {}
+
+ParamLayout::ParamLayout(const GPTConfig& c, const std::vector<int>& modules)
+    : cfg_(c), position_(static_cast<size_t>(std::max(module_count(c), 0)), -1) {
+  int id = 0, next = 0;  // id of the first tensor of module `next`
+  for (int index : modules) {
+    YUAN_CHECK(index >= 0 && index < module_count(c) && position_[index] < 0 && (modules_.empty() ||
+               index > modules_.back().index), "parameter layout: module %d out of order, repeated or outside the "
+               "%d modules of the model", index, module_count(c));
+    for (; next < index; next++) id += static_cast<int>(module_tensors(c, next).size());
     ModuleSpec m;
-    m.name = name;
+    m.name = module_name(c, index);
+    m.index = index;
     m.offset = total_;
     m.first_tensor = static_cast<int>(tensors_.size());
-    modules_.push_back(m);
-  };
-  auto add = [&](const std::string& name, std::vector<int64_t> shape) {
-    TensorSpec t;
-    t.name = name;
-    t.shape = std::move(shape);
-    t.numel = 1;
-    for (int64_t d : t.shape) t.numel *= static_cast<size_t>(d);
-    t.offset = total_;
-    t.decay = t.shape.size() >= 2;
-    t.module = static_cast<int>(modules_.size()) - 1;
-    total_ += t.numel;
-    tensors_.push_back(t);
-    ModuleSpec& m = modules_.back();
-    m.numel += t.numel;
-    m.n_tensors++;
-  };
-  begin_module("wte");
-  add("wte.weight", {V, C});
-  begin_module("wpe");
-  add("wpe.weight", {T, C});
-  for (int l = 0; l < c.n_layer; l++) {
-    std::string p = "h." + std::to_string(l);
-    begin_module(p);
-    add(p + ".ln_1.weight", {C});
-    add(p + ".ln_1.bias", {C});
-    add(p + ".attn.c_attn.weight", {3 * C, C});
-    add(p + ".attn.c_attn.bias", {3 * C});
-    add(p + ".attn.c_proj.weight", {C, C});
-    add(p + ".attn.c_proj.bias", {C});
-    add(p + ".ln_2.weight", {C});
-    add(p + ".ln_2.bias", {C});
-    add(p + ".mlp.c_fc.weight", {4 * C, C});
-    add(p + ".mlp.c_fc.bias", {4 * C});
-    add(p + ".mlp.c_proj.weight", {C, 4 * C});
-    add(p + ".mlp.c_proj.bias", {C});
+    for (auto& [suffix, shape] : module_tensors(c, index)) {
+      TensorSpec t;
+      t.name = m.name + "." + suffix;
+      t.shape = shape;
+      t.numel = 1;
+      for (int64_t d : t.shape) t.numel *= static_cast<size_t>(d);
+      t.offset = total_;
+      t.decay = t.shape.size() >= 2;
+      t.module = index;
+      t.id = id++;
+      total_ += t.numel;
+      m.numel += t.numel;
+      m.n_tensors++;
+      tensors_.push_back(std::move(t));
+    }
+    next = index + 1;
+    position_[index] = static_cast<int>(modules_.size());
+    modules_.push_back(std::move(m));
   }
-  begin_module("ln_f");
-  add("ln_f.weight", {C});
-  add("ln_f.bias", {C});
+}
+
+bool ParamLayout::has(int module) const {
+  return module >= 0 && static_cast<size_t>(module) < position_.size() && position_[module] >= 0;
+}
+
+const ModuleSpec& ParamLayout::module(int index) const {
+  YUAN_CHECK(has(index), "parameter layout: module %d (%s) is not held here", index,
+             index >= 0 && index < module_count(cfg_) ? module_name(cfg_, index).c_str() : "no such module");
+  return modules_[position_[index]];
 }
 
 const TensorSpec& ParamLayout::find(const std::string& name) const {
@@ -69,8 +98,7 @@ static bool ends_with(const std::string& s, const char* suffix) {
 
 void init_gpt2(const ParamLayout& layout, uint64_t seed, float* params) {
   const float residual_std = 0.02f / std::sqrt(2.0f * static_cast<float>(layout.config().n_layer));
-  for (size_t i = 0; i < layout.tensors().size(); i++) {
-    const TensorSpec& t = layout.tensors()[i];
+  for (const TensorSpec& t : layout.tensors()) {
     float* p = params + t.offset;
     if (t.shape.size() == 1) {
       float v = ends_with(t.name, ".weight") ? 1.0f : 0.0f;  // LayerNorm gain 1, every bias 0
@@ -78,8 +106,9 @@ void init_gpt2(const ParamLayout& layout, uint64_t seed, float* params) {
       continue;
     }
     bool residual = ends_with(t.name, "attn.c_proj.weight") || ends_with(t.name, "mlp.c_proj.weight");
-    // One stream per tensor: adding a layer does not change the others' values.
-    Rng rng(seed, i);
+    // One stream per tensor of the whole model: adding a layer does not change the others' values, and a
+    // pipeline stage initialises its modules as the whole model would.
+    Rng rng(seed, static_cast<uint64_t>(t.id));
     rng.fill_normal(p, t.numel, residual ? residual_std : 0.02f);
   }
 }

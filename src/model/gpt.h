@@ -27,40 +27,68 @@ struct TensorSpec {
   size_t offset = 0;           // into the flat buffer, in elements
   size_t numel = 0;
   bool decay = false;  // AdamW weight decay applies to matrices and embeddings (dim >= 2), not biases/LN
-  int module = 0;      // index into ParamLayout::modules
+  int module = 0;      // the module's index (see module indices below)
+  int id = 0;          // position in the whole model's table, whatever subset this layout holds
 };
 
 struct ModuleSpec {
   std::string name;  // "wte", "wpe", "h.0", ..., "ln_f"
+  int index = 0;     // the module's index in the whole model
   size_t offset = 0;
   size_t numel = 0;
-  int first_tensor = 0;
+  int first_tensor = 0;  // into ParamLayout::tensors()
   int n_tensors = 0;
 };
+
+// Module indices, fixed by the model: 0 wte, 1 wpe, 2 + l for block l, n_layer + 2 ln_f.
+constexpr int kWteModule = 0, kWpeModule = 1;
+inline int block_module(int layer) { return 2 + layer; }
+inline int ln_f_module(const GPTConfig& c) { return c.n_layer + 2; }
+inline int module_count(const GPTConfig& c) { return c.n_layer + 3; }
+
+// A contiguous run of modules [first, end): what a pipeline stage runs.
+struct ModuleRange {
+  int first = 0, end = 0;
+  bool contains(int module) const { return module >= first && module < end; }
+  int size() const { return end - first; }
+  bool operator==(const ModuleRange& o) const { return first == o.first && end == o.end; }
+};
+inline ModuleRange all_modules(const GPTConfig& c) { return {0, module_count(c)}; }
+// The modules whose parameters a stage running `range` holds: the range, and wte when the range ends with the
+// head but does not embed (the last stage's copy of the tied classifier).
+std::vector<int> held_modules(const GPTConfig& c, const ModuleRange& range);
 
 // Offsets of the 12 tensors inside one transformer block, in table order.
 enum BlockTensor {
   kLn1W, kLn1B, kQkvW, kQkvB, kAttnProjW, kAttnProjB, kLn2W, kLn2B, kFcW, kFcB, kFcProjW, kFcProjB, kBlockTensors
 };
 
+// The parameter table of the whole model, or of a subset of its modules (a pipeline stage): the subset's
+// tensors keep their names, module indices and ids, and are packed in module order from offset 0.
 class ParamLayout {
  public:
   explicit ParamLayout(const GPTConfig& c);
+  // `modules`: indices in increasing order, each at most once; throws naming the bad index.
+  ParamLayout(const GPTConfig& c, const std::vector<int>& modules);
   const GPTConfig& config() const { return cfg_; }
   const std::vector<TensorSpec>& tensors() const { return tensors_; }
-  const std::vector<ModuleSpec>& modules() const { return modules_; }
+  const std::vector<ModuleSpec>& modules() const { return modules_; }  // the held ones, in index order
   size_t total() const { return total_; }
+  bool has(int module) const;
+  const ModuleSpec& module(int index) const;              // throws naming the module when it is not held
   const TensorSpec& find(const std::string& name) const;  // throws Error naming the tensor
-  const TensorSpec& wte() const { return tensors_[0]; }
-  const TensorSpec& wpe() const { return tensors_[1]; }
-  const TensorSpec& block(int layer, BlockTensor t) const { return tensors_[2 + layer * kBlockTensors + t]; }
-  const TensorSpec& ln_f_w() const { return tensors_[tensors_.size() - 2]; }
-  const TensorSpec& ln_f_b() const { return tensors_.back(); }
+  const TensorSpec& wte() const { return tensor_of(kWteModule, 0); }
+  const TensorSpec& wpe() const { return tensor_of(kWpeModule, 0); }
+  const TensorSpec& block(int layer, BlockTensor t) const { return tensor_of(block_module(layer), t); }
+  const TensorSpec& ln_f_w() const { return tensor_of(ln_f_module(cfg_), 0); }
+  const TensorSpec& ln_f_b() const { return tensor_of(ln_f_module(cfg_), 1); }
 
  private:
+  const TensorSpec& tensor_of(int module, int k) const { return tensors_[this->module(module).first_tensor + k]; }
   GPTConfig cfg_;
   std::vector<TensorSpec> tensors_;
   std::vector<ModuleSpec> modules_;
+  std::vector<int> position_;  // module index -> position in modules_, -1 when not held
   size_t total_ = 0;
 };
 

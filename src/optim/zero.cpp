@@ -11,36 +11,68 @@
 
 namespace yuan {
 
-size_t zero_padded_size(size_t n_params, int world) {
-  const size_t w = static_cast<size_t>(world);
+size_t zero_padded_size(size_t n_params, int ranks) {
+  const size_t w = static_cast<size_t>(ranks);
   return (n_params + w - 1) / w * w;
 }
 
-static size_t shard_elements(size_t n_params, int world, int stage) {
-  size_t padded = zero_padded_size(n_params, world);
-  return stage == 0 ? padded : padded / static_cast<size_t>(world);
+static size_t shard_elements(size_t n_params, int ranks, int stage) {
+  size_t padded = zero_padded_size(n_params, ranks);
+  return stage == 0 ? padded : padded / static_cast<size_t>(ranks);
 }
 
-size_t zero_optimizer_bytes(size_t n_params, int world, int stage, bool delayed_update) {
+size_t zero_optimizer_bytes(size_t n_params, int ranks, int stage, bool delayed_update) {
   // master, m, v, gradient(s)
-  return (delayed_update ? 5 : 4) * shard_elements(n_params, world, stage) * sizeof(float);
+  return (delayed_update ? 5 : 4) * shard_elements(n_params, ranks, stage) * sizeof(float);
 }
 
-static char* at(const DeviceBuffer& b, size_t offset) { return static_cast<char*>(b.ptr) + offset * dtype_size(b.dtype); }
+ops::AdamWHyper adamw_hyper(const OptimConfig& o, double lr, int64_t t, double grad_norm) {
+  ops::AdamWHyper h;
+  h.lr = lr;
+  h.beta1 = o.beta1;
+  h.beta2 = o.beta2;
+  h.eps = o.eps;
+  h.weight_decay = o.weight_decay;
+  h.t = t;
+  // torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is below 1.
+  if (o.grad_clip > 0 && grad_norm > o.grad_clip) h.grad_scale = o.grad_clip / (grad_norm + 1e-6);
+  return h;
+}
+
+std::vector<DecaySegment> decay_segments(const ParamLayout& layout, size_t lo, size_t hi) {
+  std::vector<DecaySegment> out;
+  auto add = [&](size_t begin, size_t end, bool decay) {
+    begin = std::max(begin, lo);
+    end = std::min(end, hi);
+    if (begin >= end) return;
+    if (!out.empty() && out.back().decay == decay) {
+      out.back().count += end - begin;
+      return;
+    }
+    out.push_back({begin, end - begin, decay});
+  };
+  for (const TensorSpec& t : layout.tensors()) add(t.offset, t.offset + t.numel, t.decay);
+  add(layout.total(), hi, false);
+  return out;
+}
+
+static char* at(const Tensor& flat, size_t offset) {
+  return static_cast<char*>(flat.data) + offset * dtype_size(flat.dtype);
+}
 
 ZeroOptimizer::ZeroOptimizer(const OptimConfig& cfg, Backend& backend, Communicator& comm, const float* init_params)
     : cfg_(cfg), backend_(backend), comm_(comm) {
   YUAN_CHECK(cfg.zero >= 0 && cfg.zero <= 2, "optim.zero = %d: must be 0, 1 or 2", cfg.zero);
   const ParamLayout& layout = backend.layout();
-  const int world = comm.size();
-  padded_ = zero_padded_size(layout.total(), world);
+  const int ranks = comm.size();
+  padded_ = zero_padded_size(layout.total(), ranks);
   YUAN_CHECK(backend.padded_size() == padded_, "backend %s holds %zu parameters, ZeRO over %d ranks needs %zu",
-             backend.name(), backend.padded_size(), world, padded_);
-  const DType wdt = backend.param_buffer().dtype;
+             backend.name(), backend.padded_size(), ranks, padded_);
+  const DType wdt = backend.weights().dtype;
   YUAN_CHECK(wdt == DType::F32 || wdt == DType::BF16, "backend %s: working weights must be f32 or bf16",
              backend.name());
   bf16_ = wdt == DType::BF16;
-  shard_n_ = shard_elements(layout.total(), world, cfg.zero);
+  shard_n_ = shard_elements(layout.total(), ranks, cfg.zero);
   shard_off_ = cfg.zero == 0 ? 0 : static_cast<size_t>(comm.rank()) * shard_n_;
 
   // Buckets of whole modules, last module first (the order backward finishes them); the padding tail rides with
@@ -67,22 +99,8 @@ ZeroOptimizer::ZeroOptimizer(const OptimConfig& cfg, Backend& backend, Communica
     bytes = 0;
   }
 
-  // Weight decay by range: each tensor's part of the shard, neighbours with the same setting merged.
-  const size_t lo = shard_off_, hi = shard_off_ + shard_n_;
-  std::vector<Segment> segments;
-  auto add_segment = [&](size_t begin, size_t end, bool decay) {
-    begin = std::max(begin, lo);
-    end = std::min(end, hi);
-    if (begin >= end) return;
-    if (!segments.empty() && segments.back().decay == decay) {
-      segments.back().count += end - begin;
-      return;
-    }
-    segments.push_back({begin - lo, end - begin, decay});
-  };
-  for (const TensorSpec& t : layout.tensors()) add_segment(t.offset, t.offset + t.numel, t.decay);
-  add_segment(layout.total(), padded_, false);
   // Tiles: the buckets' parts of the shard, which tile it, each cut where weight decay changes.
+  const size_t lo = shard_off_, hi = shard_off_ + shard_n_;
   size_t largest = 0;
   for (const Bucket& b : buckets_) {
     const size_t tlo = std::max(b.offset, lo), thi = std::min(b.offset + b.count, hi);
@@ -90,10 +108,8 @@ ZeroOptimizer::ZeroOptimizer(const OptimConfig& cfg, Backend& backend, Communica
     Tile t;
     t.offset = tlo - lo;
     t.count = thi - tlo;
-    for (const Segment& s : segments) {
-      const size_t plo = std::max(s.offset, t.offset), phi = std::min(s.offset + s.count, t.offset + t.count);
-      if (plo < phi) t.pieces.push_back({plo, phi - plo, s.decay});
-    }
+    t.pieces = decay_segments(layout, tlo, thi);
+    for (DecaySegment& p : t.pieces) p.offset -= lo;
     largest = std::max(largest, t.count);
     tiles_.push_back(std::move(t));
   }
@@ -102,11 +118,11 @@ ZeroOptimizer::ZeroOptimizer(const OptimConfig& cfg, Backend& backend, Communica
   m_ = HostArray<float>(shard_n_, Mem::Optimizer);
   v_ = HostArray<float>(shard_n_, Mem::Optimizer);
   for (int i = 0; i < (cfg.delayed_update ? 2 : 1); i++)
-    grad_[i] = backend.alloc_pinned(shard_n_ * sizeof(float), Mem::Optimizer);
-  if (cfg.zero == 2) incoming_ = backend.alloc_pinned(shard_n_ * sizeof(float), Mem::Comm);
-  if (bf16_ && cfg.delayed_update) bf16_shard_ = backend.alloc_pinned(shard_n_ * sizeof(uint16_t), Mem::Comm);
+    grad_[i] = backend.alloc_transfer(shard_n_ * sizeof(float), Mem::Optimizer);
+  if (cfg.zero == 2) incoming_ = backend.alloc_transfer(shard_n_ * sizeof(float), Mem::Comm);
+  if (bf16_ && cfg.delayed_update) bf16_shard_ = backend.alloc_transfer(shard_n_ * sizeof(uint16_t), Mem::Comm);
   if (bf16_ && !cfg.delayed_update)
-    for (PinnedBuffer& s : stage_) s = backend.alloc_pinned(largest * sizeof(uint16_t), Mem::Comm);
+    for (Allocation& s : stage_) s = backend.alloc_transfer(largest * sizeof(uint16_t), Mem::Comm);
   if (lo < layout.total()) std::memcpy(master_.data(), init_params + lo, (std::min(hi, layout.total()) - lo) * sizeof(float));
   reduce_in_backward_ = cfg.zero == 2;
   ready_ = [this](int module) { module_ready(module); };
@@ -155,7 +171,7 @@ void ZeroOptimizer::after_micro_batch() {
 // The first micro-batch of a step writes the host gradient, later ones (zero 2) are added to it: nothing on the
 // host has to be zeroed, and every element of the shard is written since the buckets tile the buffer.
 void ZeroOptimizer::reduce_bucket(Bucket& b) {
-  const DeviceBuffer g = backend_.grad_buffer();
+  const Tensor& g = backend_.grads();
   const double t0 = now_seconds();
   size_t lo = b.offset, hi = b.offset + b.count;
   if (cfg_.zero == 0) {
@@ -189,7 +205,7 @@ void ZeroOptimizer::finish_reductions(bool accumulate) {
 
 void ZeroOptimizer::update_tile(const Tile& t, const float* g, uint16_t* bf16, const ops::AdamWHyper& h) {
   ops::AdamWHyper hp = h;
-  for (const Segment& p : t.pieces) {
+  for (const DecaySegment& p : t.pieces) {
     hp.weight_decay = p.decay ? h.weight_decay : 0.0;
     ops::adamw_update(master_.data() + p.offset, m_.data() + p.offset, v_.data() + p.offset, g + p.offset,
                       bf16 ? bf16 + (p.offset - t.offset) : nullptr, p.count, hp);
@@ -226,7 +242,7 @@ void ZeroOptimizer::upload_shard() {
 
 void ZeroOptimizer::gather_params() {
   if (cfg_.zero == 0) return;
-  const DeviceBuffer p = backend_.param_buffer();
+  const Tensor& p = backend_.weights();
   const double t0 = now_seconds();
   for (const Bucket& b : buckets_) comm_.all_gather(at(p, b.offset), shard_counts(b), p.dtype);
   comm_.synchronize();
@@ -241,12 +257,12 @@ void ZeroOptimizer::join_worker() {
   gather_params();
 }
 
-ZeroStepStats ZeroOptimizer::step(double lr, bool skip) {
+double ZeroOptimizer::reduce_gradients() {
   for (bool done : module_done_)
-    YUAN_CHECK(!done, "ZeroOptimizer::step inside a micro-batch (after_micro_batch not called after forward_backward)");
+    YUAN_CHECK(!done, "ZeroOptimizer: gradients reduced inside a micro-batch (after_micro_batch not called after "
+               "its backward)");
   // The host gradient holds only what this step's micro-batches wrote (see reduce_bucket).
-  YUAN_CHECK(micro_ > 0, "ZeroOptimizer::step without a micro-batch since the last step");
-  ZeroStepStats st;
+  YUAN_CHECK(micro_ > 0, "ZeroOptimizer: no micro-batch since the last step");
   if (cfg_.zero < 2) {
     for (Bucket& b : buckets_)
       if (!b.reduced) reduce_bucket(b);
@@ -255,42 +271,41 @@ ZeroStepStats ZeroOptimizer::step(double lr, bool skip) {
   }  // zero 2: reduced and accumulated micro-batch by micro-batch
   micro_ = 0;
   reduce_in_backward_ = cfg_.zero == 2;
+  const double t0 = now_seconds();
+  double share = ops::sum_squares(grad_[cur_].as<float>(), shard_n_);
+  // At zero 0 every member holds the whole gradient: one of them speaks for the group.
+  if (cfg_.zero == 0 && comm_.rank() != 0) share = 0;
+  optim_seconds_ += now_seconds() - t0;
+  return share;
+}
 
-  const float* g = grad_[cur_].as<float>();
-  double t0 = now_seconds();
-  double norm2 = ops::sum_squares(g, shard_n_);
-  double t1 = now_seconds();
-  if (cfg_.zero > 0) norm2 = comm_.sum(norm2);  // the data-parallel group is the whole world
+ZeroStepStats ZeroOptimizer::step(double lr, double grad_norm, bool skip) {
+  YUAN_CHECK(micro_ == 0, "ZeroOptimizer::step before reduce_gradients");
+  ZeroStepStats st;
+  st.grad_norm = grad_norm;
   double t2 = now_seconds();
-  comm_seconds_ += t2 - t1;
-  st.optim_seconds = t1 - t0;
-  st.grad_norm = std::sqrt(norm2);
-
   if (worker_.joinable()) {  // the previous step's delayed update lands now, before the next forward
     const double c0 = comm_seconds_;
     join_worker();
     st.background_seconds = worker_seconds_;
-    st.optim_seconds += now_seconds() - t2 - (comm_seconds_ - c0);
+    optim_seconds_ += now_seconds() - t2 - (comm_seconds_ - c0);
     t2 = now_seconds();
   }
-  if (skip || !std::isfinite(st.grad_norm)) {
-    st.skipped = true;
+  auto finish = [&] {
+    st.optim_seconds = std::exchange(optim_seconds_, 0.0);
     st.comm_seconds = std::exchange(comm_seconds_, 0.0);
     return st;
+  };
+  if (skip || !std::isfinite(grad_norm)) {
+    st.skipped = true;
+    return finish();
   }
-  ops::AdamWHyper h;
-  h.lr = lr;
-  h.beta1 = cfg_.beta1;
-  h.beta2 = cfg_.beta2;
-  h.eps = cfg_.eps;
-  h.weight_decay = cfg_.weight_decay;
-  h.t = ++t_;
-  // torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is below 1.
-  if (cfg_.grad_clip > 0 && st.grad_norm > cfg_.grad_clip) h.grad_scale = cfg_.grad_clip / (st.grad_norm + 1e-6);
+  const ops::AdamWHyper h = adamw_hyper(cfg_, lr, ++t_, grad_norm);
 
   if (cfg_.delayed_update) {
     // The worker owns master, moments, grad_[cur_] and bf16_shard_ until join_worker(); backward meanwhile
     // fills the other gradient buffer. It calls no MPI (FUNNELED) and no communicator.
+    const float* g = grad_[cur_].as<float>();
     uint16_t* out = bf16_ ? bf16_shard_.as<uint16_t>() : nullptr;
     // A core left to this thread, which keeps running OpenMP and launching kernels meanwhile. Read here: a new
     // thread's team size starts from the process default, not from configure_threads (util/threads.cpp).
@@ -308,12 +323,11 @@ ZeroStepStats ZeroOptimizer::step(double lr, bool skip) {
     cur_ ^= 1;
   } else {
     const double c0 = comm_seconds_;
-    update_and_upload(g, h);
+    update_and_upload(grad_[cur_].as<float>(), h);
     gather_params();
-    st.optim_seconds += now_seconds() - t2 - (comm_seconds_ - c0);
+    optim_seconds_ += now_seconds() - t2 - (comm_seconds_ - c0);
   }
-  st.comm_seconds = std::exchange(comm_seconds_, 0.0);
-  return st;
+  return finish();
 }
 
 void ZeroOptimizer::drain() { join_worker(); }

@@ -8,16 +8,20 @@
 //   zero 2: as 1, but each finished bucket is reduce-scattered during backward of every micro-batch and
 //           accumulated into the host gradient shard, so no rank keeps a full gradient across micro-batches.
 //
-// The flat buffer is padded to a multiple of the world size; rank r's shard is [r*S, (r+1)*S), S = padded/N.
-// Communication goes bucket by bucket (optim.bucket_mb, whole modules in reverse layout order, the order
-// backward finishes them). Clipping uses the exact global norm: squared norms of the shards, summed.
+// It works over one data-parallel group, the Communicator it is given (every rank holding the same modules; the
+// world for plain data parallelism). The flat buffer is padded to a multiple of the group size; rank r's shard is
+// [r*S, (r+1)*S), S = padded/N. Communication goes bucket by bucket (optim.bucket_mb, whole modules in reverse
+// layout order, the order backward finishes them). Clipping uses the exact global norm: reduce_gradients() gives
+// this rank's share of its square, the caller sums the shares over the world (several groups when pipeline stages
+// hold different modules) and passes the norm to step().
 //
 // The pipeline, per bucket: reduce (Communicator, on its stream for NCCL) -> this rank's part copied into a
-// pinned host gradient buffer (Backend::grads_to_host_async, on a copy stream) -> after backward: the global
+// host gradient buffer (Backend::grads_to_host_async into transfer memory, on a copy stream) -> after backward: the global
 // norm, then OpenMP AdamW over the shard tile by tile (a tile is a bucket's part of the shard), each finished
 // tile's working weights uploaded on alternating copy lanes while the next tile updates -> all-gather.
 // At zero 2 the buckets go during every backward; at zero 0 and 1 during the step's last backward when the
-// caller announces it (before_last_micro_batch), else at step(). On host backends every transfer is a copy.
+// caller announces it (before_last_micro_batch), else in reduce_gradients(). On host backends every transfer is a
+// copy.
 //
 // optim.delayed_update: step t's AdamW runs on a host thread while step t+1's forward and backward run, and its
 // weights reach the backend at the start of step t+2's. That is a different algorithm: the gradient of step t is
@@ -37,14 +41,27 @@
 
 namespace yuan {
 
-size_t zero_padded_size(size_t n_params, int world);
+size_t zero_padded_size(size_t n_params, int ranks);
 // Host bytes of optimizer state per rank: fp32 master weights, both moments and the fp32 gradient (two with
 // delayed_update), for this rank's shard (the whole padded buffer at zero 0). Exactly what a ZeroOptimizer
 // allocates as Mem::Optimizer; its transfer staging is Mem::Comm.
-size_t zero_optimizer_bytes(size_t n_params, int world, int stage, bool delayed_update = false);
+size_t zero_optimizer_bytes(size_t n_params, int ranks, int stage, bool delayed_update = false);
+
+// The AdamW settings of `o` for step t (from 1) at learning rate lr, with the gradient scaled down to
+// o.grad_clip when the global norm exceeds it (torch.nn.utils.clip_grad_norm_). Weight decay is o's: callers
+// turn it off where it does not apply (decay_segments).
+ops::AdamWHyper adamw_hyper(const OptimConfig& o, double lr, int64_t t, double grad_norm);
+
+// [lo, hi) of a flat buffer cut where weight decay changes (TensorSpec::decay; off past layout.total(), the
+// padding), in absolute offsets.
+struct DecaySegment {
+  size_t offset = 0, count = 0;
+  bool decay = false;
+};
+std::vector<DecaySegment> decay_segments(const ParamLayout& layout, size_t lo, size_t hi);
 
 struct ZeroStepStats {
-  double grad_norm = 0;           // global L2 norm before clipping
+  double grad_norm = 0;           // global L2 norm before clipping, as passed to step()
   double comm_seconds = 0;        // host time in and waiting for collectives and gradient copies since last step
   double optim_seconds = 0;       // host time of the update on the critical path: norm, AdamW, weight upload
                                   // (delayed_update: norm, waiting for the previous update, its upload)
@@ -61,18 +78,22 @@ class ZeroOptimizer {
   ZeroOptimizer(const ZeroOptimizer&) = delete;  // the ready hook captures `this`
   ZeroOptimizer& operator=(const ZeroOptimizer&) = delete;
 
-  // Pass as Backend::forward_backward's `ready` hook.
+  // Pass as the program's `ready` hook (model/program.h).
   const ModuleReadyFn& ready_hook() const { return ready_; }
-  // Optional, before the step's last forward_backward: zero 0 and 1 then reduce and copy out each bucket as
-  // backward finishes it, instead of all of them in step().
+  // Optional, before the step's last micro-batch: zero 0 and 1 then reduce and copy out each bucket as backward
+  // finishes it, instead of all of them in reduce_gradients().
   void before_last_micro_batch();
-  // After every micro-batch's forward_backward.
+  // After every micro-batch's backward.
   void after_micro_batch();
-  // Reduce the gradients, clip to optim.grad_clip, AdamW with learning rate `lr` on this rank's shard, put the
-  // new weights into the backend (all-gathered for zero >= 1), zero the gradients. With `skip` (a non-finite
-  // loss) or a non-finite gradient norm, the gradients are dropped and weights and moments stay as they were.
-  // With delayed_update the update is started here and lands in the backend at the next step() or drain().
-  ZeroStepStats step(double lr, bool skip = false);
+  // After the step's last micro-batch: finish reducing the gradients into this rank's host shard and zero the
+  // backend's; returns this rank's share of the squared global gradient norm (the shares of the world's ranks
+  // sum to it).
+  double reduce_gradients();
+  // Clip to optim.grad_clip against `grad_norm`, AdamW with learning rate `lr` on this rank's shard, put the new
+  // weights into the backend (all-gathered for zero >= 1). With `skip` (a non-finite loss) or a non-finite norm,
+  // the gradients are dropped and weights and moments stay as they were. With delayed_update the update is
+  // started here and lands in the backend at the next step() or drain().
+  ZeroStepStats step(double lr, double grad_norm, bool skip = false);
   // Completes a delayed update still in flight and loads it into the backend. Collective: every rank calls it,
   // before reading the state below (checkpoints), evaluating, or at the end.
   void drain();
@@ -97,13 +118,9 @@ class ZeroOptimizer {
     int pending = 0;               // modules not yet finished in the current micro-batch
     bool reduced = false;          // reduced and on its way to the host in the current micro-batch / step
   };
-  struct Segment {
-    size_t offset = 0, count = 0;  // range of this rank's shard
-    bool decay = false;            // weight decay applies (matrices and embeddings)
-  };
   struct Tile {
-    size_t offset = 0, count = 0;  // a bucket's part of this rank's shard
-    std::vector<Segment> pieces;   // the tile split where weight decay changes
+    size_t offset = 0, count = 0;      // a bucket's part of this rank's shard
+    std::vector<DecaySegment> pieces;  // the tile split where weight decay changes, offsets in the shard
   };
   void module_ready(int module);
   void reduce_bucket(Bucket& b);            // reduce b; start copying this rank's part into the host gradient
@@ -128,15 +145,15 @@ class ZeroOptimizer {
   size_t padded_ = 0, shard_off_ = 0, shard_n_ = 0;
   bool bf16_ = false;  // the backend's working weights are bf16: AdamW writes them for upload
   HostArray<float> master_, m_, v_;
-  PinnedBuffer grad_[2];    // fp32 gradient of the shard (full for zero 0); the second for delayed_update
-  PinnedBuffer incoming_;   // zero 2: a later micro-batch's reduced shard, added into grad_
-  PinnedBuffer stage_[2];   // bf16 tiles on their way to the backend, one per copy lane
-  PinnedBuffer bf16_shard_; // delayed_update with bf16 weights: the updated shard waiting for its upload
+  Allocation grad_[2];     // fp32 gradient of the shard (full for zero 0); the second for delayed_update
+  Allocation incoming_;    // zero 2: a later micro-batch's reduced shard, added into grad_
+  Allocation stage_[2];    // bf16 tiles on their way to the backend, one per copy lane
+  Allocation bf16_shard_;  // delayed_update with bf16 weights: the updated shard waiting for its upload
   int cur_ = 0;             // grad_ that backward fills; the other one is being updated (delayed_update)
   int micro_ = 0;           // micro-batches finished since the last step
   bool reduce_in_backward_ = false;
   int64_t t_ = 0;
-  double comm_seconds_ = 0;
+  double comm_seconds_ = 0, optim_seconds_ = 0;
   // delayed_update
   std::thread worker_;
   std::exception_ptr worker_error_;

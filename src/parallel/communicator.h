@@ -1,14 +1,15 @@
-// Tensor traffic between data-parallel ranks. Buffers are the backend's (host memory for the CPU backend,
-// device memory for CUDA), collectives are in place, and all ranks call them in the same order. MPI is the
-// control plane (rendezvous, scalars, failure handling: see parallel/world.h); an implementation of this interface
-// carries the gradients and weights: MpiCommunicator for host buffers, NcclCommunicator (parallel/nccl.h) for GPU
-// memory, LocalCommunicator for one process without MPI.
+// Tensor traffic inside one process group (parallel/topology.h): the collectives of data parallelism and the
+// point-to-point transfers between pipeline stages. Buffers are the backend's (host memory for the CPU backend,
+// device memory for CUDA) and all members call the collectives in the same order. MPI stays the control plane
+// (rendezvous, scalars, failure handling: parallel/world.h); an implementation of this interface carries the
+// tensors: MpiCommunicator for host buffers, NcclCommunicator (parallel/nccl.h) for GPU memory, and the one-rank
+// LocalCommunicator for a process without MPI.
 //
-// Block partitions: reduce_scatter and all_gather take `counts` (one per rank, summing to `count`); rank r's
-// block starts at sum(counts[0..r)) inside buf.
+// Ranks are the group's own, 0 .. size()-1. Block partitions: reduce_scatter and all_gather take `counts` (one per
+// rank); rank r's block starts at sum(counts[0..r)) inside buf.
 //
 // Completion: host communicators finish every call before returning (stream() is null). A device communicator
-// enqueues each collective on its stream() after the work the backend has enqueued so far, and returns at once;
+// enqueues each operation on its stream() after the work the backend has enqueued so far, and returns at once;
 // synchronize() waits for all of them, and is where a failed or hung peer surfaces as an Error.
 #pragma once
 #include <cstddef>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "util/dtype.h"
+#include "util/stream.h"
 
 namespace yuan {
 
@@ -32,22 +34,24 @@ class Communicator {
   // On entry this rank's block holds its data; on return every block holds its owner's data.
   virtual void all_gather(void* buf, const std::vector<size_t>& counts, DType t) = 0;
   virtual void broadcast(void* buf, size_t count, DType t, int root) = 0;
+  // One message to `peer` and one from `peer2` in a single call, so that two neighbours exchanging in opposite
+  // directions cannot wait on each other; either side may be skipped with a count of 0. Pipeline stages use
+  // it to pass activations forward and their gradients back.
+  virtual void send_recv(const void* send_buf, size_t send_count, int peer, void* recv_buf, size_t recv_count,
+                         int peer2, DType t) = 0;
+  void send(const void* buf, size_t count, DType t, int peer) { send_recv(buf, count, peer, nullptr, 0, -1, t); }
+  void recv(void* buf, size_t count, DType t, int peer) { send_recv(nullptr, 0, -1, buf, count, peer, t); }
   virtual void barrier() = 0;
-  // Sum over ranks of a host scalar (the squared gradient norm); returns after every earlier collective.
+  // Sum over ranks of a host scalar (the squared gradient norm); returns after every earlier operation.
   virtual double sum(double x) = 0;
-  // cudaStream_t the collectives run on, or nullptr when each call completes before returning.
-  virtual void* stream() { return nullptr; }
+  // The stream the operations run on, or null when each call completes before returning.
+  virtual DeviceStream stream() { return nullptr; }
   virtual void synchronize() {}
 };
 
-// Communicator over MPI_COMM_WORLD (host buffers). Counts above INT_MAX are split.
 // Start of every rank's block, plus the total at the end; throws unless there is one count per rank.
 std::vector<size_t> block_offsets(const std::vector<size_t>& counts, int ranks, const char* what);
 
-std::unique_ptr<Communicator> make_mpi_communicator();
-// The same with every MPI call limited to `max_count_per_call` elements: the tests use a small limit to run
-// the splitting paths that only counts above INT_MAX take in production.
-std::unique_ptr<Communicator> make_mpi_communicator(size_t max_count_per_call);
 // One rank and no MPI: every collective is the identity (single-GPU tools, benchmarks).
 std::unique_ptr<Communicator> make_local_communicator();
 

@@ -2,11 +2,13 @@
 #include <cstring>
 #include <numeric>
 
+// The MPI communicator: host buffers over one process group's MPI communicator.
 #include "parallel/communicator.h"
+#include "parallel/groups.h"
 #include "parallel/mpi_check.h"
 #include "parallel/world.h"
 
-namespace yuan {
+namespace yuan::parallel {
 
 namespace {
 
@@ -30,12 +32,10 @@ MPI_Datatype mpi_reduce_type(DType t, const char* what) {
 
 class MpiCommunicator final : public Communicator {
  public:
-  explicit MpiCommunicator(size_t max_count) : max_count_(max_count) {
-    YUAN_CHECK(parallel::initialized(), "MPI communicator created before parallel::init");
+  MpiCommunicator(const ProcessGroup& group, size_t max_count)
+      : comm_(group.comm()), name_(group.name()), max_count_(max_count), rank_(group.rank()), size_(group.size()) {
     YUAN_CHECK(max_count_ >= 1 && max_count_ <= static_cast<size_t>(INT_MAX), "MPI communicator: bad chunk %zu",
                max_count_);
-    MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
-    MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -49,7 +49,7 @@ class MpiCommunicator final : public Communicator {
     char* p = static_cast<char*>(buf);
     for (size_t off = 0; off < count; off += max_count_) {
       int n = static_cast<int>(std::min(max_count_, count - off));
-      MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, p + off * dtype_size(t), n, mt, mop, MPI_COMM_WORLD));
+      MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, p + off * dtype_size(t), n, mt, mop, comm_));
     }
   }
 
@@ -61,7 +61,7 @@ class MpiCommunicator final : public Communicator {
     const size_t es = dtype_size(t);
     if (offs.back() <= max_count_) {
       std::vector<int> rc(counts.begin(), counts.end());
-      MPI_CHECK(MPI_Reduce_scatter(MPI_IN_PLACE, p, rc.data(), mt, MPI_SUM, MPI_COMM_WORLD));
+      MPI_CHECK(MPI_Reduce_scatter(MPI_IN_PLACE, p, rc.data(), mt, MPI_SUM, comm_));
       // In place, MPI leaves this rank's block at the start of buf; the contract wants it at its own offset.
       if (offs[rank_] != 0) std::memmove(p + offs[rank_] * es, p, counts[rank_] * es);
       return;
@@ -72,7 +72,7 @@ class MpiCommunicator final : public Communicator {
         int n = static_cast<int>(std::min(max_count_, offs[r + 1] - off));
         void* q = p + off * es;
         MPI_CHECK(MPI_Reduce(r == rank_ ? MPI_IN_PLACE : q, r == rank_ ? q : nullptr, n, mt, MPI_SUM, r,
-                             MPI_COMM_WORLD));
+                             comm_));
       }
     }
   }
@@ -85,14 +85,14 @@ class MpiCommunicator final : public Communicator {
     const size_t es = dtype_size(t);
     if (offs.back() <= max_count_) {
       std::vector<int> rc(counts.begin(), counts.end()), displ(offs.begin(), offs.end() - 1);
-      MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, p, rc.data(), displ.data(), mt, MPI_COMM_WORLD));
+      MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, p, rc.data(), displ.data(), mt, comm_));
       return;
     }
     // int displacements cannot reach the blocks: each owner broadcasts its block, chunk by chunk.
     for (int r = 0; r < size_; r++) {
       for (size_t off = offs[r]; off < offs[r + 1]; off += max_count_) {
         int n = static_cast<int>(std::min(max_count_, offs[r + 1] - off));
-        MPI_CHECK(MPI_Bcast(p + off * es, n, mt, r, MPI_COMM_WORLD));
+        MPI_CHECK(MPI_Bcast(p + off * es, n, mt, r, comm_));
       }
     }
   }
@@ -103,30 +103,47 @@ class MpiCommunicator final : public Communicator {
     char* p = static_cast<char*>(buf);
     for (size_t off = 0; off < count; off += max_count_) {
       int n = static_cast<int>(std::min(max_count_, count - off));
-      MPI_CHECK(MPI_Bcast(p + off * dtype_size(t), n, mpi_type(t), root, MPI_COMM_WORLD));
+      MPI_CHECK(MPI_Bcast(p + off * dtype_size(t), n, mpi_type(t), root, comm_));
     }
   }
 
-  void barrier() override { MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); }
+  // Chunk by chunk, each chunk's send and receive in one MPI_Sendrecv, so that two ranks sending to each other at
+  // once both proceed.
+  void send_recv(const void* send_buf, size_t send_count, int peer, void* recv_buf, size_t recv_count, int peer2,
+                 DType t) override {
+    YUAN_CHECK((send_count == 0 || (peer >= 0 && peer < size_ && peer != rank_)) &&
+                   (recv_count == 0 || (peer2 >= 0 && peer2 < size_ && peer2 != rank_)),
+               "%s: send to rank %d / receive from rank %d of %d", name_.c_str(), peer, peer2, size_);
+    const MPI_Datatype mt = mpi_type(t);
+    const size_t es = dtype_size(t);
+    const char* sp = static_cast<const char*>(send_buf);
+    char* rp = static_cast<char*>(recv_buf);
+    for (size_t off = 0; off < std::max(send_count, recv_count); off += max_count_) {
+      const int ns = static_cast<int>(off < send_count ? std::min(max_count_, send_count - off) : 0);
+      const int nr = static_cast<int>(off < recv_count ? std::min(max_count_, recv_count - off) : 0);
+      MPI_CHECK(MPI_Sendrecv(sp + (ns ? off * es : 0), ns, mt, ns ? peer : MPI_PROC_NULL, 0, rp + (nr ? off * es : 0),
+                             nr, mt, nr ? peer2 : MPI_PROC_NULL, 0, comm_, MPI_STATUS_IGNORE));
+    }
+  }
+
+  void barrier() override { MPI_CHECK(MPI_Barrier(comm_)); }
 
   double sum(double x) override {
-    if (size_ > 1) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+    if (size_ > 1) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, comm_));
     return x;
   }
 
  private:
-
+  MPI_Comm comm_;
+  std::string name_;
   size_t max_count_;  // elements per MPI call (MPI counts are int)
-  int rank_ = 0, size_ = 1;
+  int rank_, size_;
 };
 
 }  // namespace
 
-// Smaller chunks than INT_MAX exercise the split paths in tests without 8 GiB buffers.
-std::unique_ptr<Communicator> make_mpi_communicator(size_t max_count_per_call) {
-  return std::make_unique<MpiCommunicator>(max_count_per_call);
+std::unique_ptr<Communicator> make_mpi_communicator(const ProcessGroup& group, size_t max_count_per_call) {
+  return std::make_unique<MpiCommunicator>(group, max_count_per_call);
 }
 
-std::unique_ptr<Communicator> make_mpi_communicator() { return make_mpi_communicator(INT_MAX); }
-
-}  // namespace yuan
+}  // namespace yuan::parallel

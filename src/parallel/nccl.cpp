@@ -1,17 +1,17 @@
 #ifdef YUAN_CUDA
 #include "parallel/nccl.h"
 
-#include "parallel/world.h"
+#include "parallel/groups.h"
 
-namespace yuan {
+namespace yuan::parallel {
 
-std::unique_ptr<Communicator> make_nccl_world_communicator(void* producer, double timeout_s) {
-  const parallel::WorldInfo& w = parallel::world();
+std::unique_ptr<Communicator> make_nccl_communicator(const ProcessGroup& group, DeviceStream producer,
+                                                     double timeout_s) {
   NcclId id{};
-  if (w.rank == 0) id = nccl_unique_id();
-  parallel::broadcast_bytes(id.data(), id.size(), 0);
-  return make_nccl_communicator(w.rank, w.size, id, producer, timeout_s);
+  if (group.rank() == 0) id = nccl_unique_id();
+  MPI_CHECK(MPI_Bcast(id.data(), static_cast<int>(id.size()), MPI_BYTE, 0, group.comm()));
+  return yuan::make_nccl_communicator(group.rank(), group.size(), id, producer, timeout_s, group.name());
 }
 
-}  // namespace yuan
+}  // namespace yuan::parallel
 #endif

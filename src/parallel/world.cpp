@@ -101,12 +101,6 @@ std::string broadcast_string(const std::string& s, int root) {
   return out;
 }
 
-void broadcast_bytes(void* buf, size_t bytes, int root) {
-  YUAN_CHECK(g_initialized, "parallel::broadcast_bytes before parallel::init");
-  YUAN_CHECK(bytes <= static_cast<size_t>(INT_MAX), "parallel::broadcast_bytes: %zu bytes is too many", bytes);
-  MPI_CHECK(MPI_Bcast(buf, static_cast<int>(bytes), MPI_BYTE, root, MPI_COMM_WORLD));
-}
-
 void barrier() {
   YUAN_CHECK(g_initialized, "parallel::barrier before parallel::init");
   MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));

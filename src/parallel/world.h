@@ -27,8 +27,6 @@ void barrier();
 // Small host-side exchanges for checkpoint bookkeeping (file names, checksums).
 std::vector<std::string> gather_strings(const std::string& mine);  // rank 0: every rank's, in rank order
 std::string broadcast_string(const std::string& s, int root);
-// Raw bytes from root to every rank (the NCCL unique id).
-void broadcast_bytes(void* buf, size_t bytes, int root);
 // Throws Error naming the first rank whose value differs from rank 0's.
 void check_same_everywhere(uint64_t value, const char* what);
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "model/program.h"
 #include "config/command_line.h"
 #include "train/checkpoint.h"
 
@@ -16,7 +17,12 @@ int eval_main(const std::vector<std::string>& args);
 int sample_main(const std::vector<std::string>& args);
 int export_main(const std::vector<std::string>& args);
 
-// A backend on `device` holding the checkpoint's weights, for micro-batches of up to `micro_batch` rows.
-std::unique_ptr<Backend> checkpoint_backend(const CheckpointModel& m, const std::string& device, int micro_batch);
+// The checkpoint's model on `device` (cpu | cuda | auto): a backend holding its weights and the program over every
+// module, for micro-batches of up to `micro_batch` rows.
+struct Replica {
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Program> program;
+};
+Replica checkpoint_replica(const CheckpointModel& m, const std::string& device, int micro_batch);
 
 }  // namespace yuan

@@ -62,11 +62,11 @@ int eval_main(const std::vector<std::string>& args) {
   spec.world = w.size;
   spec.micro_batch = micro_batch;
   ValLoader val(spec, batches);
-  std::unique_ptr<Backend> backend = checkpoint_backend(m, device, micro_batch);
+  Replica model = checkpoint_replica(m, device, micro_batch);
 
   const double t0 = now_seconds();
   double sum = 0;
-  for (int i = 0; i < batches; i++) sum += backend->forward_loss(val.batch(i), micro_batch);
+  for (int i = 0; i < batches; i++) sum += model.program->forward_loss(val.batch(i), micro_batch);
   // Every micro-batch holds the same number of targets, so the mean of the means is the mean over all targets.
   const double loss = parallel::allreduce_sum(sum) / (static_cast<double>(batches) * w.size);
   const long long windows = static_cast<long long>(batches) * micro_batch * w.size;

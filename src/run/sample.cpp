@@ -80,7 +80,7 @@ int sample_main(const std::vector<std::string>& args) {
   YUAN_CHECK(tok->vocab_size() <= c.vocab_size && tok->eot_id() < c.vocab_size,
              "checkpoint %s: tokenizer %s has %d ids (eot %d), more than the model's vocab_size %d", m.dir.c_str(),
              m.tokenizer.c_str(), tok->vocab_size(), tok->eot_id(), c.vocab_size);
-  std::unique_ptr<Backend> backend = checkpoint_backend(m, device, 1);
+  Replica model = checkpoint_replica(m, device, 1);
 
   std::vector<uint32_t> ids = {static_cast<uint32_t>(tok->eot_id())};
   tok->encode(prompt, ids);
@@ -93,7 +93,7 @@ int sample_main(const std::vector<std::string>& args) {
   for (int i = 0; i < n_tokens && !ended; i++) {
     const size_t len = std::min<size_t>(ids.size(), c.seq_len);
     ctx.assign(ids.end() - len, ids.end());
-    backend->forward_logits(ctx.data(), static_cast<int>(len), logits.data());
+    model.program->forward_logits(ctx.data(), static_cast<int>(len), logits.data());
     const int next = pick(logits.data() + (len - 1) * c.vocab_size, tok->vocab_size(), temperature, top_k, rng);
     ended = next == tok->eot_id();
     if (!ended) ids.push_back(static_cast<uint32_t>(next));

@@ -1,28 +1,32 @@
 // The training loop: every rank runs the same steps on its slice of the global batch.
 //
-//   for each step:  for each micro-batch: loader -> backend.forward_backward (ZeRO hook reduces buckets)
-//                   optimizer.step: reduce/clip/AdamW on the shard/gather -> backend weights
+//   for each step:  the schedule's passes (parallel/schedule.h) over this rank's micro-batches:
+//                     forward: loader -> program.forward -> program.loss (the head's backward with it)
+//                     backward: program.backward (the ZeRO hook reduces finished buckets)
+//                   optimizer: reduce the gradients, the global norm over the world, clip/AdamW on the shard,
+//                   gather the weights into the backend
 //
-// Gradients of micro-batch losses are scaled by 1/(world * accum) so that the sum over ranks and
-// micro-batches is the gradient of the mean loss over the global batch, whatever the world size.
+// Gradients of micro-batch losses are scaled by 1/(data-parallel ranks * accum) so that the sum over ranks and
+// micro-batches is the gradient of the mean loss over the global batch, whatever the number of ranks.
 #include "train/train.h"
 
 #include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <memory>
 
 #include "backend/backend.h"
 #include "config/config.h"
 #include "data/loader.h"
-#include "parallel/communicator.h"
-#include "parallel/nccl.h"
-#include "parallel/world.h"
-#include "optim/schedule.h"
+#include "model/program.h"
+#include "optim/lr_schedule.h"
 #include "optim/zero.h"
+#include "parallel/communicator.h"
+#include "parallel/groups.h"
+#include "parallel/schedule.h"
+#include "parallel/topology.h"
+#include "parallel/world.h"
 #include "train/checkpoint.h"
 #include "train/metrics.h"
 #include "util/fs.h"
@@ -59,34 +63,31 @@ struct FaultInjection {
   }
 };
 
-// Gradients and weights travel over MPI between host buffers and over NCCL between GPUs; MPI cannot carry
-// device memory, except with one rank, where every collective is the identity.
-std::unique_ptr<Communicator> make_communicator(Backend& backend, const Config& cfg, int world) {
-  if (world == 1 || std::string(backend.name()) == "cpu") return make_mpi_communicator();
-#ifdef YUAN_CUDA
-  if (std::string(backend.name()) == "cuda")
-    return make_nccl_world_communicator(backend.stream(), cfg.dist.nccl_timeout_s);
-#else
-  (void)cfg;
-#endif
-  throw Error(strf("train.device resolved to %s on %d ranks: data parallelism across GPUs needs the NCCL "
-                   "communicator, which this build does not have (built: %s); run one rank or train.device=cpu",
-                   backend.name(), world, YUAN_BACKENDS));
-}
-
 class Trainer {
  public:
-  explicit Trainer(const Config& cfg) : cfg_(cfg), world_(parallel::world()) {
-    accum_ = cfg.train.global_batch / (world_.size * cfg.train.micro_batch);
+  explicit Trainer(const Config& cfg)
+      : cfg_(cfg),
+        world_(parallel::world()),
+        groups_(parallel::Topology::data_parallel(world_.size, module_count(cfg.model),
+                                                  cfg.train.global_batch / (world_.size * cfg.train.micro_batch))),
+        schedule_(parallel::ScheduleKind::OneFOneB, 0, 1, groups_.topology().pipelines()[0].micro_batches) {
+    accum_ = schedule_.micro_batches();
+    const parallel::ProcessGroup& data = groups_.get(parallel::Group::Data);
+    YUAN_CHECK(groups_.data_modules().size() == 1, "trainer: one data-parallel group per rank is all the optimizer "
+               "takes");
+    device_ = resolve_device(parse_device(cfg.train.device, "train.device"));
 #ifdef YUAN_CUDA
-    if (cfg.train.device != "cpu" && cuda_device_available()) cuda_select_device(world_.local_rank);
+    if (device_ == Device::Cuda) cuda_select_device(world_.local_rank);
 #endif
-    backend_ = make_backend(cfg.train.device, cfg.model, cfg.train.micro_batch,
-                            zero_padded_size(ParamLayout(cfg.model).total(), world_.size), cfg.train.recompute);
-    comm_ = make_communicator(*backend_, cfg, world_.size);
-    YUAN_CHECK(cfg.optim.offload == "cpu", "optim.offload=%s: the trainer keeps the optimizer state on the host "
-               "(optim.offload=cpu); the GPU-resident AdamW is measured by bin/bench_gpu_train (docs/OFFLOAD.md)",
-               cfg.optim.offload.c_str());
+    const ModuleRange stage = groups_.topology().stage_modules(world_.rank);
+    const BackendSpec bspec{cfg.model, held_modules(cfg.model, stage),
+                            zero_padded_size(ParamLayout(cfg.model, held_modules(cfg.model, stage)).total(),
+                                             data.size())};
+    const ProgramSpec pspec{stage, cfg.train.micro_batch, schedule_.slots(), cfg.train.recompute};
+    check_memory(device_, cfg.model, pspec, bspec.padded_size, device_free_bytes(device_));
+    backend_ = make_backend(device_, bspec);
+    program_ = std::make_unique<Program>(*backend_, pspec);
+    comm_ = parallel::make_communicator(data, device_, backend_->stream(), cfg.dist.nccl_timeout_s);
     const ParamLayout& layout = backend_->layout();
     n_params_ = layout.total();
     flops_per_token_ = flops_per_token(cfg.model, n_params_);
@@ -106,8 +107,8 @@ class Trainer {
     spec.seq_len = cfg.model.seq_len;
     spec.vocab_size = cfg.model.vocab_size;
     spec.seed = cfg.train.seed;
-    spec.rank = world_.rank;
-    spec.world = world_.size;
+    spec.rank = data.rank();
+    spec.world = data.size();
     spec.global_batch = cfg.train.global_batch;
     spec.micro_batch = cfg.train.micro_batch;
     spec.prefetch = cfg.data.prefetch;
@@ -161,23 +162,34 @@ class Trainer {
       const double lr = lr_at(c.optim, step, c.train.steps);
       YUAN_CHECK(!(world_.rank == faults_.fail_rank && step == faults_.fail_step),
                  "injected failure at step %d (YUANLM_FAIL_AT)", step);
-      const float scale = step >= faults_.nan_from && step < faults_.nan_to ? NAN : 1.0f / (world_.size * accum_);
+      const float scale = step >= faults_.nan_from && step < faults_.nan_to ? NAN : 1.0f / (comm_->size() * accum_);
       double loss = 0;
-      for (int m = 0; m < accum_; m++) {
-        backend_->range_push("data");
-        const int32_t* tokens = loader_->next_micro_batch();
-        backend_->range_pop();
-        backend_->range_push("forward_backward");
-        if (m == accum_ - 1) opt_->before_last_micro_batch();
-        loss += backend_->forward_backward(tokens, c.train.micro_batch, scale, opt_->ready_hook());
-        opt_->after_micro_batch();
+      for (const parallel::PipeAction& a : schedule_.actions()) {
+        if (a.kind == parallel::PipeAction::Forward) {
+          backend_->range_push("data");
+          const int32_t* tokens = loader_->next_micro_batch();
+          backend_->range_pop();
+          backend_->range_push("forward");
+          if (a.micro == accum_ - 1) opt_->before_last_micro_batch();
+          program_->forward(a.slot, tokens, c.train.micro_batch);
+          loss += program_->loss(a.slot, scale, opt_->ready_hook());
+        } else {
+          backend_->range_push("backward");
+          program_->backward(a.slot, {}, opt_->ready_hook());
+          opt_->after_micro_batch();
+        }
         backend_->range_pop();
       }
       const double t_compute = now_seconds();
       if (world_.rank == 0 && step == faults_.kill_step) std::raise(SIGKILL);
-      loss = parallel::allreduce_sum(loss) / (world_.size * accum_);
+      loss = parallel::allreduce_sum(loss) / (comm_->size() * accum_);
       backend_->range_push("optimizer");
-      ZeroStepStats st = opt_->step(lr, !std::isfinite(loss));
+      const double share = opt_->reduce_gradients();
+      const double t_norm = now_seconds();
+      const double grad_norm = std::sqrt(comm_->sum(share));
+      const double norm_s = now_seconds() - t_norm;
+      ZeroStepStats st = opt_->step(lr, grad_norm, !std::isfinite(loss));
+      st.comm_seconds += norm_s;
       backend_->range_pop();
       const double t1 = now_seconds(), dt = t1 - t0;
       const int done = step + 1;
@@ -254,7 +266,7 @@ class Trainer {
     opt_->drain();
     backend_->range_push("eval");
     double sum = 0;
-    for (int i = 0; i < val_->batches(); i++) sum += backend_->forward_loss(val_->batch(i), cfg_.train.micro_batch);
+    for (int i = 0; i < val_->batches(); i++) sum += program_->forward_loss(val_->batch(i), cfg_.train.micro_batch);
     backend_->range_pop();
     double val = parallel::allreduce_sum(sum) / (static_cast<double>(val_->batches()) * world_.size);
     say("val    %6lld | val_loss %.4f", static_cast<long long>(step), val);
@@ -263,6 +275,9 @@ class Trainer {
 
   Config cfg_;
   parallel::WorldInfo world_;
+  parallel::ProcessGroups groups_;
+  parallel::Schedule schedule_;
+  Device device_ = Device::Cpu;
   FaultInjection faults_;
   int accum_ = 1;
   size_t n_params_ = 0;
@@ -271,6 +286,7 @@ class Trainer {
   std::string tokenizer_;
   TrainState state_;
   std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Program> program_;
   // After the backend, so destroyed before it: the backend's teardown waits on streams behind NCCL events (and
   // cudaFree on the whole device) with no deadline; the communicator finalizes within dist.nccl_timeout_s or aborts.
   std::unique_ptr<Communicator> comm_;

@@ -2,14 +2,15 @@
 // same run. Training steps are the real ones (CPU backend + ZeRO AdamW, one rank) on random tokens.
 //
 // usage: bench_train [--steps N]
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
 
 #include "backend/backend.h"
+#include "model/program.h"
 #include "parallel/communicator.h"
-#include "parallel/world.h"
 #include "ops/ops.h"
 #include "optim/zero.h"
 #include "util/log.h"
@@ -46,8 +47,8 @@ static void bench_gemm(double peak) {
 }
 
 static void bench_model(const char* name, GPTConfig c, int B, int steps, double peak, Communicator& comm) {
-  size_t padded = zero_padded_size(ParamLayout(c).total(), 1);
-  auto backend = make_backend("cpu", c, B, padded);
+  auto backend = make_backend(Device::Cpu, {c, {}, 0});
+  Program program(*backend, {{}, B, 1, false});
   const ParamLayout& layout = backend->layout();
   std::vector<float> init(layout.total());
   init_gpt2(layout, 1, init.data());
@@ -59,9 +60,9 @@ static void bench_model(const char* name, GPTConfig c, int B, int steps, double 
   double total = 0;
   for (int s = 0; s <= steps; s++) {
     double t0 = now_seconds();
-    backend->forward_backward(tokens.data(), B, 1.0f, opt.ready_hook());
+    program.forward_backward(tokens.data(), B, 1.0f, opt.ready_hook());
     opt.after_micro_batch();
-    opt.step(1e-4);
+    opt.step(1e-4, std::sqrt(comm.sum(opt.reduce_gradients())));
     if (s > 0) total += now_seconds() - t0;  // step 0 warms up
   }
   double tok_s = static_cast<double>(B) * c.seq_len * steps / total;
@@ -71,15 +72,13 @@ static void bench_model(const char* name, GPTConfig c, int B, int steps, double 
 }
 
 int main(int argc, char** argv) {
-  parallel::init(&argc, &argv);
   int steps = argc > 2 && !std::strcmp(argv[1], "--steps") ? std::atoi(argv[2]) : 3;
   int threads = configure_threads(1);
   double peak = measure_peak_flops(0.5);
   std::printf("threads %d, FMA peak %.1f GFLOP/s (fp32, measured)\n", threads, peak / 1e9);
   bench_gemm(peak);
-  auto comm = make_mpi_communicator();
+  auto comm = make_local_communicator();
   bench_model("tiny", GPTConfig{4, 4, 128, 128, 4000}, 8, steps * 3, peak, *comm);
   bench_model("gpt-small", GPTConfig{12, 12, 768, 1024, 50304}, 1, steps, peak, *comm);
-  parallel::finalize();
   return 0;
 }

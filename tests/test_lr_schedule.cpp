@@ -3,12 +3,12 @@
 
 #include <cmath>
 
-#include "optim/schedule.h"
+#include "optim/lr_schedule.h"
 
 namespace yuan {
 namespace {
 
-TEST(Schedule, WarmupThenCosineToMinLr) {
+TEST(LrSchedule, WarmupThenCosineToMinLr) {
   OptimConfig o;
   o.lr = 1e-3;
   o.min_lr = 1e-4;
@@ -24,7 +24,7 @@ TEST(Schedule, WarmupThenCosineToMinLr) {
   EXPECT_NEAR(lr_at(o, mid, steps), 1e-4 + 0.5 * 9e-4 * (1 + std::cos(M_PI * progress)), 1e-15);
 }
 
-TEST(Schedule, NoWarmupAndStepsPastTheEndStayAtMinLr) {
+TEST(LrSchedule, NoWarmupAndStepsPastTheEndStayAtMinLr) {
   OptimConfig o;
   o.lr = 2.0;
   o.min_lr = 0.5;

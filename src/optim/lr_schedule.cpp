@@ -1,4 +1,4 @@
-#include "optim/schedule.h"
+#include "optim/lr_schedule.h"
 
 #include <cmath>
 

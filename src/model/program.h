@@ -1,0 +1,143 @@
+// The GPT forward and backward, written once, over a contiguous range of the model's modules, against the op
+// vocabulary of backend/ops.h. A whole model, a pipeline stage and a recomputed block are this same code:
+//
+//   embedding (wte, wpe)  ->  blocks h.i  ->  head (ln_f, then the logits through the tied wte, the loss)
+//
+//   block forward:  ln1 = LN(x);  qkv = ln1 Wqkv + b;  atty = attention(qkv);  res2 = atty Wproj + b + x;
+//                   ln2 = LN(res2);  fch = ln2 Wfc + b;  fch_gelu = gelu(fch);  out = fch_gelu Wfcproj + b + res2
+//   block backward: the same in reverse; the residual stream's gradient `dres` (fp32) flows through both residual
+//                   adds unchanged and collects each LayerNorm's input gradient.
+//
+// A program runs on one backend whose layout holds its modules (and wte when it computes the head without the
+// embedding: the tied classifier of a last pipeline stage). It keeps the activations of up to `slots`
+// micro-batches (a pipeline schedule has several in flight; data parallelism needs one) and one set of backward
+// scratch. With `recompute`, each block keeps only its output and backward re-runs a block's forward into one
+// shared set before its backward: activations shrink from 16 values per token, channel and layer to 1, for about
+// one more forward pass of compute.
+//
+// Gradients accumulate into the backend's buffer; `ready` hooks report each module once its gradient for the
+// micro-batch is complete (in stream order), so that communication can overlap the rest of backward.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/gpt.h"
+
+namespace yuan {
+
+struct ProgramSpec {
+  ModuleRange modules;                   // the modules this program runs; empty: every module
+  int micro_batch = 1;                   // rows of the largest micro-batch
+  int slots = 1;                         // micro-batches whose activations are kept at once
+  bool recompute = false;
+};
+
+// Device bytes of a program by purpose (the memory plan; src/backend's own buffers are extra).
+struct ProgramMemory {
+  size_t activations = 0;  // kept from forward for backward, per slot, and the head's logits
+  size_t buffers = 0;      // backward scratch and token buffers
+};
+
+// Device bytes of a backend and a program of `spec` on it, by purpose: what make_backend (flat buffers of
+// `padded` parameters, its own workspace) and the Program allocate. Needs no device.
+struct MemoryPlan {
+  size_t weights = 0;      // working weights
+  size_t grads = 0;        // fp32 gradients
+  size_t activations = 0;  // kept from forward for backward, logits included
+  size_t buffers = 0;      // backward scratch, token buffers, the backend's workspace
+  size_t total() const { return weights + grads + activations + buffers; }
+  std::string describe() const;  // "X GiB (weights ..., grads ..., activations ..., buffers ...)"
+};
+MemoryPlan plan_memory(Device device, const GPTConfig& cfg, const ProgramSpec& spec, size_t padded);
+// Before anything is allocated: throws the one-line Error "memory plan: needs X GiB on the cuda device (...),
+// device has Y GiB free; try ..." (a smaller train.micro_batch or train.recompute=true) when the plan does not
+// fit in `free_bytes`.
+void check_memory(Device device, const GPTConfig& cfg, const ProgramSpec& spec, size_t padded, size_t free_bytes);
+
+class Program {
+ public:
+  Program(Backend& backend, const ProgramSpec& spec);
+  Program(const Program&) = delete;
+  Program& operator=(const Program&) = delete;
+  // What a program of `spec` allocates on a backend storing tensors in `formats`; needs no backend.
+  static ProgramMemory plan(const GPTConfig& cfg, const TensorFormats& formats, const ProgramSpec& spec);
+
+  Backend& backend() { return backend_; }
+  int micro_batch() const { return spec_.micro_batch; }
+  bool embeds() const { return embeds_; }  // first stage: runs wte and wpe
+  bool heads() const { return heads_; }    // last stage: runs ln_f and the loss
+
+  // ---- one stage of a pipeline (or the whole model), micro-batch by micro-batch ----
+  // `tokens`: B rows of T+1 ids (T = seq_len), read by the stages that embed or compute the loss (others may pass
+  // null). A stage that does not embed reads its input from input_buffer(slot), where the caller has put the
+  // previous stage's output() for this micro-batch.
+  void forward(int slot, const int32_t* tokens, int B);
+  // [B*T, C] in the activation dtype: the last block's output of the slot's forward.
+  Tensor output(int slot) const;
+  // [micro_batch*T, C] in the activation dtype: a stage's input, for stages that do not embed.
+  Tensor input_buffer(int slot) const;
+  // Stages that head: the slot's mean loss; with grad_scale != 0 also the head's backward, accumulating the
+  // gradient of grad_scale * mean loss.
+  float loss(int slot, float grad_scale, const ModuleReadyFn& ready);
+  // Backward of the slot: from the head's gradient (stages that head) or from `dout`, the gradient of output()
+  // in fp32. Afterwards input_grad() holds the gradient of the stage's input (fp32), for the previous stage.
+  void backward(int slot, const Tensor& dout, const ModuleReadyFn& ready);
+  Tensor input_grad() const;
+
+  // ---- the whole model (embeds and heads) ----
+  // Adds d(grad_scale * mean loss)/d(params) into the gradients and returns the mean loss of B rows of T+1 ids.
+  float forward_backward(const int32_t* tokens, int B, float grad_scale, const ModuleReadyFn& ready);
+  float forward_loss(const int32_t* tokens, int B);
+  // Logits at every position of one row of `len` <= seq_len input ids: len x vocab_size values.
+  void forward_logits(const int32_t* ids, int len, float* logits);
+
+ private:
+  struct Block {  // what one block's forward keeps for its backward
+    Tensor ln1, ln1_mean, ln1_rstd, qkv, atty, att_state, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu;
+  };
+  struct Slot {
+    Tensor tokens;              // token buffer (stages that embed or head)
+    Tensor x0;                  // the stage's input: the embedding, or the previous stage's output
+    std::vector<Block> blocks;  // one per block, or none with recompute
+    std::vector<Tensor> out;    // each block's output
+    Tensor head_grad;           // the head's gradient of the last block's output, until backward takes it
+    int B = 0, T = 0, stride = 0;
+  };
+  struct Layout;  // the walk over every buffer, shared by plan() and the constructor
+  void run_forward(int slot, const int32_t* tokens, int B, int T, int stride);
+  void block_forward(int slot, int layer, bool keep_output);
+  void block_backward(int slot, int layer);
+  void head_forward(int slot);
+  Block& acts(int slot, int layer);
+  const Tensor& block_input(int slot, int layer) const;
+  const Tensor& stage_output(int slot) const;
+  Tensor rows(const Tensor& t, int slot) const;  // the slot's B*T rows of a [rows, C] buffer
+  // What the matmuls read of dres (its activation-dtype copy, or dres itself when there is none); for a
+  // LayerNorm backward, the copy it refreshes (empty when there is none).
+  Tensor dres_operand(int slot, bool for_layernorm) const;
+  void check_slot(int slot, const char* what) const;
+  void notify(const ModuleReadyFn& ready, int module) const {
+    if (ready) ready(module);
+  }
+
+  Backend& backend_;
+  Ops& ops_;
+  const GPTConfig cfg_;
+  ProgramSpec spec_;
+  int first_layer_ = 0, end_layer_ = 0;  // the blocks [first, end) of the range
+  bool embeds_ = false, heads_ = false;
+  Allocation memory_[2];  // activations, buffers
+  std::vector<Slot> slots_;
+  Block scratch_;     // the recompute set
+  int scratch_slot_ = -1, scratch_layer_ = -1;  // whose forward the recompute set holds
+  // the head (shared by the slots: the loss and its gradient are taken as soon as the logits exist)
+  Tensor lnf_, lnf_mean_, lnf_rstd_, logits_, losses_;
+  // backward scratch
+  Tensor dres_, dres_op_, dln_, datty_, dqkv_, dfch_, att_scratch_;  // dres_op_: empty when activations are fp32
+  std::vector<float> host_losses_;
+};
+
+}  // namespace yuan

@@ -1,0 +1,102 @@
+#include "parallel/groups.h"
+
+#include <climits>
+
+#include "parallel/world.h"
+#ifdef YUAN_CUDA
+#include "parallel/nccl.h"
+#endif
+
+namespace yuan::parallel {
+
+const char* group_name(Group g) {
+  switch (g) {
+    case Group::World: return "world";
+    case Group::Pipeline: return "pipeline";
+    case Group::Tensor: return "tensor";
+    case Group::Data: return "data";
+  }
+  return "?";
+}
+
+ProcessGroup::ProcessGroup(MPI_Comm comm, std::string name, std::vector<int> world_ranks)
+    : comm_(comm), name_(std::move(name)), ranks_(std::move(world_ranks)) {
+  MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+  MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+  int size = 0;
+  MPI_CHECK(MPI_Comm_size(comm_, &size));
+  YUAN_CHECK(size == static_cast<int>(ranks_.size()) && ranks_[rank_] == world().rank,
+             "process group %s: MPI made %d ranks with this one at %d, the topology says %zu", name_.c_str(), size,
+             rank_, ranks_.size());
+}
+
+ProcessGroup::~ProcessGroup() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Comm_free(&comm_);
+}
+
+namespace {
+
+std::string modules_text(const ModuleRange& r) {
+  return r.size() == 1 ? strf("module %d", r.first) : strf("modules %d-%d", r.first, r.end - 1);
+}
+
+// Splits the world into a partition of groups that every rank computes alike; `mine` is the one holding this rank.
+std::unique_ptr<ProcessGroup> split(const std::vector<int>& mine, const std::string& name) {
+  MPI_Comm comm = MPI_COMM_NULL;
+  // The smallest member names the group: unique, and the same on every member.
+  MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, mine.front(), world().rank, &comm));
+  return std::make_unique<ProcessGroup>(comm, name, mine);
+}
+
+}  // namespace
+
+ProcessGroups::ProcessGroups(const Topology& topology) : topology_(topology), rank_(world().rank) {
+  YUAN_CHECK(topology_.world_size() == world().size, "parallel layout: %d ranks, the job has %d",
+             topology_.world_size(), world().size);
+  const Place& me = topology_.place(rank_);
+  world_ = split(topology_.world_ranks(), "world");
+  pipeline_ = split(topology_.pipeline_ranks(rank_), strf("pipeline[%d]", me.pipeline));
+  tensor_ = split(topology_.tensor_ranks(rank_), strf("tensor[%d.%d]", me.pipeline, me.stage));
+  // One split per module group of the job, in the same order everywhere; ranks outside a group pass
+  // MPI_UNDEFINED and get nothing.
+  for (const ModuleRange& g : topology_.module_groups()) {
+    const std::vector<int> members = topology_.holders(g.first, me.tp_rank);
+    const bool in = topology_.stage_modules(rank_).contains(g.first);
+    MPI_Comm comm = MPI_COMM_NULL;
+    MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, in ? g.first * topology_.tp_size() + me.tp_rank : MPI_UNDEFINED,
+                             rank_, &comm));
+    if (!in) continue;
+    data_.push_back(std::make_unique<ProcessGroup>(comm, "data[" + modules_text(g) + "]", members));
+    data_modules_.push_back(g);
+  }
+}
+
+const ProcessGroup& ProcessGroups::get(Group g, int index) const {
+  switch (g) {
+    case Group::World: return *world_;
+    case Group::Pipeline: return *pipeline_;
+    case Group::Tensor: return *tensor_;
+    case Group::Data:
+      YUAN_CHECK(index >= 0 && index < static_cast<int>(data_.size()), "process groups: rank %d has %zu data groups, "
+                 "not %d", rank_, data_.size(), index + 1);
+      return *data_[index];
+  }
+  throw Error("process groups: unknown group");
+}
+
+std::unique_ptr<Communicator> make_communicator(const ProcessGroup& group, Device device, DeviceStream producer,
+                                                double nccl_timeout_s) {
+  // One rank needs no transport, and MPI never touches the (device) buffers then: every collective is the identity.
+  if (device == Device::Cpu || group.size() == 1) return make_mpi_communicator(group, INT_MAX);
+#ifdef YUAN_CUDA
+  return make_nccl_communicator(group, producer, nccl_timeout_s);
+#else
+  (void)producer, (void)nccl_timeout_s;
+  throw Error(strf("%s on %d ranks: data in %s memory needs the NCCL communicator, which this build does not have "
+                   "(built: %s)", group.name().c_str(), group.size(), device_name(device), YUAN_BACKENDS));
+#endif
+}
+
+}  // namespace yuan::parallel

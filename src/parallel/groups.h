@@ -1,0 +1,67 @@
+// Every process group of a job, made in one place from its Topology and asked for by name (as Megatron-core's
+// parallel_state): the world, this rank's pipeline and tensor groups, and the data-parallel group of each module
+// group this rank holds. Each is an MPI communicator made with MPI_Comm_split over the world, so a group is a real
+// MPI group whatever its shape; the tensor traffic runs over a Communicator scoped to it (make_communicator).
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "parallel/communicator.h"
+#include "parallel/mpi_check.h"
+#include "parallel/topology.h"
+
+namespace yuan::parallel {
+
+enum class Group { World, Pipeline, Tensor, Data };
+const char* group_name(Group g);
+
+// One MPI communicator over some of the world's ranks.
+class ProcessGroup {
+ public:
+  ProcessGroup(MPI_Comm comm, std::string name, std::vector<int> world_ranks);  // takes ownership of comm
+  ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+  MPI_Comm comm() const { return comm_; }
+  const std::string& name() const { return name_; }           // e.g. "data[h.0-h.3]"
+  const std::vector<int>& world_ranks() const { return ranks_; }  // members, by group rank
+  int rank() const { return rank_; }
+  int size() const { return static_cast<int>(ranks_.size()); }
+
+ private:
+  MPI_Comm comm_;
+  std::string name_;
+  std::vector<int> ranks_;
+  int rank_ = 0;
+};
+
+class ProcessGroups {
+ public:
+  // Collective over the world: every rank passes the same topology.
+  explicit ProcessGroups(const Topology& topology);
+  const Topology& topology() const { return topology_; }
+  int rank() const { return rank_; }
+  // Group::Data needs `index`: which of this rank's module groups (Topology::module_groups_of(rank)).
+  const ProcessGroup& get(Group g, int index = 0) const;
+  // The module ranges of this rank's data groups, in index order.
+  const std::vector<ModuleRange>& data_modules() const { return data_modules_; }
+
+ private:
+  Topology topology_;
+  int rank_;
+  std::unique_ptr<ProcessGroup> world_, pipeline_, tensor_;
+  std::vector<std::unique_ptr<ProcessGroup>> data_;
+  std::vector<ModuleRange> data_modules_;
+};
+
+// Tensor traffic over `group` for buffers of `device`: MPI for host memory, NCCL between GPUs (each operation after
+// the work enqueued so far on `producer`, an NCCL wait longer than nccl_timeout_s ends the job).
+std::unique_ptr<Communicator> make_communicator(const ProcessGroup& group, Device device, DeviceStream producer,
+                                                double nccl_timeout_s);
+// MPI over `group`, every MPI call limited to `max_count_per_call` elements (MPI counts are int; the tests use a
+// small limit to run the splitting paths that only counts above INT_MAX take in production).
+std::unique_ptr<Communicator> make_mpi_communicator(const ProcessGroup& group, size_t max_count_per_call);
+
+}  // namespace yuan::parallel

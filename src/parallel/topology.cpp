@@ -1,0 +1,104 @@
+#include "parallel/topology.h"
+
+#include <algorithm>
+
+#include "util/error.h"
+
+namespace yuan::parallel {
+
+Topology::Topology(std::vector<Pipeline> pipelines, int tp_size, int n_modules)
+    : pipelines_(std::move(pipelines)), tp_size_(tp_size), n_modules_(n_modules) {
+  YUAN_CHECK(tp_size >= 1, "topology: tensor-parallel size %d must be at least 1", tp_size);
+  YUAN_CHECK(!pipelines_.empty(), "topology: no pipelines");
+  for (size_t p = 0; p < pipelines_.size(); p++) {
+    const Pipeline& pl = pipelines_[p];
+    YUAN_CHECK(!pl.stages.empty() && pl.micro_batches >= 1, "topology: pipeline %zu has %zu stages and %d micro-batches",
+               p, pl.stages.size(), pl.micro_batches);
+    int next = 0;
+    for (const ModuleRange& s : pl.stages) {
+      YUAN_CHECK(s.first == next && s.end > s.first, "topology: pipeline %zu's stages do not cut modules [0, %d) into "
+                 "consecutive non-empty ranges (a stage is [%d, %d))", p, n_modules, s.first, s.end);
+      next = s.end;
+    }
+    YUAN_CHECK(next == n_modules, "topology: pipeline %zu's stages end at module %d of %d", p, next, n_modules);
+    first_rank_.push_back(static_cast<int>(places_.size()));
+    for (int s = 0; s < static_cast<int>(pl.stages.size()); s++)
+      for (int t = 0; t < tp_size; t++) places_.push_back({static_cast<int>(p), s, t});
+  }
+  // A module group ends where any pipeline's stage ends.
+  std::vector<bool> cut(static_cast<size_t>(n_modules) + 1, false);
+  for (const Pipeline& pl : pipelines_)
+    for (const ModuleRange& s : pl.stages) cut[s.end] = true;
+  int first = 0;
+  for (int m = 1; m <= n_modules; m++)
+    if (cut[m]) {
+      module_groups_.push_back({first, m});
+      first = m;
+    }
+}
+
+Topology Topology::data_parallel(int world, int n_modules, int micro_batches) {
+  YUAN_CHECK(world >= 1, "topology: world size %d", world);
+  std::vector<Pipeline> p(static_cast<size_t>(world), Pipeline{"", {{0, n_modules}}, micro_batches});
+  return Topology(std::move(p), 1, n_modules);
+}
+
+const Place& Topology::place(int rank) const {
+  YUAN_CHECK(rank >= 0 && rank < world_size(), "topology: rank %d outside the %d ranks", rank, world_size());
+  return places_[rank];
+}
+
+int Topology::rank_of(const Place& p) const {
+  YUAN_CHECK(p.pipeline >= 0 && p.pipeline < static_cast<int>(pipelines_.size()) && p.stage >= 0 &&
+                 p.stage < static_cast<int>(pipelines_[p.pipeline].stages.size()) && p.tp_rank >= 0 &&
+                 p.tp_rank < tp_size_,
+             "topology: no rank at pipeline %d, stage %d, tensor rank %d", p.pipeline, p.stage, p.tp_rank);
+  return first_rank_[p.pipeline] + p.stage * tp_size_ + p.tp_rank;
+}
+
+const ModuleRange& Topology::stage_modules(int rank) const {
+  const Place& p = place(rank);
+  return pipelines_[p.pipeline].stages[p.stage];
+}
+
+int Topology::stages_of(int rank) const { return static_cast<int>(pipelines_[place(rank).pipeline].stages.size()); }
+
+std::vector<int> Topology::pipeline_ranks(int rank) const {
+  const Place& p = place(rank);
+  std::vector<int> r;
+  for (int s = 0; s < stages_of(rank); s++) r.push_back(rank_of({p.pipeline, s, p.tp_rank}));
+  return r;
+}
+
+std::vector<int> Topology::tensor_ranks(int rank) const {
+  const Place& p = place(rank);
+  std::vector<int> r;
+  for (int t = 0; t < tp_size_; t++) r.push_back(rank_of({p.pipeline, p.stage, t}));
+  return r;
+}
+
+std::vector<int> Topology::world_ranks() const {
+  std::vector<int> r(places_.size());
+  for (size_t i = 0; i < r.size(); i++) r[i] = static_cast<int>(i);
+  return r;
+}
+
+std::vector<int> Topology::holders(int module, int tp_rank) const {
+  YUAN_CHECK(module >= 0 && module < n_modules_, "topology: module %d outside the %d modules", module, n_modules_);
+  std::vector<int> r;
+  for (size_t p = 0; p < pipelines_.size(); p++)
+    for (size_t s = 0; s < pipelines_[p].stages.size(); s++)
+      if (pipelines_[p].stages[s].contains(module))
+        r.push_back(rank_of({static_cast<int>(p), static_cast<int>(s), tp_rank}));
+  return r;
+}
+
+std::vector<ModuleRange> Topology::module_groups_of(int rank) const {
+  const ModuleRange& mine = stage_modules(rank);
+  std::vector<ModuleRange> r;
+  for (const ModuleRange& g : module_groups_)
+    if (g.first >= mine.first && g.end <= mine.end) r.push_back(g);
+  return r;
+}
+
+}  // namespace yuan::parallel

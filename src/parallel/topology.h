@@ -1,0 +1,71 @@
+// Where every rank sits in a job's parallel layout, and who it talks to: pure arithmetic over the layout, no MPI
+// (parallel/groups.h turns the groups into MPI communicators).
+//
+// A job runs pipelines side by side. Each pipeline cuts the model's modules (wte, wpe, h.0 .. h.N-1, ln_f) into
+// stages, each a contiguous ModuleRange; pipelines may cut differently and have different depths (heterogeneous
+// templates). Every stage is `tp_size` ranks wide (tensor parallelism). Ranks are numbered pipeline by pipeline,
+// stage by stage, tensor rank innermost, so a stage's tensor-parallel ranks are neighbours (usually one node):
+//   world = sum over pipelines of stages x tp_size.
+// Pure data parallelism is `world` pipelines of one stage.
+//
+// The groups a rank belongs to:
+//   pipeline  the ranks of its pipeline with its tensor rank, in stage order (activations pass along it);
+//   tensor    the ranks of its stage (tensor-parallel collectives);
+//   data      for a module, every rank holding that module with the same tensor rank: the ranks whose gradients
+//             of it are averaged and over which its optimizer state is sharded. However the pipelines cut the
+//             model, consecutive modules with the same holders form one module group, and a rank's stage is a
+//             union of whole module groups;
+//   world     everyone.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "model/gpt.h"
+
+namespace yuan::parallel {
+
+struct Pipeline {
+  std::string name;                  // the template it was made from ("" for data parallelism)
+  std::vector<ModuleRange> stages;   // in order, tiling [0, n_modules)
+  int micro_batches = 1;             // per optimizer step
+};
+
+struct Place {
+  int pipeline = 0, stage = 0, tp_rank = 0;
+};
+
+class Topology {
+ public:
+  // Throws Error when a pipeline's stages do not tile [0, n_modules) in order, or tp_size < 1.
+  Topology(std::vector<Pipeline> pipelines, int tp_size, int n_modules);
+  // `world` pipelines of one stage holding every module, each running `micro_batches` per step.
+  static Topology data_parallel(int world, int n_modules, int micro_batches);
+
+  int world_size() const { return static_cast<int>(places_.size()); }
+  int tp_size() const { return tp_size_; }
+  int n_modules() const { return n_modules_; }
+  const std::vector<Pipeline>& pipelines() const { return pipelines_; }
+  const Place& place(int rank) const;
+  int rank_of(const Place& p) const;
+  const ModuleRange& stage_modules(int rank) const;
+  int stages_of(int rank) const;  // depth of the rank's pipeline
+
+  std::vector<int> pipeline_ranks(int rank) const;
+  std::vector<int> tensor_ranks(int rank) const;
+  std::vector<int> world_ranks() const;
+  // Ranks holding `module` with tensor rank `tp_rank`, increasing.
+  std::vector<int> holders(int module, int tp_rank) const;
+  // The module groups in module order; they tile [0, n_modules).
+  const std::vector<ModuleRange>& module_groups() const { return module_groups_; }
+  // The module groups inside the rank's stage, in module order.
+  std::vector<ModuleRange> module_groups_of(int rank) const;
+
+ private:
+  std::vector<Pipeline> pipelines_;
+  int tp_size_, n_modules_;
+  std::vector<Place> places_;        // by rank
+  std::vector<int> first_rank_;      // by pipeline
+  std::vector<ModuleRange> module_groups_;
+};
+
+}  // namespace yuan::parallel
