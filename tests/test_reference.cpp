@@ -31,6 +31,7 @@
 #include "util/dtype.h"
 #include "util/error.h"
 #include "util/safetensors.h"
+#include "test_util.h"
 
 namespace {
 
@@ -41,16 +42,7 @@ using yuan::SafetensorsWriter;
 
 const char* kFixture = "tests/data/gpt_tiny_ref.safetensors";  // tests run from the repository root
 
-template <typename A, typename B>
-double rel_err(const A* a, const B* ref, size_t n) {
-  double err = 0, scale = 0;
-  for (size_t i = 0; i < n; i++) {
-    err = std::max(err, std::fabs(static_cast<double>(a[i]) - static_cast<double>(ref[i])));
-    scale = std::max(scale, std::fabs(static_cast<double>(ref[i])));
-  }
-  return scale > 0 ? err / scale : err;
-}
-
+using yuan::testing::rel_err;
 double rel_err(double a, double ref) { return std::fabs(a - ref) / std::fabs(ref); }
 
 struct Reference {

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -41,6 +43,20 @@ std::string error_of(F&& f) {
     return e.what();
   }
   return "";
+}
+
+// max|a - ref| / max|ref| over a whole tensor (single elements can be ~0, so the tensor's scale is the yardstick);
+// NaN anywhere makes it infinite.
+template <typename A, typename B>
+double rel_err(const A* a, const B* ref, size_t n) {
+  double err = 0, scale = 0;
+  for (size_t i = 0; i < n; i++) {
+    const double d = std::fabs(static_cast<double>(a[i]) - static_cast<double>(ref[i]));
+    if (std::isnan(d)) return INFINITY;
+    err = std::max(err, d);
+    scale = std::max(scale, std::fabs(static_cast<double>(ref[i])));
+  }
+  return scale > 0 ? err / scale : err;
 }
 
 }  // namespace yuan::testing

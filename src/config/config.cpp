@@ -50,7 +50,8 @@ std::vector<Field> fields(Config& c) {
       {"train.eval_every", &c.train.eval_every, "steps between val-loss evaluations; 0: only at start and end"},
       {"train.eval_batches", &c.train.eval_batches, "micro-batches per rank per evaluation"},
       {"train.recompute", &c.train.recompute,
-       "CUDA: keep only each block's input and recompute the block in backward (fits longer sequences)"},
+       "keep only each block's output and recompute the block in backward: less activation memory (fits "
+       "longer sequences) for about one more forward pass"},
       {"train.max_bad_steps", &c.train.max_bad_steps,
        "consecutive steps with a non-finite loss or gradient norm (each skipped) before the run stops"},
       {"optim.lr", &c.optim.lr, "peak learning rate, reached after warmup"},

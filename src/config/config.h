@@ -28,7 +28,7 @@ struct TrainConfig {
   int eval_every = 0;    // steps between val-loss evaluations (0: only at start and end)
   int eval_batches = 8;  // micro-batches per rank per evaluation
   int max_bad_steps = 5;  // consecutive non-finite steps before the run stops
-  bool recompute = false; // CUDA: recompute each block's activations in backward
+  bool recompute = false; // recompute each block's activations in backward
 };
 
 struct OptimConfig {

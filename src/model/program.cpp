@@ -8,13 +8,13 @@ namespace yuan {
 
 namespace {
 
-enum Pool { kActivations, kBuffers, kPools };
+enum Pool { kActivationPool, kBufferPool, kPoolCount };
 
 // Bump allocation in 256-byte steps (cuBLASLt's preferred alignment) over one allocation per pool. Without base
 // pointers it only counts: the memory plan is the same walk as the allocation, so the two cannot disagree.
-struct Carver {
-  char* base[kPools] = {};
-  size_t used[kPools] = {};
+struct BumpAllocator {
+  char* base[kPoolCount] = {};
+  size_t used[kPoolCount] = {};
   Tensor take(Pool p, DType t, int64_t rows, int64_t cols, int64_t ld = 0) {
     ld = ld ? ld : cols;
     const size_t off = (used[p] + 255) / 256 * 256;
@@ -49,60 +49,60 @@ Range resolve(const GPTConfig& c, ProgramSpec& s) {
 }  // namespace
 
 // Every buffer of a program, in one walk that plan() counts and the constructor carves.
-struct Program::Layout {
+struct Program::Buffers {
   std::vector<Slot> slots;
   Block scratch;
   Tensor lnf, lnf_mean, lnf_rstd, logits, losses;
   Tensor dres, dres_op, dln, datty, dqkv, dfch, att_scratch;
 
-  Layout(Carver& k, const GPTConfig& c, const TensorFormats& f, const ProgramSpec& s, const Range& r) {
+  Buffers(BumpAllocator& k, const GPTConfig& c, const TensorFormats& f, const ProgramSpec& s, const Range& r) {
     const int64_t B = s.micro_batch, T = c.seq_len, BT = B * T, C = c.n_embd;
     const DType act = f.activations;
     const int layers = r.end_layer - r.first_layer;
     auto block = [&] {
       Block a;
-      a.ln1 = k.take(kActivations, act, BT, C);
-      a.qkv = k.take(kActivations, act, BT, 3 * C);
-      a.atty = k.take(kActivations, act, BT, C);
-      a.res2 = k.take(kActivations, act, BT, C);
-      a.ln2 = k.take(kActivations, act, BT, C);
-      a.fch = k.take(kActivations, act, BT, 4 * C);
-      a.fch_gelu = k.take(kActivations, act, BT, 4 * C);
-      a.ln1_mean = k.take(kActivations, DType::F32, BT, 1);
-      a.ln1_rstd = k.take(kActivations, DType::F32, BT, 1);
-      a.ln2_mean = k.take(kActivations, DType::F32, BT, 1);
-      a.ln2_rstd = k.take(kActivations, DType::F32, BT, 1);
-      a.att_state = k.take(kActivations, DType::F32, 1,
+      a.ln1 = k.take(kActivationPool, act, BT, C);
+      a.qkv = k.take(kActivationPool, act, BT, 3 * C);
+      a.atty = k.take(kActivationPool, act, BT, C);
+      a.res2 = k.take(kActivationPool, act, BT, C);
+      a.ln2 = k.take(kActivationPool, act, BT, C);
+      a.fch = k.take(kActivationPool, act, BT, 4 * C);
+      a.fch_gelu = k.take(kActivationPool, act, BT, 4 * C);
+      a.ln1_mean = k.take(kActivationPool, DType::F32, BT, 1);
+      a.ln1_rstd = k.take(kActivationPool, DType::F32, BT, 1);
+      a.ln2_mean = k.take(kActivationPool, DType::F32, BT, 1);
+      a.ln2_rstd = k.take(kActivationPool, DType::F32, BT, 1);
+      a.att_state = k.take(kActivationPool, DType::F32, 1,
                            static_cast<int64_t>(f.attention_state(s.micro_batch, c.seq_len, c.n_head)));
       return a;
     };
     slots.resize(static_cast<size_t>(s.slots));
     for (Slot& sl : slots) {
       if (r.embeds || r.heads)
-        sl.tokens = k.take(kBuffers, DType::I32, 1, static_cast<int64_t>(f.token_slot(s.micro_batch, c.seq_len)));
-      sl.x0 = k.take(kActivations, act, BT, C);
+        sl.tokens = k.take(kBufferPool, DType::I32, 1, static_cast<int64_t>(f.token_slot(s.micro_batch, c.seq_len)));
+      sl.x0 = k.take(kActivationPool, act, BT, C);
       if (!s.recompute)
         for (int l = 0; l < layers; l++) sl.blocks.push_back(block());
-      for (int l = 0; l < layers; l++) sl.out.push_back(k.take(kActivations, act, BT, C));
+      for (int l = 0; l < layers; l++) sl.out.push_back(k.take(kActivationPool, act, BT, C));
       // With one slot the head's gradient goes straight into dres, where backward starts.
-      if (r.heads && s.slots > 1) sl.head_grad = k.take(kActivations, DType::F32, BT, C);
+      if (r.heads && s.slots > 1) sl.head_grad = k.take(kActivationPool, DType::F32, BT, C);
     }
     if (s.recompute && layers > 0) scratch = block();
     if (r.heads) {
-      lnf = k.take(kActivations, act, BT, C);
-      lnf_mean = k.take(kActivations, DType::F32, BT, 1);
-      lnf_rstd = k.take(kActivations, DType::F32, BT, 1);
-      logits = k.take(kActivations, act, BT, c.vocab_size, f.logits_ld(c.vocab_size));
-      losses = k.take(kActivations, DType::F32, BT, 1);
+      lnf = k.take(kActivationPool, act, BT, C);
+      lnf_mean = k.take(kActivationPool, DType::F32, BT, 1);
+      lnf_rstd = k.take(kActivationPool, DType::F32, BT, 1);
+      logits = k.take(kActivationPool, act, BT, c.vocab_size, f.logits_ld(c.vocab_size));
+      losses = k.take(kActivationPool, DType::F32, BT, 1);
     }
-    dres = k.take(kBuffers, DType::F32, BT, C);
-    if (act != DType::F32) dres_op = k.take(kBuffers, act, BT, C);  // else the matmuls read dres itself
-    dln = k.take(kBuffers, act, BT, C);
+    dres = k.take(kBufferPool, DType::F32, BT, C);
+    if (act != DType::F32) dres_op = k.take(kBufferPool, act, BT, C);  // else the matmuls read dres itself
+    dln = k.take(kBufferPool, act, BT, C);
     if (layers > 0) {
-      datty = k.take(kBuffers, act, BT, C);
-      dqkv = k.take(kBuffers, act, BT, 3 * C);
-      dfch = k.take(kBuffers, act, BT, 4 * C);
-      att_scratch = k.take(kBuffers, DType::F32, 1,
+      datty = k.take(kBufferPool, act, BT, C);
+      dqkv = k.take(kBufferPool, act, BT, 3 * C);
+      dfch = k.take(kBufferPool, act, BT, 4 * C);
+      att_scratch = k.take(kBufferPool, DType::F32, 1,
                            static_cast<int64_t>(f.attention_scratch(s.micro_batch, c.seq_len, c.n_head)));
     }
   }
@@ -111,9 +111,9 @@ struct Program::Layout {
 ProgramMemory Program::plan(const GPTConfig& cfg, const TensorFormats& formats, const ProgramSpec& spec) {
   ProgramSpec s = spec;
   const Range r = resolve(cfg, s);
-  Carver k;
-  Layout(k, cfg, formats, s, r);
-  return {k.used[kActivations], k.used[kBuffers]};
+  BumpAllocator k;
+  Buffers(k, cfg, formats, s, r);
+  return {k.used[kActivationPool], k.used[kBufferPool]};
 }
 
 std::string MemoryPlan::describe() const {
@@ -168,15 +168,15 @@ Program::Program(Backend& backend, const ProgramSpec& spec)
                spec_.modules.end);
   YUAN_CHECK(!heads_ || pl.has(kWteModule), "program: the head needs wte (the tied classifier) in the layout");
 
-  Carver k;
+  BumpAllocator k;
   const TensorFormats& f = backend.formats();
-  Layout(k, cfg_, f, spec_, r);
-  for (int p = 0; p < kPools; p++) {
-    memory_[p] = backend.alloc(k.used[p], p == kActivations ? Mem::Activations : Mem::Comm);
+  Buffers(k, cfg_, f, spec_, r);
+  for (int p = 0; p < kPoolCount; p++) {
+    memory_[p] = backend.alloc(k.used[p], p == kActivationPool ? Mem::Activations : Mem::Comm);
     k.base[p] = memory_[p].as<char>();
     k.used[p] = 0;
   }
-  Layout m(k, cfg_, f, spec_, r);
+  Buffers m(k, cfg_, f, spec_, r);
   slots_ = std::move(m.slots);
   scratch_ = m.scratch;
   lnf_ = m.lnf, lnf_mean_ = m.lnf_mean, lnf_rstd_ = m.lnf_rstd, logits_ = m.logits, losses_ = m.losses;
@@ -214,12 +214,15 @@ Tensor Program::output(int slot) const {
   return rows(stage_output(slot), slot);
 }
 
-Tensor Program::input_buffer(int slot) const {
+Tensor Program::input_buffer(int slot, int B) const {
   check_slot(slot, "input");
-  return slots_[slot].x0;
+  return slots_[slot].x0.first_rows(static_cast<int64_t>(B) * cfg_.seq_len);
 }
 
-Tensor Program::input_grad() const { return dres_; }
+Tensor Program::input_grad(int slot) const {
+  check_slot(slot, "input_grad");
+  return rows(dres_, slot);
+}
 
 Tensor Program::dres_operand(int slot, bool for_layernorm) const {
   if (dres_op_) return rows(dres_op_, slot);

@@ -77,15 +77,16 @@ class Program {
   void forward(int slot, const int32_t* tokens, int B);
   // [B*T, C] in the activation dtype: the last block's output of the slot's forward.
   Tensor output(int slot) const;
-  // [micro_batch*T, C] in the activation dtype: a stage's input, for stages that do not embed.
-  Tensor input_buffer(int slot) const;
+  // [B*T, C] in the activation dtype: where a stage that does not embed receives its input for a forward of B rows.
+  Tensor input_buffer(int slot, int B) const;
   // Stages that head: the slot's mean loss; with grad_scale != 0 also the head's backward, accumulating the
   // gradient of grad_scale * mean loss.
   float loss(int slot, float grad_scale, const ModuleReadyFn& ready);
   // Backward of the slot: from the head's gradient (stages that head) or from `dout`, the gradient of output()
-  // in fp32. Afterwards input_grad() holds the gradient of the stage's input (fp32), for the previous stage.
+  // in fp32. Afterwards input_grad(slot) holds the gradient of the stage's input (fp32), for the previous stage,
+  // until the next backward.
   void backward(int slot, const Tensor& dout, const ModuleReadyFn& ready);
-  Tensor input_grad() const;
+  Tensor input_grad(int slot) const;
 
   // ---- the whole model (embeds and heads) ----
   // Adds d(grad_scale * mean loss)/d(params) into the gradients and returns the mean loss of B rows of T+1 ids.
@@ -106,7 +107,7 @@ class Program {
     Tensor head_grad;           // the head's gradient of the last block's output, until backward takes it
     int B = 0, T = 0, stride = 0;
   };
-  struct Layout;  // the walk over every buffer, shared by plan() and the constructor
+  struct Buffers;  // the walk over every buffer, shared by plan() and the constructor
   void run_forward(int slot, const int32_t* tokens, int B, int T, int stride);
   void block_forward(int slot, int layer, bool keep_output);
   void block_backward(int slot, int layer);

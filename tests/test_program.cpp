@@ -1,0 +1,229 @@
+// The one GPT program (model/program.h) on the CPU backend: a model cut into pipeline stages, a recomputed model
+// and a model with several micro-batches in flight compute what the whole model computes. The whole model itself
+// is checked against PyTorch in test_reference.cpp; here every variant is compared with it, bit for bit where
+// the arithmetic is the same, and the parameter-table subsets the stages hold.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/gpt.h"
+#include "model/program.h"
+#include "test_util.h"
+#include "util/rng.h"
+
+namespace yuan {
+namespace {
+
+const GPTConfig kCfg{3, 2, 16, 7, 23};  // modules: wte, wpe, h.0, h.1, h.2, ln_f
+constexpr int kB = 3;
+
+// Weights with more spread than GPT-2's initialisation, so that no gradient is flat.
+std::vector<float> test_params(const ParamLayout& L) {
+  std::vector<float> p(L.total());
+  init_gpt2(L, 11, p.data());
+  Rng rng(5, 0);
+  for (float& x : p) x += 0.3f * (rng.next_uniform() - 0.5f);
+  return p;
+}
+
+std::vector<int32_t> test_tokens(int rows, uint64_t seed) {
+  std::vector<int32_t> t(static_cast<size_t>(rows) * (kCfg.seq_len + 1));
+  Rng rng(seed, 1);
+  for (int32_t& x : t) x = static_cast<int32_t>(rng.next_u64() % kCfg.vocab_size);
+  return t;
+}
+
+// A backend holding `modules` with the whole model's weights of those modules.
+std::unique_ptr<Backend> backend_for(const std::vector<int>& modules, const std::vector<float>& whole) {
+  auto be = make_backend(Device::Cpu, {kCfg, modules, 0});
+  const ParamLayout full(kCfg);
+  for (const ModuleSpec& m : be->layout().modules())
+    be->set_params(whole.data() + full.module(m.index).offset, m.offset, m.numel);
+  return be;
+}
+
+std::vector<float> grads_of(Backend& be) {
+  std::vector<float> g(be.padded_size());
+  be.grads_to_host(0, g.size(), g.data());
+  return g;
+}
+
+struct WholeRun {
+  float loss = 0;
+  std::vector<float> grads;
+  std::vector<int> ready;
+};
+
+// `micro` micro-batches of kB rows, each forward then backward, on the whole model.
+WholeRun run_whole(const std::vector<std::vector<int32_t>>& batches, bool recompute = false) {
+  const std::vector<float> w = test_params(ParamLayout(kCfg));
+  auto be = backend_for(held_modules(kCfg, all_modules(kCfg)), w);
+  Program p(*be, {{}, kB, 1, recompute});
+  WholeRun r;
+  for (const auto& tok : batches)
+    r.loss += p.forward_backward(tok.data(), kB, 1.0f / batches.size(), [&](int m) { r.ready.push_back(m); });
+  r.grads = grads_of(*be);
+  return r;
+}
+
+TEST(ParamLayoutSubset, StagesHoldTheirModulesWithTheWholeModelsNamesAndValues) {
+  const ParamLayout full(kCfg);
+  const int n = module_count(kCfg);
+  EXPECT_EQ(held_modules(kCfg, {0, 3}), (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(held_modules(kCfg, {3, n}), (std::vector<int>{0, 3, 4, 5})) << "the last stage holds the tied wte";
+  EXPECT_EQ(held_modules(kCfg, {0, n}).size(), static_cast<size_t>(n));
+  const ParamLayout last(kCfg, held_modules(kCfg, {3, n}));
+  EXPECT_EQ(last.modules().size(), 4u);
+  size_t next = 0;
+  for (const ModuleSpec& m : last.modules()) {
+    EXPECT_EQ(m.offset, next) << m.name;
+    EXPECT_EQ(m.name, full.module(m.index).name);
+    EXPECT_EQ(m.numel, full.module(m.index).numel);
+    next += m.numel;
+  }
+  EXPECT_EQ(next, last.total());
+  EXPECT_FALSE(last.has(kWpeModule));
+  EXPECT_TRUE(last.has(ln_f_module(kCfg)));
+  EXPECT_EQ(last.block(1, kFcW).name, "h.1.mlp.c_fc.weight");
+  EXPECT_EQ(last.block(1, kFcW).id, full.block(1, kFcW).id);
+  const std::string err = testing::error_of([&] { last.wpe(); });
+  EXPECT_NE(err.find("wpe"), std::string::npos) << err;
+  EXPECT_NE(testing::error_of([&] { ParamLayout(kCfg, {2, 1}); }), "") << "modules out of order";
+  EXPECT_NE(testing::error_of([&] { ParamLayout(kCfg, {0, n}); }), "") << "a module past the model";
+
+  // A stage initialises its modules to exactly the whole model's values.
+  std::vector<float> whole(full.total()), part(last.total());
+  init_gpt2(full, 3, whole.data());
+  init_gpt2(last, 3, part.data());
+  for (const ModuleSpec& m : last.modules())
+    EXPECT_EQ(0, std::memcmp(part.data() + m.offset, whole.data() + full.module(m.index).offset, m.numel * 4))
+        << m.name;
+}
+
+// Stages [0, k) and [k, n) (and a three-way cut) pass the activation forward and its gradient back by copying
+// host memory; the result is the whole model's, except for wte's gradient, whose two halves (the embedding's on
+// the first stage, the tied classifier's on the last) are summed in another order.
+TEST(ProgramStages, ACutModelComputesTheWholeModel) {
+  const std::vector<std::vector<int32_t>> batches = {test_tokens(kB, 1)};
+  const WholeRun whole = run_whole(batches);
+  const ParamLayout full(kCfg);
+  const std::vector<float> w = test_params(full);
+  const int n = module_count(kCfg);
+  for (const std::vector<int>& cuts : {std::vector<int>{0, 3, n}, std::vector<int>{0, 2, n}, std::vector<int>{0, 4, 5, n},
+                                       std::vector<int>{0, 5, n}}) {
+    SCOPED_TRACE(::testing::Message() << "cut at modules " << cuts[1]);
+    std::vector<std::unique_ptr<Backend>> be;
+    std::vector<std::unique_ptr<Program>> st;
+    for (size_t s = 0; s + 1 < cuts.size(); s++) {
+      const ModuleRange r{cuts[s], cuts[s + 1]};
+      be.push_back(backend_for(held_modules(kCfg, r), w));
+      st.push_back(std::make_unique<Program>(*be.back(), ProgramSpec{r, kB, 1, false}));
+    }
+    const int32_t* tok = batches[0].data();
+    std::vector<int> ready;
+    auto hook = [&](int m) { ready.push_back(m); };
+    for (size_t s = 0; s < st.size(); s++) {
+      if (s > 0) {
+        const Tensor from = st[s - 1]->output(0), to = st[s]->input_buffer(0, kB);
+        std::memcpy(to.data, from.data, from.numel() * sizeof(float));
+      }
+      st[s]->forward(0, st[s]->embeds() || st[s]->heads() ? tok : nullptr, kB);
+    }
+    const float loss = st.back()->loss(0, 1.0f, hook);
+    EXPECT_EQ(loss, whole.loss);
+    for (size_t s = st.size(); s-- > 0;) st[s]->backward(0, s + 1 < st.size() ? st[s + 1]->input_grad(0) : Tensor(), hook);
+    // In backward order, with wte reported twice: the last stage's tied copy, then the first stage's embedding.
+    std::vector<int> want = whole.ready;
+    want.insert(want.begin() + 1, kWteModule);
+    EXPECT_EQ(ready, want);
+    std::vector<float> sum(full.total(), 0.0f);
+    for (auto& b : be) {
+      const std::vector<float> g = grads_of(*b);
+      for (const ModuleSpec& m : b->layout().modules())
+        for (size_t i = 0; i < m.numel; i++) sum[full.module(m.index).offset + i] += g[m.offset + i];
+    }
+    for (const TensorSpec& t : full.tensors()) {
+      const double err = testing::rel_err(sum.data() + t.offset, whole.grads.data() + t.offset, t.numel);
+      if (t.module == kWteModule)
+        EXPECT_LT(err, 1e-6) << t.name;
+      else
+        EXPECT_EQ(err, 0.0) << t.name;
+    }
+  }
+}
+
+TEST(ProgramRecompute, GivesTheSameBits) {
+  const std::vector<std::vector<int32_t>> batches = {test_tokens(kB, 2), test_tokens(kB, 3)};
+  const WholeRun kept = run_whole(batches), recomputed = run_whole(batches, true);
+  EXPECT_EQ(kept.loss, recomputed.loss);
+  EXPECT_EQ(kept.grads, recomputed.grads);
+}
+
+// GPipe order on one stage: every forward (and loss), then every backward, each micro-batch in its own slot.
+TEST(ProgramSlots, MicroBatchesInFlightGiveTheSequentialResult) {
+  const std::vector<std::vector<int32_t>> batches = {test_tokens(kB, 4), test_tokens(kB, 5), test_tokens(kB, 6)};
+  const WholeRun seq = run_whole(batches);
+  for (bool recompute : {false, true}) {
+    auto be = backend_for(held_modules(kCfg, all_modules(kCfg)), test_params(ParamLayout(kCfg)));
+    Program p(*be, {{}, kB, 3, recompute});
+    float loss = 0;
+    for (int m = 0; m < 3; m++) {
+      p.forward(m, batches[m].data(), kB);
+      loss += p.loss(m, 1.0f / 3, nullptr);
+    }
+    for (int m = 0; m < 3; m++) p.backward(m, {}, nullptr);
+    EXPECT_EQ(loss, seq.loss) << "recompute " << recompute;
+    // Every parameter gradient adds the micro-batches in the same order, except wte's, whose classifier parts
+    // now all come before its embedding parts.
+    const std::vector<float> g = grads_of(*be);
+    for (const TensorSpec& t : be->layout().tensors()) {
+      const double err = testing::rel_err(g.data() + t.offset, seq.grads.data() + t.offset, t.numel);
+      if (t.module == kWteModule)
+        EXPECT_LT(err, 1e-6) << t.name << ", recompute " << recompute;
+      else
+        EXPECT_EQ(err, 0.0) << t.name << ", recompute " << recompute;
+    }
+  }
+}
+
+TEST(ProgramMemory, PlanMatchesWhatTheProgramAllocates) {
+  for (const ProgramSpec& spec : {ProgramSpec{{}, kB, 1, false}, ProgramSpec{{0, 3}, 2, 2, false},
+                                  ProgramSpec{{3, module_count(kCfg)}, kB, 3, true}}) {
+    const ProgramMemory plan = Program::plan(kCfg, tensor_formats(Device::Cpu), spec);
+    auto be = make_backend(Device::Cpu, {kCfg, held_modules(kCfg, spec.modules.size() ? spec.modules
+                                                                                        : all_modules(kCfg)), 0});
+    const size_t acts = mem_bytes(Mem::Activations), bufs = mem_bytes(Mem::Comm);
+    Program p(*be, spec);
+    EXPECT_EQ(mem_bytes(Mem::Activations) - acts, plan.activations);
+    EXPECT_EQ(mem_bytes(Mem::Comm) - bufs, plan.buffers);
+  }
+  // Recompute keeps one block's activations instead of every block's.
+  const ProgramMemory full = Program::plan(kCfg, tensor_formats(Device::Cpu), {{}, kB, 1, false});
+  const ProgramMemory re = Program::plan(kCfg, tensor_formats(Device::Cpu), {{}, kB, 1, true});
+  EXPECT_LT(re.activations, full.activations);
+  EXPECT_EQ(re.buffers, full.buffers);
+}
+
+TEST(ProgramErrors, RangesAndCallsThatCannotWork) {
+  auto be = make_backend(Device::Cpu, {kCfg, held_modules(kCfg, {0, 3}), 0});
+  EXPECT_NE(testing::error_of([&] { Program(*be, {{1, 3}, kB, 1, false}); }).find("split wte from wpe"),
+            std::string::npos);
+  EXPECT_NE(testing::error_of([&] { Program(*be, {{0, 4}, kB, 1, false}); }).find("not in the backend's layout"),
+            std::string::npos);
+  Program p(*be, {{0, 3}, kB, 1, false});
+  const std::vector<int32_t> tok = test_tokens(kB, 7);
+  p.forward(0, tok.data(), kB);
+  EXPECT_NE(testing::error_of([&] { p.loss(0, 1.0f, nullptr); }).find("without the head"), std::string::npos);
+  EXPECT_NE(testing::error_of([&] { p.forward(1, tok.data(), kB); }).find("slot 1"), std::string::npos);
+  EXPECT_NE(testing::error_of([&] { p.forward(0, tok.data(), kB + 1); }).find("micro-batch"), std::string::npos);
+  std::vector<int32_t> bad = tok;
+  bad[5] = kCfg.vocab_size;
+  EXPECT_NE(testing::error_of([&] { p.forward(0, bad.data(), kB); }).find("outside the vocabulary"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace yuan
