@@ -268,6 +268,7 @@ TEST(ConfigIni, HashChangesWithAnyValue) {
   for (const auto& o : yuan::config_options()) {
     std::string v = o.default_value == "1" ? "2" : "1";
     if (o.key == "train.device") v = "cpu";
+    if (o.key == "parallel.template") v = "t: auto:1";
     Config c = parse({"--" + o.key + "=" + v});
     EXPECT_NE(c.hash(), base) << o.key;
   }

@@ -198,7 +198,7 @@ TEST(MpiCommunicator, BroadcastFromLastRank) {
 // ---------------------------------------------------------------------------------------------------------------
 // ZeRO
 
-// 2 layers, C = 5, T = 4, V = 9: 805 parameters, so the padded buffer and the shards are uneven for 2, 3, 4 ranks.
+// 2 layers, C = 5, T = 4, V = 9: 805 parameters, so the shards are uneven for 2, 3, 4 ranks.
 GPTConfig tiny_config() { return GPTConfig{2, 1, 5, 4, 9}; }
 constexpr int kRows = 2;  // per micro-batch and rank
 
@@ -207,7 +207,7 @@ constexpr int kRows = 2;  // per micro-batch and rank
 // Flat fp32 host buffers; backward visits the modules in reverse layout order and reports each one finished.
 class QuadraticBackend : public CpuBackend {
  public:
-  QuadraticBackend(const GPTConfig& c, size_t padded) : CpuBackend(ParamLayout(c), padded) {}
+  explicit QuadraticBackend(const GPTConfig& c) : CpuBackend(ParamLayout(c)) {}
 
   static double curvature(size_t i) { return 0.5 + 0.25 * static_cast<double>(i % 5); }
   static double target(const int32_t* row, size_t i, int T) {
@@ -243,9 +243,9 @@ class QuadraticBackend : public CpuBackend {
 // the comparison with the serial run. Compute and zero_grads run after pending transfers, as on the GPU.
 class DeferredBackend final : public QuadraticBackend {
  public:
-  DeferredBackend(const GPTConfig& c, size_t padded, DType working)
-      : QuadraticBackend(c, padded), working_(working), bf16_(working == DType::BF16 ? padded : 0) {
-    if (working == DType::BF16) weights_ = Tensor(bf16_.data(), DType::BF16, 1, static_cast<int64_t>(padded));
+  DeferredBackend(const GPTConfig& c, DType working)
+      : QuadraticBackend(c), working_(working), bf16_(working == DType::BF16 ? size() : 0) {
+    if (working == DType::BF16) weights_ = Tensor(bf16_.data(), DType::BF16, 1, static_cast<int64_t>(size()));
   }
 
   void set_params(const float* src, size_t off, size_t n) override {
@@ -338,10 +338,9 @@ struct Drive {
 
 Trajectory run_zero(const OptimConfig& oc, int accum, int steps, const Drive& drive = {}) {
   ParamLayout layout(tiny_config());
-  const size_t padded = zero_padded_size(layout.total(), nranks());
   std::unique_ptr<QuadraticBackend> owned =
-      drive.deferred ? std::make_unique<DeferredBackend>(tiny_config(), padded, drive.working)
-                     : std::make_unique<QuadraticBackend>(tiny_config(), padded);
+      drive.deferred ? std::make_unique<DeferredBackend>(tiny_config(), drive.working)
+                     : std::make_unique<QuadraticBackend>(tiny_config());
   QuadraticBackend& be = *owned;
   std::unique_ptr<Communicator> comm = world_communicator();
   std::vector<float> init = initial_params(layout.total());
@@ -356,12 +355,12 @@ Trajectory run_zero(const OptimConfig& oc, int accum, int steps, const Drive& dr
     }
     ZeroStepStats st = step(opt, *comm, lr_at(s));
     out.norms.push_back(st.grad_norm);
-    std::vector<float> g(be.padded_size());
+    std::vector<float> g(be.size());
     be.grads_to_host(0, g.size(), g.data());
     for (size_t i = 0; i < g.size(); i++) EXPECT_EQ(g[i], 0.0f) << "gradient left after step " << s << " at " << i;
   }
   opt.drain();
-  out.params.resize(be.padded_size());
+  out.params.resize(be.size());
   be.get_params(out.params.data(), 0, out.params.size());
   return out;
 }
@@ -426,11 +425,9 @@ void expect_same_run(const Trajectory& got, const Trajectory& want, const std::s
   ASSERT_EQ(got.norms.size(), want.norms.size());
   for (size_t s = 0; s < want.norms.size(); s++)
     EXPECT_NEAR(got.norms[s], want.norms[s], tol * want.norms[s]) << what << ": norm of step " << s;
-  ASSERT_GE(got.params.size(), want.params.size());
+  ASSERT_EQ(got.params.size(), want.params.size());
   for (size_t i = 0; i < want.params.size(); i++)
     ASSERT_NEAR(got.params[i], want.params[i], tol * std::abs(want.params[i])) << what << ": param " << i;
-  for (size_t i = want.params.size(); i < got.params.size(); i++)
-    ASSERT_EQ(got.params[i], 0.0f) << what << ": padding " << i;
 }
 
 TEST(MpiZero, StagesMatchSerialMeanGradient) {
@@ -517,8 +514,8 @@ TEST(MpiZero, DelayedUpdateMatchesSerialStaleGradients) {
 
 TEST(MpiZero, OptimizerBytesShrinkWithWorld) {
   ParamLayout layout(tiny_config());
-  const size_t n = layout.total(), padded = zero_padded_size(n, nranks());
-  QuadraticBackend be(tiny_config(), padded);
+  const size_t n = layout.total();
+  QuadraticBackend be(tiny_config());
   std::unique_ptr<Communicator> comm = world_communicator();
   std::vector<float> init = initial_params(n);
   size_t bytes[3];
@@ -526,26 +523,33 @@ TEST(MpiZero, OptimizerBytesShrinkWithWorld) {
     size_t before = mem_bytes(Mem::Optimizer);
     ZeroOptimizer opt(optim_config(stage, 0.001, 1.0), be, *comm, init.data());
     bytes[stage] = mem_bytes(Mem::Optimizer) - before;
-    EXPECT_EQ(bytes[stage], zero_optimizer_bytes(n, nranks(), stage)) << "zero " << stage;
-    EXPECT_EQ(opt.shard_size() * (stage == 0 ? 1 : nranks()), padded);
-    EXPECT_EQ(opt.shard_offset(), stage == 0 ? 0 : opt.shard_size() * rank());
+    EXPECT_EQ(bytes[stage], zero_optimizer_bytes(n, nranks(), rank(), stage)) << "zero " << stage;
+    const Shard mine = zero_shard(n, nranks(), rank(), stage);
+    EXPECT_EQ(opt.shard_size(), mine.count);
+    EXPECT_EQ(opt.shard_offset(), mine.offset);
+    EXPECT_EQ(opt.shard_global_offset(), mine.offset);
+    // The shards tile the parameters: the next rank's starts where this one's ends.
+    EXPECT_EQ(comm->sum(static_cast<double>(opt.shard_size())), stage == 0 ? n * nranks() : n) << "zero " << stage;
+    if (stage > 0 && rank() + 1 < nranks() && mine.count > 0)
+      EXPECT_EQ(zero_shard(n, nranks(), rank() + 1, stage).offset, mine.offset + mine.count);
   }
-  EXPECT_EQ(bytes[0], 16 * padded);  // master, m, v, gradient: 4 fp32 arrays
-  EXPECT_EQ(bytes[1] * nranks(), bytes[0]);
+  EXPECT_EQ(bytes[0], 16 * n);  // master, m, v, gradient: 4 fp32 arrays
+  EXPECT_EQ(comm->sum(static_cast<double>(bytes[1])), bytes[0]);
   EXPECT_EQ(bytes[2], bytes[1]);
+  EXPECT_GE(zero_optimizer_bytes(n, nranks(), 0, 1), bytes[1]) << "rank 0's shard is the largest";
   OptimConfig delayed = optim_config(1, 0.001, 1.0);
   delayed.delayed_update = true;
   size_t before = mem_bytes(Mem::Optimizer);
   {
     ZeroOptimizer opt(delayed, be, *comm, init.data());
-    EXPECT_EQ(mem_bytes(Mem::Optimizer) - before, zero_optimizer_bytes(n, nranks(), 1, true));
+    EXPECT_EQ(mem_bytes(Mem::Optimizer) - before, zero_optimizer_bytes(n, nranks(), rank(), 1, true));
   }
-  EXPECT_EQ(zero_optimizer_bytes(n, nranks(), 1, true), bytes[1] / 4 * 5);  // a second gradient buffer
+  EXPECT_EQ(zero_optimizer_bytes(n, nranks(), rank(), 1, true), bytes[1] / 4 * 5);  // a second gradient buffer
 }
 
 TEST(MpiZero, StateAccessWaitsForDrain) {
   ParamLayout layout(tiny_config());
-  QuadraticBackend be(tiny_config(), zero_padded_size(layout.total(), nranks()));
+  QuadraticBackend be(tiny_config());
   std::unique_ptr<Communicator> comm = world_communicator();
   std::vector<float> init = initial_params(layout.total());
   OptimConfig oc = optim_config(1, 0.001, 1.0);
@@ -565,17 +569,17 @@ TEST(MpiZero, ShardsReassembleTheWeights) {
   // A checkpoint restore writes master() shard by shard; load_backend_params must rebuild every rank's weights.
   ParamLayout layout(tiny_config());
   const size_t n = layout.total();
-  QuadraticBackend be(tiny_config(), zero_padded_size(n, nranks()));
+  QuadraticBackend be(tiny_config());
   std::unique_ptr<Communicator> comm = world_communicator();
   std::vector<float> init = initial_params(n);
   for (int stage : {0, 1, 2}) {
     ZeroOptimizer opt(optim_config(stage, 0.001, 1.0), be, *comm, init.data());
     for (size_t i = 0; i < opt.shard_size(); i++) {
       size_t j = opt.shard_offset() + i;
-      opt.master()[i] = j < n ? static_cast<float>(j) + 0.5f : 0.0f;
+      opt.master()[i] = static_cast<float>(j) + 0.5f;
     }
     opt.load_backend_params();
-    std::vector<float> p(be.padded_size());
+    std::vector<float> p(be.size());
     be.get_params(p.data(), 0, p.size());
     for (size_t j = 0; j < n; j++) ASSERT_EQ(p[j], static_cast<float>(j) + 0.5f) << "zero " << stage << " at " << j;
   }
@@ -583,7 +587,7 @@ TEST(MpiZero, ShardsReassembleTheWeights) {
 
 TEST(MpiZero, MissingReadyModuleIsAnError) {
   ParamLayout layout(tiny_config());
-  QuadraticBackend be(tiny_config(), zero_padded_size(layout.total(), nranks()));
+  QuadraticBackend be(tiny_config());
   std::unique_ptr<Communicator> comm = world_communicator();
   std::vector<float> init = initial_params(layout.total());
   ZeroOptimizer opt(optim_config(1, 0.001, 1.0), be, *comm, init.data());

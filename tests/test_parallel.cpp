@@ -38,11 +38,15 @@ TEST(Topology, HeterogeneousPipelinesShareEachModuleWithEveryHolder) {
   EXPECT_EQ(t.pipeline_ranks(1), (std::vector<int>{1, 2}));
   EXPECT_EQ(t.pipeline_ranks(0), std::vector<int>{0});
   EXPECT_EQ(t.stages_of(2), 2);
-  EXPECT_EQ(t.module_groups(), (std::vector<ModuleRange>{{0, 4}, {4, kModules}}));
+  // wte is also held by the last stage of "two", for its tied classifier: a group of its own.
+  EXPECT_EQ(t.module_groups(), (std::vector<ModuleRange>{{0, 1}, {1, 4}, {4, kModules}}));
+  EXPECT_EQ(t.holders(0, 0), (std::vector<int>{0, 1, 2}));
   EXPECT_EQ(t.holders(1, 0), (std::vector<int>{0, 1}));
   EXPECT_EQ(t.holders(6, 0), (std::vector<int>{0, 2}));
-  EXPECT_EQ(t.module_groups_of(0), (std::vector<ModuleRange>{{0, 4}, {4, kModules}}));
-  EXPECT_EQ(t.module_groups_of(2), std::vector<ModuleRange>{(ModuleRange{4, kModules})});
+  EXPECT_EQ(t.module_groups_of(0), (std::vector<ModuleRange>{{0, 1}, {1, 4}, {4, kModules}}));
+  EXPECT_EQ(t.module_groups_of(2), (std::vector<ModuleRange>{{0, 1}, {4, kModules}}));
+  EXPECT_TRUE(t.holds(2, 0));
+  EXPECT_FALSE(t.holds(2, 1));
 
   const Topology tp(pipes, 2, kModules);
   ASSERT_EQ(tp.world_size(), 6);
@@ -57,8 +61,9 @@ TEST(Topology, HeterogeneousPipelinesShareEachModuleWithEveryHolder) {
 // Pipelines that cut at different places: module groups end at every cut of any pipeline.
 TEST(Topology, ModuleGroupsEndAtEveryCut) {
   const Topology t({{"a", {{0, 3}, {3, kModules}}, 1}, {"b", {{0, 5}, {5, kModules}}, 1}}, 1, kModules);
-  EXPECT_EQ(t.module_groups(), (std::vector<ModuleRange>{{0, 3}, {3, 5}, {5, kModules}}));
-  EXPECT_EQ(t.module_groups_of(2), (std::vector<ModuleRange>{{0, 3}, {3, 5}}));  // pipeline b, stage 0
+  EXPECT_EQ(t.module_groups(), (std::vector<ModuleRange>{{0, 1}, {1, 3}, {3, 5}, {5, kModules}}));
+  EXPECT_EQ(t.module_groups_of(2), (std::vector<ModuleRange>{{0, 1}, {1, 3}, {3, 5}}));  // pipeline b, stage 0
+  EXPECT_EQ(t.holders(0, 0), (std::vector<int>{0, 1, 2, 3}));
   EXPECT_EQ(t.holders(4, 0), (std::vector<int>{1, 2}));
 }
 

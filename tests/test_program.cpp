@@ -38,7 +38,7 @@ std::vector<int32_t> test_tokens(int rows, uint64_t seed) {
 
 // A backend holding `modules` with the whole model's weights of those modules.
 std::unique_ptr<Backend> backend_for(const std::vector<int>& modules, const std::vector<float>& whole) {
-  auto be = make_backend(Device::Cpu, {kCfg, modules, 0});
+  auto be = make_backend(Device::Cpu, {kCfg, modules});
   const ParamLayout full(kCfg);
   for (const ModuleSpec& m : be->layout().modules())
     be->set_params(whole.data() + full.module(m.index).offset, m.offset, m.numel);
@@ -46,7 +46,7 @@ std::unique_ptr<Backend> backend_for(const std::vector<int>& modules, const std:
 }
 
 std::vector<float> grads_of(Backend& be) {
-  std::vector<float> g(be.padded_size());
+  std::vector<float> g(be.size());
   be.grads_to_host(0, g.size(), g.data());
   return g;
 }
@@ -132,7 +132,7 @@ TEST(ProgramStages, ACutModelComputesTheWholeModel) {
       }
       st[s]->forward(0, st[s]->embeds() || st[s]->heads() ? tok : nullptr, kB);
     }
-    const float loss = st.back()->loss(0, 1.0f, hook);
+    const float loss = st.back()->loss(0, 1.0f);
     EXPECT_EQ(loss, whole.loss);
     for (size_t s = st.size(); s-- > 0;) st[s]->backward(0, s + 1 < st.size() ? st[s + 1]->input_grad(0) : Tensor(), hook);
     // In backward order, with wte reported twice: the last stage's tied copy, then the first stage's embedding.
@@ -172,7 +172,7 @@ TEST(ProgramSlots, MicroBatchesInFlightGiveTheSequentialResult) {
     float loss = 0;
     for (int m = 0; m < 3; m++) {
       p.forward(m, batches[m].data(), kB);
-      loss += p.loss(m, 1.0f / 3, nullptr);
+      loss += p.loss(m, 1.0f / 3);
     }
     for (int m = 0; m < 3; m++) p.backward(m, {}, nullptr);
     EXPECT_EQ(loss, seq.loss) << "recompute " << recompute;
@@ -194,7 +194,7 @@ TEST(ProgramMemory, PlanMatchesWhatTheProgramAllocates) {
                                   ProgramSpec{{3, module_count(kCfg)}, kB, 3, true}}) {
     const ProgramMemory plan = Program::plan(kCfg, tensor_formats(Device::Cpu), spec);
     auto be = make_backend(Device::Cpu, {kCfg, held_modules(kCfg, spec.modules.size() ? spec.modules
-                                                                                        : all_modules(kCfg)), 0});
+                                                                                        : all_modules(kCfg))});
     const size_t acts = mem_bytes(Mem::Activations), bufs = mem_bytes(Mem::Comm);
     Program p(*be, spec);
     EXPECT_EQ(mem_bytes(Mem::Activations) - acts, plan.activations);
@@ -208,7 +208,7 @@ TEST(ProgramMemory, PlanMatchesWhatTheProgramAllocates) {
 }
 
 TEST(ProgramErrors, RangesAndCallsThatCannotWork) {
-  auto be = make_backend(Device::Cpu, {kCfg, held_modules(kCfg, {0, 3}), 0});
+  auto be = make_backend(Device::Cpu, {kCfg, held_modules(kCfg, {0, 3})});
   EXPECT_NE(testing::error_of([&] { Program(*be, {{1, 3}, kB, 1, false}); }).find("split wte from wpe"),
             std::string::npos);
   EXPECT_NE(testing::error_of([&] { Program(*be, {{0, 4}, kB, 1, false}); }).find("not in the backend's layout"),
@@ -216,7 +216,7 @@ TEST(ProgramErrors, RangesAndCallsThatCannotWork) {
   Program p(*be, {{0, 3}, kB, 1, false});
   const std::vector<int32_t> tok = test_tokens(kB, 7);
   p.forward(0, tok.data(), kB);
-  EXPECT_NE(testing::error_of([&] { p.loss(0, 1.0f, nullptr); }).find("without the head"), std::string::npos);
+  EXPECT_NE(testing::error_of([&] { p.loss(0, 1.0f); }).find("without the head"), std::string::npos);
   EXPECT_NE(testing::error_of([&] { p.forward(1, tok.data(), kB); }).find("slot 1"), std::string::npos);
   EXPECT_NE(testing::error_of([&] { p.forward(0, tok.data(), kB + 1); }).find("micro-batch"), std::string::npos);
   std::vector<int32_t> bad = tok;

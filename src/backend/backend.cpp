@@ -32,17 +32,15 @@ Allocation host_allocation(size_t bytes, Mem cat) {
   return Allocation(p, bytes, std::free, cat);
 }
 
-Backend::Backend(const ParamLayout& layout, size_t padded) : layout_(layout), padded_(padded) {
-  YUAN_CHECK(padded >= layout_.total(), "backend: padded size %zu < parameter count %zu", padded, layout_.total());
-}
+Backend::Backend(const ParamLayout& layout) : layout_(layout) {}
 
 PeakFlops Backend::peak_flops() { return {measure_peak_flops(), "measured fp32 FMA loop on this rank's threads"}; }
 
 const TensorFormats& Backend::formats() const { return tensor_formats(device()); }
 
 void Backend::check_range(size_t off, size_t n) const {
-  YUAN_CHECK(off + n <= padded_, "%s backend: range [%zu, %zu) outside the %zu-element buffer", name(), off, off + n,
-             padded_);
+  YUAN_CHECK(off + n <= size(), "%s backend: range [%zu, %zu) outside the %zu-element buffer", name(), off, off + n,
+             size());
 }
 
 Tensor Backend::view(const Tensor& flat, const TensorSpec& t) {

@@ -4,9 +4,9 @@
 // the ops; the ZeRO optimizer (optim/zero.h) and the communicators (parallel/communicator.h) work on the flat
 // buffers. Backends are chosen by Device through the registry at the bottom of this file.
 //
-// Memory contract: the weights and the gradients are flat, in ParamLayout order, `padded_size()` elements long
-// (the tail past layout().total() is zero and stays zero). The weights are in formats().weights (bf16 on CUDA),
-// the gradients fp32; the optimizer keeps the fp32 master copy on the host and moves ranges in and out.
+// Memory contract: the weights and the gradients are flat, in ParamLayout order, layout().total() elements long.
+// The weights are in formats().weights (bf16 on CUDA), the gradients fp32; the optimizer keeps the fp32 master
+// copy on the host and moves ranges in and out.
 //
 // Work beside compute (the offload pipeline of optim/zero.h): a device backend runs its compute on stream() and
 // gradient copies and weight uploads on copy streams, ordered by events: a gradient copy runs after the compute
@@ -83,7 +83,7 @@ Allocation host_allocation(size_t bytes, Mem cat);
 
 class Backend {
  public:
-  Backend(const ParamLayout& layout, size_t padded);
+  explicit Backend(const ParamLayout& layout);
   virtual ~Backend() = default;
   Backend(const Backend&) = delete;
   Backend& operator=(const Backend&) = delete;
@@ -98,9 +98,8 @@ class Backend {
 
   // ---- the flat parameter buffers ----
   const ParamLayout& layout() const { return layout_; }
-  size_t padded_size() const { return padded_; }
-  // [1, padded_size()] views of the whole buffers, and shaped views of one tensor ([rows, cols]; a vector is one
-  // row).
+  size_t size() const { return layout_.total(); }  // elements of each flat buffer
+  // [1, size()] views of the whole buffers, and shaped views of one tensor ([rows, cols]; a vector is one row).
   const Tensor& weights() const { return weights_; }
   const Tensor& grads() const { return grads_; }
   Tensor weight(const TensorSpec& t) const { return view(weights_, t); }
@@ -132,6 +131,9 @@ class Backend {
   // Compute enqueued from now on runs after every gradient copy enqueued so far (the program calls this before
   // accumulating into gradients that may still be on their way to the host).
   virtual void compute_after_transfers() {}
+  // Compute enqueued from now on runs after the work enqueued so far on `other` (a communicator's stream: a
+  // received activation is read, a sent one overwritten, only after the transfer).
+  virtual void compute_after(DeviceStream other) { (void)other; }
   // Working weights [offset, offset+count) from transfer memory `src` in weights().dtype, on copy lane 0 or 1 (two
   // lanes let the caller fill one staging buffer while the other is in flight); src must stay unchanged until
   // wait_upload(lane).
@@ -153,7 +155,6 @@ class Backend {
  private:
   static Tensor view(const Tensor& flat, const TensorSpec& t);
   ParamLayout layout_;
-  size_t padded_;
 };
 
 // ---- the registry: one entry per backend compiled in ----
@@ -170,8 +171,7 @@ Device resolve_device(const DeviceRequest& r);
 
 struct BackendSpec {
   GPTConfig model;
-  std::vector<int> modules;  // held modules (ParamLayout); empty: every module
-  size_t padded_size = 0;    // of the flat buffers; 0: the layout's total
+  std::vector<int> modules;  // held modules (ParamLayout, model/gpt.h held_modules); empty: every module
 };
 // How `device` stores the program's tensors; needs no device.
 const TensorFormats& tensor_formats(Device device);

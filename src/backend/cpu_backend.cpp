@@ -4,11 +4,11 @@
 
 namespace yuan {
 
-CpuBackend::CpuBackend(const ParamLayout& layout, size_t padded)
-    : Backend(layout, padded), param_mem_(padded, Mem::Params), grad_mem_(padded, Mem::Grads),
+CpuBackend::CpuBackend(const ParamLayout& layout)
+    : Backend(layout), param_mem_(layout.total(), Mem::Params), grad_mem_(layout.total(), Mem::Grads),
       ops_(make_cpu_ops()) {
-  weights_ = Tensor(param_mem_.data(), DType::F32, 1, static_cast<int64_t>(padded));
-  grads_ = Tensor(grad_mem_.data(), DType::F32, 1, static_cast<int64_t>(padded));
+  weights_ = Tensor(param_mem_.data(), DType::F32, 1, static_cast<int64_t>(layout.total()));
+  grads_ = Tensor(grad_mem_.data(), DType::F32, 1, static_cast<int64_t>(layout.total()));
 }
 
 void CpuBackend::set_params(const float* src, size_t off, size_t n) {
@@ -32,8 +32,8 @@ void CpuBackend::grads_to_host(size_t off, size_t n, float* dst) {
 }
 
 std::unique_ptr<Backend> make_cpu_backend(const BackendSpec& spec) {
-  const ParamLayout layout = spec.modules.empty() ? ParamLayout(spec.model) : ParamLayout(spec.model, spec.modules);
-  return std::make_unique<CpuBackend>(layout, spec.padded_size ? spec.padded_size : layout.total());
+  return std::make_unique<CpuBackend>(spec.modules.empty() ? ParamLayout(spec.model)
+                                                         : ParamLayout(spec.model, spec.modules));
 }
 
 }  // namespace yuan

@@ -14,7 +14,7 @@ std::unique_ptr<Ops> make_cpu_ops();
 
 class CpuBackend : public Backend {
  public:
-  CpuBackend(const ParamLayout& layout, size_t padded);
+  explicit CpuBackend(const ParamLayout& layout);
   Device device() const override { return Device::Cpu; }
   Ops& ops() override { return *ops_; }
 

@@ -12,6 +12,7 @@
 #include <boost/program_options.hpp>
 
 #include "backend/backend.h"
+#include "parallel/layout.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -25,7 +26,9 @@ namespace {
 // gpt.h, read back through a default Config, so there is a single source of truth.
 struct Field {
   const char* key;
-  std::variant<bool*, int*, uint64_t*, double*, std::string*> ptr;
+  // A vector holds a repeatable key's "NAME: ..." entries: each occurrence adds one, or replaces the one of the
+  // same NAME.
+  std::variant<bool*, int*, uint64_t*, double*, std::string*, std::vector<std::string>*> ptr;
   const char* help;
 };
 
@@ -66,6 +69,16 @@ std::vector<Field> fields(Config& c) {
       {"optim.bucket_mb", &c.optim.bucket_mb, "gradient communication bucket size in MiB"},
       {"optim.delayed_update", &c.optim.delayed_update,
        "run step t's host AdamW beside step t+1's forward/backward; gradients see weights one step stale"},
+      {"parallel.template", &c.parallel.templates,
+       "(repeatable) a pipeline template, NAME: stage | stage | ..., a stage listing modules and ranges "
+       "(wte, wpe, h.0-h.3, ln_f), or NAME: auto:K for K stages balanced by modelled cost"},
+      {"parallel.pipelines", &c.parallel.pipelines,
+       "the job's pipelines by template name, comma-separated (repeats allowed); empty: one pipeline per rank "
+       "(data parallelism)"},
+      {"parallel.microbatches", &c.parallel.microbatches,
+       "NAME:M, ...: micro-batches per step of each template's pipelines; their sequences make train.global_batch"},
+      {"parallel.schedule", &c.parallel.schedule, "1f1b | gpipe: the order of a step's passes on a pipeline stage"},
+      {"parallel.tp_size", &c.parallel.tp_size, "tensor-parallel ranks per stage (1: none)"},
       {"dist.nccl_timeout_s", &c.dist.nccl_timeout_s,
        "CUDA on several ranks: an NCCL operation not done after this many seconds aborts the job"},
       {"run.dir", &c.run.dir, "directory for logs, config.ini and checkpoints"},
@@ -95,12 +108,23 @@ std::string render(const Field& f) {
       [](auto* p) -> std::string {
         using T = std::remove_pointer_t<decltype(p)>;
         if constexpr (std::is_same_v<T, std::string>) return *p;
+        else if constexpr (std::is_same_v<T, std::vector<std::string>>) return p->empty() ? "" : p->back();
         else if constexpr (std::is_same_v<T, bool>) return *p ? "true" : "false";
         else if constexpr (std::is_same_v<T, double>) return format_double(*p);
         else return std::to_string(*p);
       },
       f.ptr);
 }
+
+// The NAME of a repeatable key's "NAME: ..." entry, trimmed; "" when there is none.
+std::string entry_name(const std::string& text) {
+  const size_t colon = text.find(':');
+  if (colon == std::string::npos) return "";
+  const size_t b = text.find_first_not_of(" \t"), e = text.find_last_not_of(" \t", colon - 1);
+  return b < colon && e != std::string::npos && e >= b ? text.substr(b, e - b + 1) : "";
+}
+
+bool repeatable(const Field& f) { return std::holds_alternative<std::vector<std::string>*>(f.ptr); }
 
 // Converts `text` into the field; `where` ("deck.ini: " or "") prefixes the error.
 void assign(const Field& f, const std::string& text, const std::string& where) {
@@ -109,6 +133,16 @@ void assign(const Field& f, const std::string& text, const std::string& where) {
         using T = std::remove_pointer_t<decltype(p)>;
         if constexpr (std::is_same_v<T, std::string>) {
           *p = text;
+        } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+          const std::string name = entry_name(text);
+          if (name.empty())
+            throw Error(strf("%s%s: '%s' does not start with a name and ':'", where.c_str(), f.key, text.c_str()),
+                        true);
+          auto same = std::find_if(p->begin(), p->end(), [&](const std::string& e) { return entry_name(e) == name; });
+          if (same != p->end())
+            *same = text;
+          else
+            p->push_back(text);
         } else if constexpr (std::is_same_v<T, bool>) {
           if (text == "true" || text == "1" || text == "yes" || text == "on")
             *p = true;
@@ -184,16 +218,17 @@ void read_deck(const std::string& path, Config& c) {
       throw Error(
           strf("%s: unknown key '%s'%s", path.c_str(), o.string_key.c_str(), did_you_mean(o.string_key, "").c_str()),
           true);
-    if (!seen.insert(o.string_key).second)
+    const Field& f = *find_field(table, o.string_key);
+    if (!seen.insert(o.string_key).second && !repeatable(f))
       throw Error(strf("%s: key '%s' is set twice", path.c_str(), o.string_key.c_str()), true);
-    assign(*find_field(table, o.string_key), o.value.at(0), path + ": ");
+    assign(f, o.value.at(0), path + ": ");
   }
 }
 
 void print_help(const std::string& command) {
   say("usage: yuanlm %s [DECK] [--section.key=value ...]", command.c_str());
-  say("  DECK (or --config DECK) is an INI file with [model] [data] [train] [optim] [dist] [run] [ckpt] [profile] "
-      "sections;");
+  say("  DECK (or --config DECK) is an INI file with [model] [data] [train] [optim] [parallel] [dist] [run] [ckpt] "
+      "[profile] sections;");
   say("  --section.key=value (or --section.key value) overrides it. Defaults in parentheses.");
   std::string section;
   for (const ConfigOption& o : config_options()) {
@@ -219,6 +254,10 @@ std::string Config::to_ini() const {
     std::string key = f.key;
     std::string s = key.substr(0, key.find('.'));
     if (s != section) out += (section.empty() ? "[" : "\n[") + (section = s) + "]\n";
+    if (auto* entries = std::get_if<std::vector<std::string>*>(&f.ptr)) {
+      for (const std::string& e : **entries) out += after_dot(key) + " = " + e + "\n";
+      continue;
+    }
     out += after_dot(key) + " = " + render(f) + "\n";
   }
   return out;
@@ -326,11 +365,6 @@ void validate(const Config& c, int world) {
   at_least("train.eval_batches", c.train.eval_batches, 1);
   at_least("train.max_bad_steps", c.train.max_bad_steps, 1);
   parse_device(c.train.device, "train.device");
-  long per_step = static_cast<long>(world) * c.train.micro_batch;
-  if (c.train.global_batch % per_step != 0)
-    throw Error(strf("train.global_batch (%d) must be divisible by world size (%d) x train.micro_batch (%d) = %ld",
-                     c.train.global_batch, world, c.train.micro_batch, per_step),
-                true);
 
   const OptimConfig& o = c.optim;
   above("optim.lr", o.lr, 0);
@@ -357,6 +391,7 @@ void validate(const Config& c, int world) {
     if (std::sscanf(c.profile.steps.c_str(), "%d:%d%c", &a, &b, &end) != 2 || a < 1 || b < a)
       throw Error(strf("profile.steps must be A:B with 1 <= A <= B (got '%s')", c.profile.steps.c_str()), true);
   }
+  parallel::make_topology(c, world);  // the [parallel] layout against the model, the batch and the world
 }
 
 }  // namespace yuan

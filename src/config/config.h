@@ -45,6 +45,18 @@ struct OptimConfig {
   bool delayed_update = false;  // step t's AdamW beside step t+1's forward/backward (weights one step stale)
 };
 
+// The job's parallel layout (src/parallel/layout.h turns it into a Topology). Without pipelines the job is pure
+// data parallelism: one one-stage pipeline per rank.
+struct ParallelConfig {
+  // "NAME: stage | stage | ...", a stage listing modules (wte, wpe, h.3) and ranges (h.0-h.3), or "NAME: auto:K"
+  // for K stages balanced by modelled cost. Repeatable; a template named again replaces the earlier one.
+  std::vector<std::string> templates;
+  std::string pipelines;       // the job's pipelines by template name, comma-separated, repeats allowed
+  std::string microbatches;    // "NAME:M, ...": micro-batches per step for each template used
+  std::string schedule = "1f1b";  // 1f1b | gpipe
+  int tp_size = 1;                // tensor-parallel width of every stage
+};
+
 struct DistConfig {
   double nccl_timeout_s = 600;  // an NCCL wait longer than this ends the job
 };
@@ -70,6 +82,7 @@ struct Config {
   DataConfig data;
   TrainConfig train;
   OptimConfig optim;
+  ParallelConfig parallel;
   DistConfig dist;
   RunConfig run;
   CkptConfig ckpt;
@@ -79,7 +92,8 @@ struct Config {
   uint64_t hash() const;       // of to_ini()
 };
 
-// Checks ranges and consistency; throws Error naming the offending key. `world` is the data-parallel size.
+// Checks ranges and consistency, the parallel layout's included (parallel/layout.h); throws Error naming the
+// offending key. `world` is the number of ranks.
 void validate(const Config& c, int world);
 
 struct ConfigOption {

@@ -114,28 +114,41 @@ class Permutation {
 
 }  // namespace
 
+// The spec with its data-parallel share spelled out as a slice when none is given.
+LoaderSpec with_slice(LoaderSpec s) {
+  if (s.slice_count == 0 && s.world > 0) {
+    s.slice_count = s.global_batch / s.world;
+    s.slice_first = s.rank * s.slice_count;
+  }
+  return s;
+}
+
 struct TrainLoader::Impl {
   LoaderSpec spec;
   Corpus corpus;
   uint64_t start;      // global sample where this loader began
-  int micro_per_step;  // micro-batches per optimizer step on one rank
+  int micro_per_step;  // micro-batches per optimizer step of this reader
   std::vector<HostArray<int32_t>> ring;
 
   std::mutex mu;
   std::condition_variable cv;
-  uint64_t produced = 0;  // micro-batches of this rank's stream filled, counted from `start`
+  uint64_t produced = 0;  // micro-batches of this reader's stream filled, counted from `start`
   uint64_t consumed = 0;  // micro-batches handed out; the last one is still in the caller's hands
   bool stop = false;
   std::exception_ptr error;
   double wait = 0;
   std::thread thread;
 
-  Impl(const LoaderSpec& s, uint64_t next_sample) : spec(s), corpus(s), start(next_sample) {
-    YUAN_CHECK(s.global_batch > 0 && s.global_batch % (s.world * s.micro_batch) == 0,
+  Impl(const LoaderSpec& s, uint64_t next_sample) : spec(with_slice(s)), corpus(s), start(next_sample) {
+    YUAN_CHECK(s.global_batch > 0 && (s.slice_count > 0 || s.global_batch % (s.world * s.micro_batch) == 0),
                "data: train.global_batch %d must be a positive multiple of world %d x train.micro_batch %d",
                s.global_batch, s.world, s.micro_batch);
+    YUAN_CHECK(spec.slice_count > 0 && spec.slice_count % s.micro_batch == 0 && spec.slice_first >= 0 &&
+                   spec.slice_first + spec.slice_count <= s.global_batch,
+               "data: sequences [%d, %d) of train.global_batch %d are not whole micro-batches of %d inside it",
+               spec.slice_first, spec.slice_first + spec.slice_count, s.global_batch, s.micro_batch);
     YUAN_CHECK(s.prefetch > 0, "data: data.prefetch %d must be positive", s.prefetch);
-    micro_per_step = s.global_batch / (s.world * s.micro_batch);
+    micro_per_step = spec.slice_count / s.micro_batch;
     // One buffer more than `prefetch`: the batch the caller holds stays untouched while `prefetch` are read.
     for (int i = 0; i <= s.prefetch; i++)
       ring.emplace_back(static_cast<size_t>(s.micro_batch) * corpus.window(), Mem::Data);
@@ -152,8 +165,8 @@ struct TrainLoader::Impl {
   }
 
   void fill(uint64_t m, int32_t* out) {
-    const uint64_t n = corpus.windows(), per_rank = spec.global_batch / spec.world;
-    const uint64_t first = start + (m / micro_per_step) * spec.global_batch + spec.rank * per_rank +
+    const uint64_t n = corpus.windows();
+    const uint64_t first = start + (m / micro_per_step) * spec.global_batch + spec.slice_first +
                            (m % micro_per_step) * spec.micro_batch;
     for (int row = 0; row < spec.micro_batch; row++) {
       const uint64_t g = first + row;

@@ -3,9 +3,10 @@
 // The corpus is cut into windows of seq_len+1 tokens with stride seq_len inside each shard. Samples form one
 // global stream: sample g belongs to epoch g / n_windows and is window perm_epoch(g % n_windows), where perm
 // is a bijection keyed by (seed, epoch) computed on the fly (no permutation array, O(1) memory). Optimizer
-// step s consumes global samples [g0, g0 + global_batch); rank r of N takes the contiguous slice
-// [g0 + r*global_batch/N, g0 + (r+1)*global_batch/N), in micro-batches. So the union over ranks is the same
-// whatever N, and the whole position is one integer (`next_sample`) that a checkpoint saves.
+// step s consumes global samples [g0, g0 + global_batch); each reader takes a contiguous slice of it, in
+// micro-batches: rank r of N data-parallel ranks [g0 + r*global_batch/N, g0 + (r+1)*global_batch/N), a pipeline
+// its micro-batches' share after the pipelines before it. So the union over readers is the same whatever the
+// layout, and the whole position is one integer (`next_sample`) that a checkpoint saves.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -18,8 +19,12 @@ struct LoaderSpec {
   int seq_len = 0;
   int vocab_size = 0;     // every token id must be < vocab_size (checked as data is read)
   uint64_t seed = 0;
-  int rank = 0, world = 1;
-  int global_batch = 0;   // sequences per optimizer step, all ranks
+  int global_batch = 0;   // sequences per optimizer step, all readers
+  int rank = 0, world = 1;  // this reader among the data-parallel ones
+  // Training: this reader's sequences of each step are [slice_first, slice_first + slice_count) of the global
+  // batch, a whole number of micro-batches; slice_count 0 means rank's equal share, [rank, rank+1) x GB/world.
+  // Validation interleaves: reader `rank` takes every world-th window.
+  int slice_first = 0, slice_count = 0;
   int micro_batch = 0;    // sequences per next_micro_batch() call
   int prefetch = 4;       // micro-batches read ahead by the background thread
 };
@@ -30,8 +35,8 @@ class TrainLoader {
   // `next_sample` (0 for a new run, the checkpoint's value on resume).
   TrainLoader(const LoaderSpec& spec, uint64_t next_sample = 0);
   ~TrainLoader();
-  // This rank's next micro-batch: micro_batch rows of seq_len+1 token ids, valid until the next call.
-  // After global_batch/(world*micro_batch) calls the loader has moved on to the next optimizer step.
+  // This reader's next micro-batch: micro_batch rows of seq_len+1 token ids, valid until the next call.
+  // After slice_count/micro_batch calls the loader has moved on to the next optimizer step.
   const int32_t* next_micro_batch();
   uint64_t next_sample() const;  // global sample index where the next optimizer step starts
   uint64_t epoch() const;        // epoch of next_sample()

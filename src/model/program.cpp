@@ -122,25 +122,25 @@ std::string MemoryPlan::describe() const {
               grads / kGiB, activations / kGiB, buffers / kGiB);
 }
 
-MemoryPlan plan_memory(Device device, const GPTConfig& cfg, const ProgramSpec& spec, size_t padded) {
+MemoryPlan plan_memory(Device device, const GPTConfig& cfg, const ProgramSpec& spec, size_t n_params) {
   const TensorFormats& f = tensor_formats(device);
   const ProgramMemory p = Program::plan(cfg, f, spec);
   MemoryPlan m;
-  m.weights = padded * dtype_size(f.weights);
-  m.grads = padded * sizeof(float);
+  m.weights = n_params * dtype_size(f.weights);
+  m.grads = n_params * sizeof(float);
   m.activations = p.activations;
   m.buffers = p.buffers + f.workspace_bytes(cfg.n_embd, spec.micro_batch, cfg.seq_len);
   return m;
 }
 
-void check_memory(Device device, const GPTConfig& cfg, const ProgramSpec& spec, size_t padded, size_t free_bytes) {
-  const MemoryPlan plan = plan_memory(device, cfg, spec, padded);
+void check_memory(Device device, const GPTConfig& cfg, const ProgramSpec& spec, size_t n_params, size_t free_bytes) {
+  const MemoryPlan plan = plan_memory(device, cfg, spec, n_params);
   if (plan.total() <= free_bytes) return;
   int fits = 0;  // the largest micro-batch below this one that fits as configured
   ProgramSpec smaller = spec;
   for (int b = spec.micro_batch - 1; b >= 1 && !fits; b--) {
     smaller.micro_batch = b;
-    if (plan_memory(device, cfg, smaller, padded).total() <= free_bytes) fits = b;
+    if (plan_memory(device, cfg, smaller, n_params).total() <= free_bytes) fits = b;
   }
   std::string hint;
   if (fits && !spec.recompute)
@@ -278,7 +278,7 @@ void Program::head_forward(int slot) {
   ops_.matmul_forward(rows(logits_, slot), rows(lnf_, slot), backend_.weight(L.wte()), {}, {}, {});
 }
 
-float Program::loss(int slot, float grad_scale, const ModuleReadyFn& ready) {
+float Program::loss(int slot, float grad_scale) {
   check_slot(slot, "loss");
   YUAN_CHECK(heads_, "program: loss on a stage without the head (modules [%d, %d))", spec_.modules.first,
              spec_.modules.end);
@@ -299,8 +299,6 @@ float Program::loss(int slot, float grad_scale, const ModuleReadyFn& ready) {
     ops_.layernorm_backward(dy, dres_operand(slot, true), backend_.grad(L.ln_f_w()),
                             backend_.grad(L.ln_f_b()), rows(dln_, slot), output(slot), backend_.weight(L.ln_f_w()),
                             rows(lnf_mean_, slot), rows(lnf_rstd_, slot));
-    notify(ready, ln_f_module(cfg_));
-    if (!embeds_) notify(ready, kWteModule);  // the tied classifier's copy of wte is complete
   }
   ops_.to_host_f32(host_losses_.data(), rows(losses_, slot));
   double sum = 0;
@@ -323,6 +321,12 @@ void Program::backward(int slot, const Tensor& dout, const ModuleReadyFn& ready)
   if (from.data != dres.data) {
     ops_.copy(dres, from);
     if (dres_op_) ops_.copy(dres_operand(slot, true), dres);
+  }
+  // The head's gradients were taken with the loss; they are reported with the micro-batch's backward, so that
+  // every module is reported once per backward in schedule order.
+  if (heads_) {
+    notify(ready, ln_f_module(cfg_));
+    if (!embeds_) notify(ready, kWteModule);  // the tied classifier's copy of wte is complete
   }
   for (int l = end_layer_ - 1; l >= first_layer_; l--) {
     // The recompute set still holds the block whose forward ran last; every other block runs again.
@@ -367,7 +371,7 @@ void Program::block_backward(int slot, int l) {
 float Program::forward_backward(const int32_t* tokens, int B, float grad_scale, const ModuleReadyFn& ready) {
   YUAN_CHECK(embeds_ && heads_, "program: forward_backward runs the whole model");
   run_forward(0, tokens, B, cfg_.seq_len, cfg_.seq_len + 1);
-  const float loss = this->loss(0, grad_scale, ready);
+  const float loss = this->loss(0, grad_scale);
   backward(0, {}, ready);
   return loss;
 }
@@ -375,7 +379,7 @@ float Program::forward_backward(const int32_t* tokens, int B, float grad_scale, 
 float Program::forward_loss(const int32_t* tokens, int B) {
   YUAN_CHECK(embeds_ && heads_, "program: forward_loss runs the whole model");
   run_forward(0, tokens, B, cfg_.seq_len, cfg_.seq_len + 1);
-  return loss(0, 0.0f, nullptr);
+  return loss(0, 0.0f);
 }
 
 void Program::forward_logits(const int32_t* ids, int len, float* logits) {

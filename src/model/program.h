@@ -42,7 +42,7 @@ struct ProgramMemory {
 };
 
 // Device bytes of a backend and a program of `spec` on it, by purpose: what make_backend (flat buffers of
-// `padded` parameters, its own workspace) and the Program allocate. Needs no device.
+// `n_params` parameters, its own workspace) and the Program allocate. Needs no device.
 struct MemoryPlan {
   size_t weights = 0;      // working weights
   size_t grads = 0;        // fp32 gradients
@@ -51,11 +51,11 @@ struct MemoryPlan {
   size_t total() const { return weights + grads + activations + buffers; }
   std::string describe() const;  // "X GiB (weights ..., grads ..., activations ..., buffers ...)"
 };
-MemoryPlan plan_memory(Device device, const GPTConfig& cfg, const ProgramSpec& spec, size_t padded);
+MemoryPlan plan_memory(Device device, const GPTConfig& cfg, const ProgramSpec& spec, size_t n_params);
 // Before anything is allocated: throws the one-line Error "memory plan: needs X GiB on the cuda device (...),
 // device has Y GiB free; try ..." (a smaller train.micro_batch or train.recompute=true) when the plan does not
 // fit in `free_bytes`.
-void check_memory(Device device, const GPTConfig& cfg, const ProgramSpec& spec, size_t padded, size_t free_bytes);
+void check_memory(Device device, const GPTConfig& cfg, const ProgramSpec& spec, size_t n_params, size_t free_bytes);
 
 class Program {
  public:
@@ -80,8 +80,8 @@ class Program {
   // [B*T, C] in the activation dtype: where a stage that does not embed receives its input for a forward of B rows.
   Tensor input_buffer(int slot, int B) const;
   // Stages that head: the slot's mean loss; with grad_scale != 0 also the head's backward, accumulating the
-  // gradient of grad_scale * mean loss.
-  float loss(int slot, float grad_scale, const ModuleReadyFn& ready);
+  // gradient of grad_scale * mean loss (reported ready by the slot's backward).
+  float loss(int slot, float grad_scale);
   // Backward of the slot: from the head's gradient (stages that head) or from `dout`, the gradient of output()
   // in fp32. Afterwards input_grad(slot) holds the gradient of the stage's input (fp32), for the previous stage,
   // until the next backward.

@@ -11,19 +11,16 @@
 
 namespace yuan {
 
-size_t zero_padded_size(size_t n_params, int ranks) {
-  const size_t w = static_cast<size_t>(ranks);
-  return (n_params + w - 1) / w * w;
+Shard zero_shard(size_t n, int ranks, int rank, int stage) {
+  if (stage == 0) return {0, n};
+  const size_t stride = (n + static_cast<size_t>(ranks) - 1) / static_cast<size_t>(ranks);
+  const size_t lo = std::min(n, static_cast<size_t>(rank) * stride), hi = std::min(n, lo + stride);
+  return {lo, hi - lo};
 }
 
-static size_t shard_elements(size_t n_params, int ranks, int stage) {
-  size_t padded = zero_padded_size(n_params, ranks);
-  return stage == 0 ? padded : padded / static_cast<size_t>(ranks);
-}
-
-size_t zero_optimizer_bytes(size_t n_params, int ranks, int stage, bool delayed_update) {
+size_t zero_optimizer_bytes(size_t n_params, int ranks, int rank, int stage, bool delayed_update) {
   // master, m, v, gradient(s)
-  return (delayed_update ? 5 : 4) * shard_elements(n_params, ranks, stage) * sizeof(float);
+  return (delayed_update ? 5 : 4) * zero_shard(n_params, ranks, rank, stage).count * sizeof(float);
 }
 
 ops::AdamWHyper adamw_hyper(const OptimConfig& o, double lr, int64_t t, double grad_norm) {
@@ -52,7 +49,6 @@ std::vector<DecaySegment> decay_segments(const ParamLayout& layout, size_t lo, s
     out.push_back({begin, end - begin, decay});
   };
   for (const TensorSpec& t : layout.tensors()) add(t.offset, t.offset + t.numel, t.decay);
-  add(layout.total(), hi, false);
   return out;
 }
 
@@ -60,39 +56,48 @@ static char* at(const Tensor& flat, size_t offset) {
   return static_cast<char*>(flat.data) + offset * dtype_size(flat.dtype);
 }
 
-ZeroOptimizer::ZeroOptimizer(const OptimConfig& cfg, Backend& backend, Communicator& comm, const float* init_params)
-    : cfg_(cfg), backend_(backend), comm_(comm) {
+ZeroOptimizer::ZeroOptimizer(const OptimConfig& cfg, Backend& backend, Communicator& comm, const float* init_params,
+                             ModuleRange modules, bool overlap)
+    : cfg_(cfg), backend_(backend), comm_(comm), overlap_(overlap), per_micro_(cfg.zero == 2 && overlap) {
   YUAN_CHECK(cfg.zero >= 0 && cfg.zero <= 2, "optim.zero = %d: must be 0, 1 or 2", cfg.zero);
   const ParamLayout& layout = backend.layout();
-  const int ranks = comm.size();
-  padded_ = zero_padded_size(layout.total(), ranks);
-  YUAN_CHECK(backend.padded_size() == padded_, "backend %s holds %zu parameters, ZeRO over %d ranks needs %zu",
-             backend.name(), backend.padded_size(), ranks, padded_);
+  if (modules.size() == 0) modules = {layout.modules().front().index, layout.modules().back().index + 1};
+  modules_ = modules;
   const DType wdt = backend.weights().dtype;
   YUAN_CHECK(wdt == DType::F32 || wdt == DType::BF16, "backend %s: working weights must be f32 or bf16",
              backend.name());
   bf16_ = wdt == DType::BF16;
-  shard_n_ = shard_elements(layout.total(), ranks, cfg.zero);
-  shard_off_ = cfg.zero == 0 ? 0 : static_cast<size_t>(comm.rank()) * shard_n_;
 
-  // Buckets of whole modules, last module first (the order backward finishes them); the padding tail rides with
-  // ln_f so that the buckets tile the padded buffer.
-  const std::vector<ModuleSpec>& mods = layout.modules();
-  const int n_mod = static_cast<int>(mods.size());
-  bucket_of_module_.assign(mods.size(), 0);
-  module_done_.assign(mods.size(), false);
+  // The range: whole modules, one after the other in the backend's buffer.
+  range_off_ = layout.module(modules.first).offset;
+  for (int m = modules.first; m < modules.end; m++) {
+    const ModuleSpec& spec = layout.module(m);
+    YUAN_CHECK(spec.offset == range_off_ + range_n_, "ZeroOptimizer: modules [%d, %d) are not contiguous in the "
+               "backend's layout", modules.first, modules.end);
+    range_n_ += spec.numel;
+  }
+  global_off_ = ParamLayout(layout.config()).module(modules.first).offset;
+  const Shard mine = zero_shard(range_n_, comm.size(), comm.rank(), cfg.zero);
+  stride_ = zero_shard(range_n_, comm.size(), 0, cfg.zero).count;
+  shard_off_ = range_off_ + mine.offset;
+  shard_n_ = mine.count;
+
+  // Buckets of whole modules, last module first (the order backward finishes them).
+  const int n_all = module_count(layout.config());
+  bucket_of_module_.assign(static_cast<size_t>(n_all), -1);
+  module_done_.assign(static_cast<size_t>(n_all), false);
   const double limit = cfg.bucket_mb * 1048576.0;
   double bytes = 0;
-  int last = n_mod - 1;
-  for (int i = n_mod - 1; i >= 0; i--) {
-    bytes += static_cast<double>(mods[i].numel * sizeof(float));
+  int last = modules.end - 1;
+  for (int i = modules.end - 1; i >= modules.first; i--) {
+    bytes += static_cast<double>(layout.module(i).numel * sizeof(float));
     bucket_of_module_[i] = static_cast<int>(buckets_.size());
-    if (bytes < limit && i > 0) continue;
+    if (bytes < limit && i > modules.first) continue;
     Bucket b;
     b.first_module = i;
     b.last_module = last;
-    b.offset = mods[i].offset;
-    b.count = (last == n_mod - 1 ? padded_ : mods[last].offset + mods[last].numel) - b.offset;
+    b.offset = layout.module(i).offset;
+    b.count = layout.module(last).offset + layout.module(last).numel - b.offset;
     b.pending = last - i + 1;
     buckets_.push_back(b);
     last = i - 1;
@@ -119,12 +124,12 @@ ZeroOptimizer::ZeroOptimizer(const OptimConfig& cfg, Backend& backend, Communica
   v_ = HostArray<float>(shard_n_, Mem::Optimizer);
   for (int i = 0; i < (cfg.delayed_update ? 2 : 1); i++)
     grad_[i] = backend.alloc_transfer(shard_n_ * sizeof(float), Mem::Optimizer);
-  if (cfg.zero == 2) incoming_ = backend.alloc_transfer(shard_n_ * sizeof(float), Mem::Comm);
+  if (per_micro_) incoming_ = backend.alloc_transfer(shard_n_ * sizeof(float), Mem::Comm);
   if (bf16_ && cfg.delayed_update) bf16_shard_ = backend.alloc_transfer(shard_n_ * sizeof(uint16_t), Mem::Comm);
   if (bf16_ && !cfg.delayed_update)
     for (Allocation& s : stage_) s = backend.alloc_transfer(largest * sizeof(uint16_t), Mem::Comm);
-  if (lo < layout.total()) std::memcpy(master_.data(), init_params + lo, (std::min(hi, layout.total()) - lo) * sizeof(float));
-  reduce_in_backward_ = cfg.zero == 2;
+  if (shard_n_) std::memcpy(master_.data(), init_params + shard_off_, shard_n_ * sizeof(float));
+  reduce_in_backward_ = per_micro_;
   ready_ = [this](int module) { module_ready(module); };
   load_backend_params();
 }
@@ -133,35 +138,39 @@ ZeroOptimizer::~ZeroOptimizer() {
   if (worker_.joinable()) worker_.join();
 }
 
+size_t ZeroOptimizer::rank_offset(int r) const {
+  return range_off_ + std::min(range_n_, static_cast<size_t>(r) * stride_);
+}
+
 std::vector<size_t> ZeroOptimizer::shard_counts(const Bucket& b) const {
   std::vector<size_t> counts(static_cast<size_t>(comm_.size()), 0);
   if (cfg_.zero == 0) return counts;
-  for (size_t r = 0; r < counts.size(); r++) {
-    size_t lo = std::max(b.offset, r * shard_n_), hi = std::min(b.offset + b.count, (r + 1) * shard_n_);
+  for (int r = 0; r < comm_.size(); r++) {
+    const size_t lo = std::max(b.offset, rank_offset(r)), hi = std::min(b.offset + b.count, rank_offset(r + 1));
     if (hi > lo) counts[r] = hi - lo;
   }
   return counts;
 }
 
 void ZeroOptimizer::module_ready(int module) {
-  YUAN_CHECK(module >= 0 && static_cast<size_t>(module) < bucket_of_module_.size(),
-             "ready hook: module %d outside the %zu modules", module, bucket_of_module_.size());
+  YUAN_CHECK(modules_.contains(module), "ready hook: module %d outside this optimizer's modules [%d, %d)", module,
+             modules_.first, modules_.end);
   YUAN_CHECK(!module_done_[module], "ready hook: module %s reported twice in one micro-batch",
-             backend_.layout().modules()[module].name.c_str());
+             backend_.layout().module(module).name.c_str());
   module_done_[module] = true;
   Bucket& b = buckets_[bucket_of_module_[module]];
   if (--b.pending == 0 && reduce_in_backward_) reduce_bucket(b);
 }
 
-void ZeroOptimizer::before_last_micro_batch() { reduce_in_backward_ = true; }
+void ZeroOptimizer::before_last_micro_batch() { reduce_in_backward_ = overlap_; }
 
 void ZeroOptimizer::after_micro_batch() {
-  for (size_t m = 0; m < module_done_.size(); m++)
+  for (int m = modules_.first; m < modules_.end; m++)
     YUAN_CHECK(module_done_[m], "backend %s finished a micro-batch without reporting module %s ready",
-               backend_.name(), backend_.layout().modules()[m].name.c_str());
+               backend_.name(), backend_.layout().module(m).name.c_str());
   module_done_.assign(module_done_.size(), false);
   for (Bucket& b : buckets_) b.pending = b.last_module - b.first_module + 1;
-  if (cfg_.zero == 2) {
+  if (per_micro_) {
     finish_reductions(micro_ > 0);
     for (Bucket& b : buckets_) b.reduced = false;
   }
@@ -183,7 +192,7 @@ void ZeroOptimizer::reduce_bucket(Bucket& b) {
   }
   comm_seconds_ += now_seconds() - t0;
   if (hi > lo) {
-    float* dst = (cfg_.zero == 2 && micro_ > 0 ? incoming_ : grad_[cur_]).as<float>() + (lo - shard_off_);
+    float* dst = (per_micro_ && micro_ > 0 ? incoming_ : grad_[cur_]).as<float>() + (lo - shard_off_);
     backend_.grads_to_host_async(lo, hi - lo, dst, comm_.stream());
   }
   b.reduced = true;
@@ -194,7 +203,7 @@ void ZeroOptimizer::finish_reductions(bool accumulate) {
   comm_.synchronize();
   backend_.wait_transfers();
   comm_seconds_ += now_seconds() - t0;
-  backend_.zero_grads(0, padded_);
+  backend_.zero_grads(range_off_, range_n_);
   if (!accumulate) return;
   float* dst = grad_[cur_].as<float>();
   const float* src = incoming_.as<float>();
@@ -263,14 +272,14 @@ double ZeroOptimizer::reduce_gradients() {
                "its backward)");
   // The host gradient holds only what this step's micro-batches wrote (see reduce_bucket).
   YUAN_CHECK(micro_ > 0, "ZeroOptimizer: no micro-batch since the last step");
-  if (cfg_.zero < 2) {
+  if (!per_micro_) {
     for (Bucket& b : buckets_)
       if (!b.reduced) reduce_bucket(b);
     finish_reductions(false);
     for (Bucket& b : buckets_) b.reduced = false;
   }  // zero 2: reduced and accumulated micro-batch by micro-batch
   micro_ = 0;
-  reduce_in_backward_ = cfg_.zero == 2;
+  reduce_in_backward_ = per_micro_;
   const double t0 = now_seconds();
   double share = ops::sum_squares(grad_[cur_].as<float>(), shard_n_);
   // At zero 0 every member holds the whole gradient: one of them speaks for the group.
@@ -343,7 +352,9 @@ void ZeroOptimizer::load_backend_params() {
 }
 
 int ZeroOptimizer::stage() const { return cfg_.zero; }
+int ZeroOptimizer::group_rank() const { return comm_.rank(); }
 size_t ZeroOptimizer::shard_offset() const { return shard_off_; }
+size_t ZeroOptimizer::shard_global_offset() const { return global_off_ + (shard_off_ - range_off_); }
 size_t ZeroOptimizer::shard_size() const { return shard_n_; }
 float* ZeroOptimizer::master() {
   check_no_update_in_flight("master");
@@ -359,5 +370,55 @@ float* ZeroOptimizer::exp_avg_sq() {
 }
 int64_t ZeroOptimizer::adam_step() const { return t_; }
 void ZeroOptimizer::set_adam_step(int64_t s) { t_ = s; }
+
+ZeroOptimizers::ZeroOptimizers() {
+  ready_ = [this](int module) {
+    YUAN_CHECK(module >= 0 && static_cast<size_t>(module) < of_module_.size() && of_module_[module],
+               "ready hook: module %d belongs to none of this rank's optimizers", module);
+    of_module_[module]->ready_hook()(module);
+  };
+}
+
+void ZeroOptimizers::add(std::unique_ptr<ZeroOptimizer> opt) {
+  const ModuleRange& m = opt->modules();
+  YUAN_CHECK(opts_.empty() || opts_.back()->modules().end <= m.first, "ZeroOptimizers: modules [%d, %d) added out "
+             "of order", m.first, m.end);
+  if (of_module_.size() < static_cast<size_t>(m.end)) of_module_.resize(static_cast<size_t>(m.end), nullptr);
+  for (int i = m.first; i < m.end; i++) of_module_[i] = opt.get();
+  opts_.push_back(std::move(opt));
+}
+
+void ZeroOptimizers::before_last_micro_batch() {
+  for (auto& o : opts_) o->before_last_micro_batch();
+}
+
+void ZeroOptimizers::after_micro_batch() {
+  for (auto& o : opts_) o->after_micro_batch();
+}
+
+double ZeroOptimizers::reduce_gradients() {
+  double share = 0;
+  for (auto& o : opts_) share += o->reduce_gradients();
+  return share;
+}
+
+ZeroStepStats ZeroOptimizers::step(double lr, double grad_norm, bool skip) {
+  ZeroStepStats total;
+  total.grad_norm = grad_norm;
+  for (auto& o : opts_) {
+    const ZeroStepStats st = o->step(lr, grad_norm, skip);
+    total.comm_seconds += st.comm_seconds;
+    total.optim_seconds += st.optim_seconds;
+    total.background_seconds += st.background_seconds;
+    total.skipped = st.skipped;
+  }
+  return total;
+}
+
+void ZeroOptimizers::drain() {
+  for (auto& o : opts_) o->drain();
+}
+
+int ZeroOptimizers::stage() const { return opts_.empty() ? 0 : opts_.front()->stage(); }
 
 }  // namespace yuan

@@ -8,12 +8,13 @@
 //   zero 2: as 1, but each finished bucket is reduce-scattered during backward of every micro-batch and
 //           accumulated into the host gradient shard, so no rank keeps a full gradient across micro-batches.
 //
-// It works over one data-parallel group, the Communicator it is given (every rank holding the same modules; the
-// world for plain data parallelism). The flat buffer is padded to a multiple of the group size; rank r's shard is
-// [r*S, (r+1)*S), S = padded/N. Communication goes bucket by bucket (optim.bucket_mb, whole modules in reverse
-// layout order, the order backward finishes them). Clipping uses the exact global norm: reduce_gradients() gives
-// this rank's share of its square, the caller sums the shares over the world (several groups when pipeline stages
-// hold different modules) and passes the norm to step().
+// One optimizer covers a range of whole modules of the backend's flat buffer (a module group of the topology:
+// every module of the model for plain data parallelism) over one data-parallel group, the Communicator it is
+// given: the ranks that hold those modules. Of the range's n parameters, group rank r owns the shard
+// [r*S, min((r+1)*S, n)), S = ceil(n/N) (the last shards may be shorter, or empty). Communication goes bucket by
+// bucket (optim.bucket_mb, whole modules in reverse layout order, the order backward finishes them). Clipping
+// uses the exact global norm: reduce_gradients() gives this rank's share of its square, the caller sums the
+// shares of all optimizers over the world and passes the norm to step().
 //
 // The pipeline, per bucket: reduce (Communicator, on its stream for NCCL) -> this rank's part copied into a
 // host gradient buffer (Backend::grads_to_host_async into transfer memory, on a copy stream) -> after backward: the global
@@ -30,6 +31,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -41,11 +43,16 @@
 
 namespace yuan {
 
-size_t zero_padded_size(size_t n_params, int ranks);
-// Host bytes of optimizer state per rank: fp32 master weights, both moments and the fp32 gradient (two with
-// delayed_update), for this rank's shard (the whole padded buffer at zero 0). Exactly what a ZeroOptimizer
-// allocates as Mem::Optimizer; its transfer staging is Mem::Comm.
-size_t zero_optimizer_bytes(size_t n_params, int ranks, int stage, bool delayed_update = false);
+// Group rank `rank`'s shard of n parameters over `ranks` at ZeRO stage `stage` (everything at stage 0): offset
+// and count inside the range.
+struct Shard {
+  size_t offset = 0, count = 0;
+};
+Shard zero_shard(size_t n_params, int ranks, int rank, int stage);
+// Host bytes of optimizer state of rank `rank`: fp32 master weights, both moments and the fp32 gradient (two with
+// delayed_update) of its shard. Exactly what a ZeroOptimizer allocates as Mem::Optimizer; its transfer staging is
+// Mem::Comm. Rank 0's shard is the largest.
+size_t zero_optimizer_bytes(size_t n_params, int ranks, int rank, int stage, bool delayed_update = false);
 
 // The AdamW settings of `o` for step t (from 1) at learning rate lr, with the gradient scaled down to
 // o.grad_clip when the global norm exceeds it (torch.nn.utils.clip_grad_norm_). Weight decay is o's: callers
@@ -71,9 +78,14 @@ struct ZeroStepStats {
 
 class ZeroOptimizer {
  public:
-  // `init_params`: full fp32 parameters (layout().total() values, identical on every rank). Keeps this rank's
-  // shard as the master copy and loads the backend's working weights.
-  ZeroOptimizer(const OptimConfig& cfg, Backend& backend, Communicator& comm, const float* init_params);
+  // `modules`: whole modules held by the backend, contiguous in its layout and in the model's (empty: all of the
+  // backend's). `init_params`: the backend layout's fp32 parameters (layout().total() values, identical on every
+  // member of the group). Keeps this rank's shard as the master copy and loads the backend's working weights.
+  // `overlap`: reduce each bucket as backward completes it (zero 2: in every micro-batch). Off, every reduction
+  // waits for reduce_gradients() and zero 2 communicates as zero 1 does: for groups whose members run different
+  // numbers of micro-batches, or wait on each other through pipeline stages.
+  ZeroOptimizer(const OptimConfig& cfg, Backend& backend, Communicator& comm, const float* init_params,
+                ModuleRange modules = {}, bool overlap = true);
   ~ZeroOptimizer();
   ZeroOptimizer(const ZeroOptimizer&) = delete;  // the ready hook captures `this`
   ZeroOptimizer& operator=(const ZeroOptimizer&) = delete;
@@ -99,7 +111,10 @@ class ZeroOptimizer {
   void drain();
 
   int stage() const;
-  size_t shard_offset() const;
+  int group_rank() const;
+  const ModuleRange& modules() const { return modules_; }
+  size_t shard_offset() const;         // in the backend's flat buffer
+  size_t shard_global_offset() const;  // in the whole model's flat buffer (checkpoints)
   size_t shard_size() const;
   // Optimizer state of this rank's shard (shard_size() values each), for checkpoints; not while an update is in
   // flight (drain() first).
@@ -113,7 +128,7 @@ class ZeroOptimizer {
 
  private:
   struct Bucket {
-    size_t offset = 0, count = 0;  // range of the padded flat buffer
+    size_t offset = 0, count = 0;  // range of the backend's flat buffer
     int first_module = 0, last_module = 0;
     int pending = 0;               // modules not yet finished in the current micro-batch
     bool reduced = false;          // reduced and on its way to the host in the current micro-batch / step
@@ -126,6 +141,7 @@ class ZeroOptimizer {
   void reduce_bucket(Bucket& b);            // reduce b; start copying this rank's part into the host gradient
   void finish_reductions(bool accumulate);  // wait for them; zero the backend's gradients
   std::vector<size_t> shard_counts(const Bucket& b) const;  // b's intersection with each rank's shard
+  size_t rank_offset(int r) const;  // start of group rank r's shard in the backend's buffer
   // AdamW over tile `t` from gradient `g` (the shard's); its working weights in bf16 into `bf16` when not null.
   void update_tile(const Tile& t, const float* g, uint16_t* bf16, const ops::AdamWHyper& h);
   void update_and_upload(const float* g, const ops::AdamWHyper& h);  // the pipelined update, in place
@@ -139,10 +155,14 @@ class ZeroOptimizer {
   Communicator& comm_;
   ModuleReadyFn ready_;
   std::vector<Bucket> buckets_;
-  std::vector<int> bucket_of_module_;
-  std::vector<bool> module_done_;  // reported ready in the current micro-batch
+  ModuleRange modules_;
+  std::vector<int> bucket_of_module_;  // by module index; -1 outside the range
+  std::vector<bool> module_done_;      // by module index: reported ready in the current micro-batch
   std::vector<Tile> tiles_;
-  size_t padded_ = 0, shard_off_ = 0, shard_n_ = 0;
+  size_t range_off_ = 0, range_n_ = 0;      // the modules' part of the backend's buffer
+  size_t shard_off_ = 0, shard_n_ = 0;      // this rank's shard, in the backend's buffer
+  size_t stride_ = 0;                        // S: shard r starts at range_off_ + r * S
+  size_t global_off_ = 0;                   // where the range starts in the whole model's buffer
   bool bf16_ = false;  // the backend's working weights are bf16: AdamW writes them for upload
   HostArray<float> master_, m_, v_;
   Allocation grad_[2];     // fp32 gradient of the shard (full for zero 0); the second for delayed_update
@@ -151,6 +171,7 @@ class ZeroOptimizer {
   Allocation bf16_shard_;  // delayed_update with bf16 weights: the updated shard waiting for its upload
   int cur_ = 0;             // grad_ that backward fills; the other one is being updated (delayed_update)
   int micro_ = 0;           // micro-batches finished since the last step
+  bool overlap_, per_micro_;  // per_micro_: zero 2 reducing every micro-batch
   bool reduce_in_backward_ = false;
   int64_t t_ = 0;
   double comm_seconds_ = 0, optim_seconds_ = 0;
@@ -158,6 +179,33 @@ class ZeroOptimizer {
   std::thread worker_;
   std::exception_ptr worker_error_;
   double worker_seconds_ = 0;
+};
+
+// The ZeRO optimizers of one rank, one per module group it holds (parallel/topology.h: a pipeline stage holds
+// modules that different sets of ranks share), driven as one. The program's ready hook reaches the optimizer of
+// each module, and the reductions, steps and gathers run in module order, so that ranks sharing several groups
+// meet their collectives in the same order.
+class ZeroOptimizers {
+ public:
+  ZeroOptimizers();
+  ZeroOptimizers(const ZeroOptimizers&) = delete;  // the ready hook captures `this`
+  ZeroOptimizers& operator=(const ZeroOptimizers&) = delete;
+  // Optimizers are added in module order and cover disjoint modules.
+  void add(std::unique_ptr<ZeroOptimizer> opt);
+  const std::vector<std::unique_ptr<ZeroOptimizer>>& all() const { return opts_; }
+
+  const ModuleReadyFn& ready_hook() const { return ready_; }
+  void before_last_micro_batch();
+  void after_micro_batch();
+  double reduce_gradients();  // this rank's share of the squared global norm, over its optimizers
+  ZeroStepStats step(double lr, double grad_norm, bool skip = false);  // times summed over the optimizers
+  void drain();
+  int stage() const;
+
+ private:
+  std::vector<std::unique_ptr<ZeroOptimizer>> opts_;
+  std::vector<ZeroOptimizer*> of_module_;  // by module index
+  ModuleReadyFn ready_;
 };
 
 }  // namespace yuan

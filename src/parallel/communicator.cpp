@@ -21,9 +21,9 @@ class LocalCommunicator final : public Communicator {
   void broadcast(void*, size_t, DType, int root) override {
     YUAN_CHECK(root == 0, "broadcast: root %d outside the 1 rank", root);
   }
-  void send_recv(const void*, size_t send_count, int peer, void*, size_t recv_count, int peer2, DType) override {
-    YUAN_CHECK(send_count == 0 && recv_count == 0, "one-rank communicator: no rank %d to exchange with",
-               send_count ? peer : peer2);
+  void send_recv(const void*, size_t send_bytes, int peer, void*, size_t recv_bytes, int peer2) override {
+    YUAN_CHECK(send_bytes == 0 && recv_bytes == 0, "one-rank communicator: no rank %d to exchange with",
+               send_bytes ? peer : peer2);
   }
   void barrier() override {}
   double sum(double x) override { return x; }

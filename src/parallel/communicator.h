@@ -34,13 +34,16 @@ class Communicator {
   // On entry this rank's block holds its data; on return every block holds its owner's data.
   virtual void all_gather(void* buf, const std::vector<size_t>& counts, DType t) = 0;
   virtual void broadcast(void* buf, size_t count, DType t, int root) = 0;
-  // One message to `peer` and one from `peer2` in a single call, so that two neighbours exchanging in opposite
-  // directions cannot wait on each other; either side may be skipped with a count of 0. Pipeline stages use
-  // it to pass activations forward and their gradients back.
-  virtual void send_recv(const void* send_buf, size_t send_count, int peer, void* recv_buf, size_t recv_count,
-                         int peer2, DType t) = 0;
-  void send(const void* buf, size_t count, DType t, int peer) { send_recv(buf, count, peer, nullptr, 0, -1, t); }
-  void recv(void* buf, size_t count, DType t, int peer) { send_recv(nullptr, 0, -1, buf, count, peer, t); }
+  // Point-to-point, in bytes: one message to `peer` and one from `peer2` in a single call, so that two neighbours
+  // exchanging in opposite directions cannot wait on each other; either side may be skipped with 0 bytes. A send
+  // completes only once it is received, whatever its size. Pipeline stages use it to pass activations forward and
+  // their gradients back.
+  virtual void send_recv(const void* send_buf, size_t send_bytes, int peer, void* recv_buf, size_t recv_bytes,
+                         int peer2) = 0;
+  void send(const void* buf, size_t count, DType t, int peer) {
+    send_recv(buf, count * dtype_size(t), peer, nullptr, 0, -1);
+  }
+  void recv(void* buf, size_t count, DType t, int peer) { send_recv(nullptr, 0, -1, buf, count * dtype_size(t), peer); }
   virtual void barrier() = 0;
   // Sum over ranks of a host scalar (the squared gradient norm); returns after every earlier operation.
   virtual double sum(double x) = 0;

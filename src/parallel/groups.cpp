@@ -63,7 +63,7 @@ ProcessGroups::ProcessGroups(const Topology& topology) : topology_(topology), ra
   // MPI_UNDEFINED and get nothing.
   for (const ModuleRange& g : topology_.module_groups()) {
     const std::vector<int> members = topology_.holders(g.first, me.tp_rank);
-    const bool in = topology_.stage_modules(rank_).contains(g.first);
+    const bool in = topology_.holds(rank_, g.first);
     MPI_Comm comm = MPI_COMM_NULL;
     MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, in ? g.first * topology_.tp_size() + me.tp_rank : MPI_UNDEFINED,
                              rank_, &comm));

@@ -107,22 +107,26 @@ class MpiCommunicator final : public Communicator {
     }
   }
 
-  // Chunk by chunk, each chunk's send and receive in one MPI_Sendrecv, so that two ranks sending to each other at
-  // once both proceed.
-  void send_recv(const void* send_buf, size_t send_count, int peer, void* recv_buf, size_t recv_count, int peer2,
-                 DType t) override {
-    YUAN_CHECK((send_count == 0 || (peer >= 0 && peer < size_ && peer != rank_)) &&
-                   (recv_count == 0 || (peer2 >= 0 && peer2 < size_ && peer2 != rank_)),
+  // Chunk by chunk, each chunk's receive and synchronous send started together and waited for together: two
+  // ranks sending to each other at once both proceed, and a send never completes into MPI's buffers before it is
+  // received, so an order of transfers that could deadlock does so at every message size, in the tests too.
+  void send_recv(const void* send_buf, size_t send_bytes, int peer, void* recv_buf, size_t recv_bytes,
+                 int peer2) override {
+    YUAN_CHECK((send_bytes == 0 || (peer >= 0 && peer < size_ && peer != rank_)) &&
+                   (recv_bytes == 0 || (peer2 >= 0 && peer2 < size_ && peer2 != rank_)),
                "%s: send to rank %d / receive from rank %d of %d", name_.c_str(), peer, peer2, size_);
-    const MPI_Datatype mt = mpi_type(t);
-    const size_t es = dtype_size(t);
     const char* sp = static_cast<const char*>(send_buf);
     char* rp = static_cast<char*>(recv_buf);
-    for (size_t off = 0; off < std::max(send_count, recv_count); off += max_count_) {
-      const int ns = static_cast<int>(off < send_count ? std::min(max_count_, send_count - off) : 0);
-      const int nr = static_cast<int>(off < recv_count ? std::min(max_count_, recv_count - off) : 0);
-      MPI_CHECK(MPI_Sendrecv(sp + (ns ? off * es : 0), ns, mt, ns ? peer : MPI_PROC_NULL, 0, rp + (nr ? off * es : 0),
-                             nr, mt, nr ? peer2 : MPI_PROC_NULL, 0, comm_, MPI_STATUS_IGNORE));
+    for (size_t off = 0; off < std::max(send_bytes, recv_bytes); off += max_count_) {
+      MPI_Request req[2];
+      int n = 0;
+      if (off < recv_bytes)
+        MPI_CHECK(MPI_Irecv(rp + off, static_cast<int>(std::min(max_count_, recv_bytes - off)), MPI_BYTE, peer2, 0,
+                            comm_, &req[n++]));
+      if (off < send_bytes)
+        MPI_CHECK(MPI_Issend(sp + off, static_cast<int>(std::min(max_count_, send_bytes - off)), MPI_BYTE, peer, 0,
+                             comm_, &req[n++]));
+      MPI_CHECK(MPI_Waitall(n, req, MPI_STATUSES_IGNORE));
     }
   }
 

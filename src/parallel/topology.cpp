@@ -25,13 +25,10 @@ Topology::Topology(std::vector<Pipeline> pipelines, int tp_size, int n_modules)
     for (int s = 0; s < static_cast<int>(pl.stages.size()); s++)
       for (int t = 0; t < tp_size; t++) places_.push_back({static_cast<int>(p), s, t});
   }
-  // A module group ends where any pipeline's stage ends.
-  std::vector<bool> cut(static_cast<size_t>(n_modules) + 1, false);
-  for (const Pipeline& pl : pipelines_)
-    for (const ModuleRange& s : pl.stages) cut[s.end] = true;
+  // A module group ends where the holders change (every tensor rank holds the same modules: look at rank 0's).
   int first = 0;
   for (int m = 1; m <= n_modules; m++)
-    if (cut[m]) {
+    if (m == n_modules || holders(m, 0) != holders(first, 0)) {
       module_groups_.push_back({first, m});
       first = m;
     }
@@ -83,21 +80,26 @@ std::vector<int> Topology::world_ranks() const {
   return r;
 }
 
+bool Topology::holds(int rank, int module) const {
+  const Place& p = place(rank);
+  const std::vector<ModuleRange>& stages = pipelines_[p.pipeline].stages;
+  return stages[p.stage].contains(module) ||
+         (module == 0 && stages.size() > 1 && p.stage + 1 == static_cast<int>(stages.size()));
+}
+
 std::vector<int> Topology::holders(int module, int tp_rank) const {
   YUAN_CHECK(module >= 0 && module < n_modules_, "topology: module %d outside the %d modules", module, n_modules_);
+  YUAN_CHECK(tp_rank >= 0 && tp_rank < tp_size_, "topology: tensor rank %d of %d", tp_rank, tp_size_);
   std::vector<int> r;
-  for (size_t p = 0; p < pipelines_.size(); p++)
-    for (size_t s = 0; s < pipelines_[p].stages.size(); s++)
-      if (pipelines_[p].stages[s].contains(module))
-        r.push_back(rank_of({static_cast<int>(p), static_cast<int>(s), tp_rank}));
+  for (int rank = 0; rank < world_size(); rank++)
+    if (places_[rank].tp_rank == tp_rank && holds(rank, module)) r.push_back(rank);
   return r;
 }
 
 std::vector<ModuleRange> Topology::module_groups_of(int rank) const {
-  const ModuleRange& mine = stage_modules(rank);
   std::vector<ModuleRange> r;
   for (const ModuleRange& g : module_groups_)
-    if (g.first >= mine.first && g.end <= mine.end) r.push_back(g);
+    if (holds(rank, g.first)) r.push_back(g);
   return r;
 }
 

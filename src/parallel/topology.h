@@ -11,10 +11,11 @@
 // The groups a rank belongs to:
 //   pipeline  the ranks of its pipeline with its tensor rank, in stage order (activations pass along it);
 //   tensor    the ranks of its stage (tensor-parallel collectives);
-//   data      for a module, every rank holding that module with the same tensor rank: the ranks whose gradients
-//             of it are averaged and over which its optimizer state is sharded. However the pipelines cut the
-//             model, consecutive modules with the same holders form one module group, and a rank's stage is a
-//             union of whole module groups;
+//   data      for a module, every rank holding its parameters with the same tensor rank: the ranks whose
+//             gradients of it are summed and over which its optimizer state is sharded. The last stage of a
+//             pipeline holds a copy of wte for the tied classifier besides its own modules, so wte's holders are
+//             the first and the last stages. However the pipelines cut the model, consecutive modules with the same
+//             holders form one module group, and a rank holds whole module groups;
 //   world     everyone.
 #pragma once
 #include <string>
@@ -53,11 +54,14 @@ class Topology {
   std::vector<int> pipeline_ranks(int rank) const;
   std::vector<int> tensor_ranks(int rank) const;
   std::vector<int> world_ranks() const;
+  // Whether `rank` holds the parameters of `module`: its stage runs it, or it is wte and the stage is the last of
+  // a pipeline of several (model/gpt.h held_modules).
+  bool holds(int rank, int module) const;
   // Ranks holding `module` with tensor rank `tp_rank`, increasing.
   std::vector<int> holders(int module, int tp_rank) const;
   // The module groups in module order; they tile [0, n_modules).
   const std::vector<ModuleRange>& module_groups() const { return module_groups_; }
-  // The module groups inside the rank's stage, in module order.
+  // The module groups the rank holds, in module order.
   std::vector<ModuleRange> module_groups_of(int rank) const;
 
  private:

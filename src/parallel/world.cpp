@@ -92,6 +92,13 @@ std::vector<std::string> gather_strings(const std::string& mine) {
   return out;
 }
 
+std::vector<double> gather(double mine) {
+  const WorldInfo& w = world();
+  std::vector<double> all(static_cast<size_t>(w.rank == 0 ? w.size : 0));
+  MPI_CHECK(MPI_Gather(&mine, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, 0, MPI_COMM_WORLD));
+  return all;
+}
+
 std::string broadcast_string(const std::string& s, int root) {
   unsigned long long len = s.size();
   MPI_CHECK(MPI_Bcast(&len, 1, MPI_UNSIGNED_LONG_LONG, root, MPI_COMM_WORLD));

@@ -26,6 +26,7 @@ double allreduce_max(double x);
 void barrier();
 // Small host-side exchanges for checkpoint bookkeeping (file names, checksums).
 std::vector<std::string> gather_strings(const std::string& mine);  // rank 0: every rank's, in rank order
+std::vector<double> gather(double mine);                           // rank 0: every rank's, in rank order
 std::string broadcast_string(const std::string& s, int root);
 // Throws Error naming the first rank whose value differs from rank 0's.
 void check_same_everywhere(uint64_t value, const char* what);

@@ -7,7 +7,7 @@ Replica checkpoint_replica(const CheckpointModel& m, const std::string& device, 
   const ProgramSpec spec{{}, micro_batch, 1, false};
   check_memory(d, m.cfg.model, spec, m.weights.size(), device_free_bytes(d));
   Replica r;
-  r.backend = make_backend(d, {m.cfg.model, {}, m.weights.size()});
+  r.backend = make_backend(d, {m.cfg.model, {}});
   r.backend->set_params(m.weights.data(), 0, m.weights.size());
   r.program = std::make_unique<Program>(*r.backend, spec);
   return r;

@@ -127,7 +127,7 @@ Config read_config(const std::string& dir) {
 
 }  // namespace
 
-std::string save_checkpoint(const Config& cfg, const TrainState& st, ZeroOptimizer& opt,
+std::string save_checkpoint(const Config& cfg, const TrainState& st, ZeroOptimizers& opts,
                             const std::string& tokenizer_file) {
   const parallel::WorldInfo& w = parallel::world();
   const std::string root = cfg.run.dir + "/ckpt", name = step_name(st.step);
@@ -139,19 +139,21 @@ std::string save_checkpoint(const Config& cfg, const TrainState& st, ZeroOptimiz
   }
   parallel::barrier();
 
-  // zero 0 keeps the whole state on every rank: rank 0 writes it once.
-  const bool writer = opt.stage() > 0 || w.rank == 0;
+  // One file per optimizer shard, named by rank and first module; zero 0 keeps a group's whole state on every
+  // member, so its rank 0 writes it once.
   std::string mine;
-  if (writer) {
-    std::string file = strf("optim_%05d.safetensors", w.rank);
-    const std::vector<int64_t> shape = {static_cast<int64_t>(opt.shard_size())};
+  for (const auto& opt : opts.all()) {
+    if (opt->stage() == 0 && opt->group_rank() != 0) continue;
+    std::string file = strf("optim_%05d_%03d.safetensors", w.rank, opt->modules().first);
+    const std::vector<int64_t> shape = {static_cast<int64_t>(opt->shard_size())};
     SafetensorsWriter out;
-    out.add_f32("master", shape, opt.master());
-    out.add_f32("exp_avg", shape, opt.exp_avg());
-    out.add_f32("exp_avg_sq", shape, opt.exp_avg_sq());
+    out.add_f32("master", shape, opt->master());
+    out.add_f32("exp_avg", shape, opt->exp_avg());
+    out.add_f32("exp_avg_sq", shape, opt->exp_avg_sq());
     out.write(tmp + "/" + file);
-    mine = strf("{\"name\": \"%s\", \"offset\": %zu, \"count\": %zu, \"sha256\": \"%s\"}", file.c_str(),
-                opt.shard_offset(), opt.shard_size(), sha256_file(tmp + "/" + file).c_str());
+    mine += strf("%s{\"name\": \"%s\", \"offset\": %zu, \"count\": %zu, \"sha256\": \"%s\"}",
+                 mine.empty() ? "" : ",\n    ", file.c_str(), opt->shard_global_offset(), opt->shard_size(),
+                 sha256_file(tmp + "/" + file).c_str());
   }
   std::vector<std::string> files = parallel::gather_strings(mine);
   if (w.rank == 0) {
@@ -171,7 +173,7 @@ std::string save_checkpoint(const Config& cfg, const TrainState& st, ZeroOptimiz
                            "%lld,\n  \"world\": %d,\n  \"zero\": %d,\n  \"n_params\": %zu,\n  \"tokenizer\": \"%s\",\n"
                            "  \"files\": [%s\n  ]\n}\n",
                            kFormat, static_cast<long long>(st.step), static_cast<unsigned long long>(st.next_sample),
-                           static_cast<long long>(opt.adam_step()), w.size, opt.stage(),
+                           static_cast<long long>(opts.all().front()->adam_step()), w.size, opts.stage(),
                            ParamLayout(cfg.model).total(), tok.c_str(), list.c_str()));
     sync_dir(tmp);
     fs::remove_all(final_dir);  // a checkpoint of the same step from before a crash is superseded
@@ -214,7 +216,7 @@ std::string find_resumable_checkpoint(const std::string& run_dir) {
   return "";
 }
 
-TrainState load_checkpoint(const std::string& dir, const Config& cfg, ZeroOptimizer& opt) {
+TrainState load_checkpoint(const std::string& dir, const Config& cfg, ZeroOptimizers& opts) {
   State s = read_state(dir);
   Config saved = read_config(dir);
   YUAN_CHECK(same_model(saved.model, cfg.model),
@@ -224,12 +226,14 @@ TrainState load_checkpoint(const std::string& dir, const Config& cfg, ZeroOptimi
              saved.model.vocab_size);
   YUAN_CHECK(s.n_params == ParamLayout(cfg.model).total(), "checkpoint %s: %zu parameters, the model has %zu",
              dir.c_str(), s.n_params, ParamLayout(cfg.model).total());
-  const size_t lo = opt.shard_offset(), hi = lo + opt.shard_size();
-  read_range(dir, s, "master", lo, hi, opt.master());
-  read_range(dir, s, "exp_avg", lo, hi, opt.exp_avg());
-  read_range(dir, s, "exp_avg_sq", lo, hi, opt.exp_avg_sq());
-  opt.set_adam_step(s.adam_step);
-  opt.load_backend_params();
+  for (const auto& opt : opts.all()) {
+    const size_t lo = opt->shard_global_offset(), hi = lo + opt->shard_size();
+    read_range(dir, s, "master", lo, hi, opt->master());
+    read_range(dir, s, "exp_avg", lo, hi, opt->exp_avg());
+    read_range(dir, s, "exp_avg_sq", lo, hi, opt->exp_avg_sq());
+    opt->set_adam_step(s.adam_step);
+    opt->load_backend_params();
+  }
   say("resumed from %s: step %lld, written by %d ranks%s", dir.c_str(), static_cast<long long>(s.train.step), s.world,
       s.world != parallel::world().size ? strf(", optimizer state re-cut for %d", parallel::world().size).c_str() : "");
   return s.train;

@@ -1,7 +1,9 @@
 // Checkpoints: run.dir/ckpt/step_NNNNNNN/ holds
 //   state.json            step, loader position, Adam step count, world size, and a sha256 for every file
 //   config.ini            the resolved config of the run that wrote it
-//   optim_RRRRR.safetensors  fp32 master weights, exp_avg, exp_avg_sq of one rank's shard of the flat buffer
+//   optim_RRRRR_MMM.safetensors  fp32 master weights, exp_avg, exp_avg_sq of one optimizer shard: rank R's part of
+//                         the module group starting at module M (its place in the whole model's flat buffer is in
+//                         state.json), so a checkpoint holds the model whole whatever the parallel layout
 //   tokenizer.*           the tokenizer the shards were made with, when known
 // The master shards ARE the model: eval/sample/export concatenate them, so nothing is stored twice and every
 // rank writes its own file in parallel. A checkpoint is written into a .tmp directory, fsync'd, renamed, and
@@ -23,16 +25,16 @@ struct TrainState {
 };
 
 // Collective. Returns the checkpoint's directory.
-std::string save_checkpoint(const Config& cfg, const TrainState& st, ZeroOptimizer& opt,
+std::string save_checkpoint(const Config& cfg, const TrainState& st, ZeroOptimizers& opts,
                             const std::string& tokenizer_file);
 
 // Collective. The newest checkpoint under run.dir/ckpt whose files all match their checksums ("" if none);
 // each one that does not is reported by name and skipped.
 std::string find_resumable_checkpoint(const std::string& run_dir);
 
-// Collective. Restores the optimizer (re-cutting the shards when the world size changed) and the backend
-// weights; checks the model shape against cfg.
-TrainState load_checkpoint(const std::string& dir, const Config& cfg, ZeroOptimizer& opt);
+// Collective. Restores the optimizers (re-cutting the shards for whatever layout and world size this run has)
+// and the backend weights; checks the model shape against cfg.
+TrainState load_checkpoint(const std::string& dir, const Config& cfg, ZeroOptimizers& opts);
 
 // One process, no MPI: the model of a checkpoint for eval, sample and export. `path` is a checkpoint
 // directory or a run directory (its newest checkpoint, via ckpt/latest).

@@ -37,6 +37,13 @@ JsonLine& JsonLine::add(const char* key, const std::string& v) {
   return *this;
 }
 
+JsonLine& JsonLine::add(const char* key, const std::vector<double>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); i++) s += (i ? ", " : "") + (std::isfinite(v[i]) ? strf("%.9g", v[i]) : "null");
+  kv_.emplace_back(key, s + "]");
+  return *this;
+}
+
 std::string JsonLine::str() const {
   std::string s = "{";
   for (size_t i = 0; i < kv_.size(); i++) s += (i ? ", \"" : "\"") + kv_[i].first + "\": " + kv_[i].second;

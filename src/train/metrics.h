@@ -14,6 +14,7 @@ class JsonLine {
   JsonLine& add(const char* key, double v);
   JsonLine& add(const char* key, long long v);
   JsonLine& add(const char* key, const std::string& v);
+  JsonLine& add(const char* key, const std::vector<double>& v);
   std::string str() const;
 
  private:

@@ -14,7 +14,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <memory>
+#include <vector>
 
 #include "backend/backend.h"
 #include "config/config.h"
@@ -24,11 +26,13 @@
 #include "optim/zero.h"
 #include "parallel/communicator.h"
 #include "parallel/groups.h"
+#include "parallel/layout.h"
 #include "parallel/schedule.h"
 #include "parallel/topology.h"
 #include "parallel/world.h"
 #include "train/checkpoint.h"
 #include "train/metrics.h"
+#include "train/stage_runner.h"
 #include "util/fs.h"
 #include "util/log.h"
 #include "util/memory.h"
@@ -68,54 +72,66 @@ class Trainer {
   explicit Trainer(const Config& cfg)
       : cfg_(cfg),
         world_(parallel::world()),
-        groups_(parallel::Topology::data_parallel(world_.size, module_count(cfg.model),
-                                                  cfg.train.global_batch / (world_.size * cfg.train.micro_batch))),
-        schedule_(parallel::ScheduleKind::OneFOneB, 0, 1, groups_.topology().pipelines()[0].micro_batches) {
-    accum_ = schedule_.micro_batches();
-    const parallel::ProcessGroup& data = groups_.get(parallel::Group::Data);
-    YUAN_CHECK(groups_.data_modules().size() == 1, "trainer: one data-parallel group per rank is all the optimizer "
-               "takes");
+        groups_(parallel::make_topology(cfg, world_.size)),
+        place_(groups_.topology().place(world_.rank)),
+        stages_(groups_.topology().stages_of(world_.rank)),
+        schedule_(parallel::parse_schedule(cfg.parallel.schedule), place_.stage, stages_, pipeline().micro_batches) {
+    const parallel::Topology& topo = groups_.topology();
+    micro_total_ = cfg.train.global_batch / cfg.train.micro_batch;
     device_ = resolve_device(parse_device(cfg.train.device, "train.device"));
 #ifdef YUAN_CUDA
     if (device_ == Device::Cuda) cuda_select_device(world_.local_rank);
 #endif
-    const ModuleRange stage = groups_.topology().stage_modules(world_.rank);
-    const BackendSpec bspec{cfg.model, held_modules(cfg.model, stage),
-                            zero_padded_size(ParamLayout(cfg.model, held_modules(cfg.model, stage)).total(),
-                                             data.size())};
+    const ModuleRange stage = topo.stage_modules(world_.rank);
+    const BackendSpec bspec{cfg.model, held_modules(cfg.model, stage)};
     const ProgramSpec pspec{stage, cfg.train.micro_batch, schedule_.slots(), cfg.train.recompute};
-    check_memory(device_, cfg.model, pspec, bspec.padded_size, device_free_bytes(device_));
+    check_memory(device_, cfg.model, pspec, ParamLayout(cfg.model, bspec.modules).total(), device_free_bytes(device_));
     backend_ = make_backend(device_, bspec);
     program_ = std::make_unique<Program>(*backend_, pspec);
-    comm_ = parallel::make_communicator(data, device_, backend_->stream(), cfg.dist.nccl_timeout_s);
-    const ParamLayout& layout = backend_->layout();
-    n_params_ = layout.total();
+    world_comm_ = &communicator(groups_.get(parallel::Group::World));
+    runner_ = std::make_unique<StageRunner>(*program_, *backend_,
+                                            stages_ > 1 ? &communicator(groups_.get(parallel::Group::Pipeline)) : nullptr,
+                                            place_.stage, stages_, cfg.train.micro_batch);
+    n_params_ = ParamLayout(cfg.model).total();
     flops_per_token_ = flops_per_token(cfg.model, n_params_);
     {
-      HostArray<float> init(n_params_, Mem::Params);
-      init_gpt2(layout, cfg.train.seed, init.data());
-      opt_ = std::make_unique<ZeroOptimizer>(cfg.optim, *backend_, *comm_, init.data());
+      // Reductions overlap backward only where every member of a group runs the same passes independently: with
+      // pipelines, a rank waiting in a reduction could hold up the neighbour its group partner waits for.
+      bool overlap = true;
+      for (const parallel::Pipeline& p : topo.pipelines())
+        overlap = overlap && p.stages.size() == 1 && p.micro_batches == topo.pipelines()[0].micro_batches;
+      HostArray<float> init(backend_->size(), Mem::Params);
+      init_gpt2(backend_->layout(), cfg.train.seed, init.data());
+      for (size_t i = 0; i < groups_.data_modules().size(); i++)
+        opts_.add(std::make_unique<ZeroOptimizer>(
+            cfg.optim, *backend_, communicator(groups_.get(parallel::Group::Data, static_cast<int>(i))), init.data(),
+            groups_.data_modules()[i], overlap));
     }
     tokenizer_ = find_tokenizer_for(cfg.data.train);
     std::string resume = cfg.ckpt.resume == "auto"   ? find_resumable_checkpoint(cfg.run.dir)
                          : cfg.ckpt.resume == "none" ? ""
                                                      : cfg.ckpt.resume;
-    if (!resume.empty()) state_ = load_checkpoint(resume, cfg, *opt_);
+    if (!resume.empty()) state_ = load_checkpoint(resume, cfg, opts_);
 
-    LoaderSpec spec;
-    spec.glob = cfg.data.train;
-    spec.seq_len = cfg.model.seq_len;
-    spec.vocab_size = cfg.model.vocab_size;
-    spec.seed = cfg.train.seed;
-    spec.rank = data.rank();
-    spec.world = data.size();
-    spec.global_batch = cfg.train.global_batch;
-    spec.micro_batch = cfg.train.micro_batch;
-    spec.prefetch = cfg.data.prefetch;
-    loader_ = std::make_unique<TrainLoader>(spec, state_.next_sample);
-    if (!cfg.data.val.empty()) {
-      spec.glob = cfg.data.val;
-      val_ = std::make_unique<ValLoader>(spec, cfg.train.eval_batches);
+    // Both ends of a pipeline read its micro-batches: the first stage embeds them, the last takes the targets.
+    if (program_->embeds() || program_->heads()) {
+      LoaderSpec spec;
+      spec.glob = cfg.data.train;
+      spec.seq_len = cfg.model.seq_len;
+      spec.vocab_size = cfg.model.vocab_size;
+      spec.seed = cfg.train.seed;
+      spec.global_batch = cfg.train.global_batch;
+      spec.micro_batch = cfg.train.micro_batch;
+      spec.prefetch = cfg.data.prefetch;
+      for (int p = 0; p < place_.pipeline; p++) spec.slice_first += topo.pipelines()[p].micro_batches * spec.micro_batch;
+      spec.slice_count = pipeline().micro_batches * spec.micro_batch;
+      loader_ = std::make_unique<TrainLoader>(spec, state_.next_sample);
+      if (!cfg.data.val.empty()) {
+        spec.glob = cfg.data.val;
+        spec.rank = place_.pipeline;
+        spec.world = static_cast<int>(topo.pipelines().size());
+        val_ = std::make_unique<ValLoader>(spec, cfg.train.eval_batches);
+      }
     }
     peak_ = backend_->peak_flops();
     if (world_.rank == 0) {
@@ -130,16 +146,17 @@ class Trainer {
   // Returns the process exit code: 0 when all steps ran, kExitRequeue after a stop signal.
   int run() {
     const Config& c = cfg_;
+    const parallel::Topology& topo = groups_.topology();
     say("model: %zu parameters (%.1fM), %.3g FLOPs/token (6N + 12LCT), %d layers x %d heads x %d, seq %d, vocab %d",
         n_params_, n_params_ / 1e6, flops_per_token_, c.model.n_layer, c.model.n_head, c.model.n_embd,
         c.model.seq_len, c.model.vocab_size);
-    say("parallel: %d ranks x %d micro-batch x %d accumulation = %d sequences/step, ZeRO stage %d, backend %s, "
-        "optimizer on the host%s",
-        world_.size, c.train.micro_batch, accum_, c.train.global_batch, opt_->stage(), backend_->name(),
+    describe_layout();
+    say("ZeRO stage %d, backend %s, optimizer on the host%s", opts_.stage(), backend_->name(),
         c.optim.delayed_update ? " with a one-step delayed update" : "");
-    say("val: %s", val_ ? strf("%d micro-batches per rank from %s", val_->batches(), c.data.val.c_str()).c_str()
-                        : "none (data.val is empty)");
-    say("host memory per rank: params %s, grads %s, optimizer %s, activations %s; MFU against %.4g TFLOP/s per "
+    say("val: %s", !c.data.val.empty() ? strf("%d micro-batches per pipeline from %s", c.train.eval_batches,
+                                               c.data.val.c_str()).c_str()
+                                        : "none (data.val is empty)");
+    say("host memory of rank 0: params %s, grads %s, optimizer %s, activations %s; MFU against %.4g TFLOP/s per "
         "rank (%s)",
         format_bytes(mem_bytes(Mem::Params)).c_str(), format_bytes(mem_bytes(Mem::Grads)).c_str(),
         format_bytes(mem_bytes(Mem::Optimizer)).c_str(), format_bytes(mem_bytes(Mem::Activations)).c_str(),
@@ -153,80 +170,88 @@ class Trainer {
     const double tokens_per_step = static_cast<double>(c.train.global_batch) * c.model.seq_len;
     const double start = now_seconds();
     const int first = static_cast<int>(state_.step);
+    const bool pipelined = topo.world_size() > static_cast<int>(topo.pipelines().size());
     double timed = 0;  // seconds of steps after the first, which pays for warm-up
     int bad_run = 0;
     const auto [profile_first, profile_last] = c.profile.window();
+    StageRunner::Hooks hooks;
+    double data_wait = 0;
+    hooks.tokens = [&] {
+      backend_->range_push("data");
+      const double w0 = loader_->wait_seconds();
+      const int32_t* t = loader_->next_micro_batch();
+      data_wait += loader_->wait_seconds() - w0;
+      backend_->range_pop();
+      return t;
+    };
+    hooks.ready = opts_.ready_hook();
+    hooks.before_forward = [&](int micro) {
+      if (micro == pipeline().micro_batches - 1) opts_.before_last_micro_batch();
+    };
+    hooks.after_backward = [&] { opts_.after_micro_batch(); };
     for (int step = first; step < c.train.steps; step++) {
       if (step + 1 == profile_first) backend_->profiler(true);
-      const double t0 = now_seconds(), wait0 = loader_->wait_seconds();
+      const double t0 = now_seconds();
+      data_wait = 0;
       const double lr = lr_at(c.optim, step, c.train.steps);
       YUAN_CHECK(!(world_.rank == faults_.fail_rank && step == faults_.fail_step),
                  "injected failure at step %d (YUANLM_FAIL_AT)", step);
-      const float scale = step >= faults_.nan_from && step < faults_.nan_to ? NAN : 1.0f / (comm_->size() * accum_);
-      double loss = 0;
-      for (const parallel::PipeAction& a : schedule_.actions()) {
-        if (a.kind == parallel::PipeAction::Forward) {
-          backend_->range_push("data");
-          const int32_t* tokens = loader_->next_micro_batch();
-          backend_->range_pop();
-          backend_->range_push("forward");
-          if (a.micro == accum_ - 1) opt_->before_last_micro_batch();
-          program_->forward(a.slot, tokens, c.train.micro_batch);
-          loss += program_->loss(a.slot, scale, opt_->ready_hook());
-        } else {
-          backend_->range_push("backward");
-          program_->backward(a.slot, {}, opt_->ready_hook());
-          opt_->after_micro_batch();
-        }
-        backend_->range_pop();
-      }
+      const float scale = step >= faults_.nan_from && step < faults_.nan_to ? NAN : 1.0f / micro_total_;
+      double loss = runner_->run(schedule_, scale, hooks);
       const double t_compute = now_seconds();
       if (world_.rank == 0 && step == faults_.kill_step) std::raise(SIGKILL);
-      loss = parallel::allreduce_sum(loss) / (comm_->size() * accum_);
+      loss = parallel::allreduce_sum(loss) / micro_total_;
       backend_->range_push("optimizer");
-      const double share = opt_->reduce_gradients();
+      const double share = opts_.reduce_gradients();
       const double t_norm = now_seconds();
-      const double grad_norm = std::sqrt(comm_->sum(share));
+      const double grad_norm = std::sqrt(world_comm_->sum(share));
       const double norm_s = now_seconds() - t_norm;
-      ZeroStepStats st = opt_->step(lr, grad_norm, !std::isfinite(loss));
+      ZeroStepStats st = opts_.step(lr, grad_norm, !std::isfinite(loss));
       st.comm_seconds += norm_s;
       backend_->range_pop();
       const double t1 = now_seconds(), dt = t1 - t0;
       const int done = step + 1;
       if (done == profile_last) backend_->profiler(false);
-      state_ = {done, loader_->next_sample()};
+      state_ = {done, state_.next_sample + static_cast<uint64_t>(c.train.global_batch)};
       if (step > first) timed += dt;
       const double per_step = step > first ? timed / (step - first) : dt;
       const double tok_s = tokens_per_step / dt;
       const double mfu = tok_s * flops_per_token_ / (peak_.flops * world_.size);
-      const double data_s = loader_->wait_seconds() - wait0;
+      // The pipeline bubble: the share of each stage's passes spent waiting for its neighbours.
+      const std::vector<double> busy = parallel::gather(runner_->compute_seconds() / runner_->step_seconds());
+      double bubble = 0;
+      for (double b : busy) bubble += (1 - b) / busy.size();
       if (done % c.train.log_every == 0 || done == c.train.steps || st.skipped)
-        say("step %6d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | MFU %.1f%% | %.0f ms/step | ETA %s", done,
+        say("step %6d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | MFU %.1f%% | %.0f ms/step%s | ETA %s", done,
             c.train.steps, loss, lr, st.grad_norm, tok_s, 100 * mfu, 1000 * dt,
+            pipelined ? strf(" | bubble %.0f%%", 100 * bubble).c_str() : "",
             format_duration(per_step * (c.train.steps - done)).c_str());
-      if (metrics_)
-        metrics_->write(JsonLine()
-                            .add("step", static_cast<long long>(done))
-                            .add("loss", loss)
-                            .add("lr", lr)
-                            .add("grad_norm", st.grad_norm)
-                            .add("tokens_per_s", tok_s)
-                            .add("mfu", mfu)
-                            .add("step_s", dt)
-                            .add("data_s", data_s)
-                            .add("compute_s", t_compute - t0 - data_s)
-                            .add("comm_s", st.comm_seconds)
-                            .add("optim_s", st.optim_seconds)
-                            .add("optim_background_s", st.background_seconds)
-                            .add("skipped", static_cast<long long>(st.skipped))
-                            .add("tokens", static_cast<long long>(done * tokens_per_step))
-                            .add("peak_host_bytes", static_cast<long long>(host_peak_rss_bytes())));
+      if (metrics_) {
+        JsonLine line;
+        line.add("step", static_cast<long long>(done))
+            .add("loss", loss)
+            .add("lr", lr)
+            .add("grad_norm", st.grad_norm)
+            .add("tokens_per_s", tok_s)
+            .add("mfu", mfu)
+            .add("step_s", dt)
+            .add("data_s", data_wait)
+            .add("compute_s", t_compute - t0 - data_wait)
+            .add("comm_s", st.comm_seconds)
+            .add("optim_s", st.optim_seconds)
+            .add("optim_background_s", st.background_seconds)
+            .add("skipped", static_cast<long long>(st.skipped))
+            .add("tokens", static_cast<long long>(done * tokens_per_step))
+            .add("peak_host_bytes", static_cast<long long>(host_peak_rss_bytes()));
+        if (pipelined) line.add("bubble", bubble).add("stage_busy", busy);
+        metrics_->write(line);
+      }
       if (st.skipped) {
         warn("step %d: non-finite %s, update skipped (%d in a row, train.max_bad_steps %d)", done,
              std::isfinite(loss) ? "gradient norm" : "loss", ++bad_run, c.train.max_bad_steps);
         if (bad_run >= c.train.max_bad_steps) {
-          opt_->drain();
-          std::string dir = save_checkpoint(cfg_, state_, *opt_, tokenizer_);
+          opts_.drain();
+          std::string dir = save_checkpoint(cfg_, state_, opts_, tokenizer_);
           throw Error(strf("%d consecutive steps with a non-finite loss or gradient norm (steps %d-%d); %s holds "
                            "the weights from before them",
                            bad_run, done - bad_run + 1, done, dir.c_str()),
@@ -236,8 +261,8 @@ class Trainer {
         bad_run = 0;
       }
       if (parallel::allreduce_max(g_stop_signal) > 0) {
-        opt_->drain();
-        std::string dir = save_checkpoint(cfg_, state_, *opt_, tokenizer_);
+        opts_.drain();
+        std::string dir = save_checkpoint(cfg_, state_, opts_, tokenizer_);
         say("stopped by a signal after step %d; checkpoint %s; exit %d so the job can be requeued", done, dir.c_str(),
             kExitRequeue);
         return kExitRequeue;
@@ -254,21 +279,52 @@ class Trainer {
   }
 
  private:
+  const parallel::Pipeline& pipeline() const { return groups_.topology().pipelines()[place_.pipeline]; }
+
+  // A communicator for each distinct set of ranks: a group that has the same members as another (the data group of
+  // plain data parallelism is the world) shares its communicator.
+  Communicator& communicator(const parallel::ProcessGroup& g) {
+    std::unique_ptr<Communicator>& c = comms_[g.world_ranks()];
+    if (!c) c = parallel::make_communicator(g, device_, backend_->stream(), cfg_.dist.nccl_timeout_s);
+    return *c;
+  }
+
+  void describe_layout() const {
+    const parallel::Topology& topo = groups_.topology();
+    const Config& c = cfg_;
+    if (topo.world_size() == static_cast<int>(topo.pipelines().size())) {
+      say("parallel: %d ranks x %d micro-batch x %d accumulation = %d sequences/step (data parallel)",
+          world_.size, c.train.micro_batch, pipeline().micro_batches, c.train.global_batch);
+      return;
+    }
+    say("parallel: %zu pipelines on %d ranks, %s schedule, %d sequences/step:", topo.pipelines().size(),
+        world_.size, c.parallel.schedule.c_str(), c.train.global_batch);
+    for (size_t p = 0; p < topo.pipelines().size(); p++) {
+      const parallel::Pipeline& pl = topo.pipelines()[p];
+      std::string stages;
+      for (size_t s = 0; s < pl.stages.size(); s++)
+        stages += strf("%s rank %d: %s", s ? " |" : "", topo.rank_of({static_cast<int>(p), static_cast<int>(s), 0}),
+                       parallel::range_name(c.model, pl.stages[s]).c_str());
+      say("  pipeline %zu (%s, %d micro-batches of %d):%s", p, pl.name.c_str(), pl.micro_batches,
+          c.train.micro_batch, stages.c_str());
+    }
+  }
+
   void checkpoint() {
-    opt_->drain();
+    opts_.drain();
     double t0 = now_seconds();
-    std::string dir = save_checkpoint(cfg_, state_, *opt_, tokenizer_);
+    std::string dir = save_checkpoint(cfg_, state_, opts_, tokenizer_);
     say("checkpoint %s (%.1f s)", dir.c_str(), now_seconds() - t0);
   }
 
   void evaluate(int64_t step) {
-    if (!val_) return;
-    opt_->drain();
+    if (cfg_.data.val.empty()) return;
+    opts_.drain();
     backend_->range_push("eval");
-    double sum = 0;
-    for (int i = 0; i < val_->batches(); i++) sum += program_->forward_loss(val_->batch(i), cfg_.train.micro_batch);
+    const double sum = runner_->evaluate(cfg_.train.eval_batches, [&](int i) { return val_->batch(i); });
     backend_->range_pop();
-    double val = parallel::allreduce_sum(sum) / (static_cast<double>(val_->batches()) * world_.size);
+    const double val = parallel::allreduce_sum(sum) /
+                       (static_cast<double>(cfg_.train.eval_batches) * groups_.topology().pipelines().size());
     say("val    %6lld | val_loss %.4f", static_cast<long long>(step), val);
     if (metrics_) metrics_->write(JsonLine().add("step", static_cast<long long>(step)).add("val_loss", val));
   }
@@ -276,10 +332,12 @@ class Trainer {
   Config cfg_;
   parallel::WorldInfo world_;
   parallel::ProcessGroups groups_;
+  parallel::Place place_;
+  int stages_;
   parallel::Schedule schedule_;
   Device device_ = Device::Cpu;
   FaultInjection faults_;
-  int accum_ = 1;
+  int micro_total_ = 1;  // micro-batches per step over every pipeline
   size_t n_params_ = 0;
   double flops_per_token_ = 0;
   PeakFlops peak_;
@@ -288,9 +346,11 @@ class Trainer {
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Program> program_;
   // After the backend, so destroyed before it: the backend's teardown waits on streams behind NCCL events (and
-  // cudaFree on the whole device) with no deadline; the communicator finalizes within dist.nccl_timeout_s or aborts.
-  std::unique_ptr<Communicator> comm_;
-  std::unique_ptr<ZeroOptimizer> opt_;
+  // cudaFree on the whole device) with no deadline; a communicator finalizes within dist.nccl_timeout_s or aborts.
+  std::map<std::vector<int>, std::unique_ptr<Communicator>> comms_;
+  Communicator* world_comm_ = nullptr;
+  std::unique_ptr<StageRunner> runner_;
+  ZeroOptimizers opts_;
   std::unique_ptr<TrainLoader> loader_;
   std::unique_ptr<ValLoader> val_;
   std::unique_ptr<MetricsLog> metrics_;

@@ -71,8 +71,10 @@ void memory_table() {
   const Model models[] = {{"gpt-small", {12, 12, 768, 1024, 50257}}, {"yuan-4.7b", {40, 24, 3072, 2048, 53248}}};
   for (const Model& m : models) {
     size_t n = ParamLayout(m.cfg).total();
-    std::string row = strf("zero-1 optimizer memory per rank, %s (%.1fM params):", m.name, n / 1e6);
-    for (int world : {1, 8, 64}) row += strf("  N=%d %.3f GiB", world, zero_optimizer_bytes(n, world, 1) / 1073741824.0);
+    std::string row = strf("zero-1 optimizer memory of rank 0 (the largest shard), %s (%.1fM params):", m.name,
+                           n / 1e6);
+    for (int world : {1, 8, 64})
+      row += strf("  N=%d %.3f GiB", world, zero_optimizer_bytes(n, world, 0, 1) / 1073741824.0);
     std::printf("%s\n", row.c_str());
   }
 }

@@ -47,7 +47,7 @@ static void bench_gemm(double peak) {
 }
 
 static void bench_model(const char* name, GPTConfig c, int B, int steps, double peak, Communicator& comm) {
-  auto backend = make_backend(Device::Cpu, {c, {}, 0});
+  auto backend = make_backend(Device::Cpu, {c, {}});
   Program program(*backend, {{}, B, 1, false});
   const ParamLayout& layout = backend->layout();
   std::vector<float> init(layout.total());
