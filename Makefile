@@ -1,7 +1,7 @@
 # yuanlm build. `make` builds bin/yuanlm and the test binaries; `make run` the demo; `make test` the tests;
 # `make bench` the CPU benchmarks. CUDA=auto builds the CUDA backend when nvcc is found, CUDA=0 skips it.
-# Library locations come from pkg-config, or from MPI_HOME / HDF5_HOME / CUDA_HOME / NCCL_HOME / CUDNN_HOME /
-# OPENBLAS_HOME / BOOST_HOME / SPM_HOME on machines with modules instead of Debian packages.
+# Library locations come from pkg-config, or from MPI_HOME / HDF5_HOME / CUDA_HOME / NCCL_HOME / OPENBLAS_HOME /
+# BOOST_HOME / SPM_HOME on machines with modules instead of Debian packages.
 
 CUDA      ?= auto
 CUDA_HOME ?= /usr/local/cuda
@@ -68,9 +68,8 @@ ifeq ($(CUDA)$(if $(wildcard cuda/*.cu),+),1+)
   CU_OBJ    := $(CU_SRC:%.cu=build/%.o)
   CU_TEST   := $(wildcard tests/cuda/*.cu)
   NVCCFLAGS ?= -O3 -arch=$(CUDA_ARCH) -std=c++17 -Xcompiler -fopenmp,-Wall,-Wextra -Isrc -Icuda -MMD -MP
-  CPPFLAGS  += -DYUAN_CUDA -I$(CUDA_HOME)/include $(if $(NCCL_HOME),-I$(NCCL_HOME)/include) $(if $(CUDNN_HOME),-I$(CUDNN_HOME)/include)
-  CUDA_LIB  := -L$(CUDA_HOME)/lib64 $(if $(NCCL_HOME),-L$(NCCL_HOME)/lib) $(if $(CUDNN_HOME),-L$(CUDNN_HOME)/lib) \
-               -lcudart -lcublasLt -lcublas -lnccl -lcudnn
+  CPPFLAGS  += -DYUAN_CUDA -I$(CUDA_HOME)/include $(if $(NCCL_HOME),-I$(NCCL_HOME)/include)
+  CUDA_LIB  := -L$(CUDA_HOME)/lib64 $(if $(NCCL_HOME),-L$(NCCL_HOME)/lib) -lcudart -lcublasLt -lcublas -lnccl
   LIBS      += $(CUDA_LIB)
 endif
 

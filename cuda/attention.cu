@@ -23,7 +23,7 @@
 // this kernel against PyTorch's flash/cuDNN SDPA; cuDNN is worth adding if that ratio says so.
 #include <cmath>
 
-#include "kernels.cuh"
+#include "attention.cuh"
 
 namespace yuan::gpu {
 namespace {

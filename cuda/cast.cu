@@ -1,6 +1,6 @@
 // fp32 <-> bf16 (round to nearest even, as src/util/dtype.h): the working weights' way in and out of the host.
 // Any offset and length (ZeRO shards start anywhere), so one element per thread; coalesced, memory-bound.
-#include "kernels.cuh"
+#include "cast.cuh"
 
 namespace yuan::gpu {
 namespace {

@@ -6,7 +6,7 @@
 // fp32 copy of the logits is ever made.
 #include <cfloat>
 
-#include "kernels.cuh"
+#include "classifier.cuh"
 
 namespace yuan::gpu {
 namespace {

@@ -1,4 +1,12 @@
 // Device helpers shared by the kernels in cuda/: 16-byte vector access, warp and block reductions, launch sizes.
+//
+// The kernels come one family per file (cuda/<family>.cu, declared in <family>.cuh), each the twin of
+// src/ops/<family>.cpp, whose header (src/ops/ops.h) states the math and the conventions: N = B*T rows, C
+// channels, OC output channels, weights [out, in], row-major. Differences from the CPU ops, all for speed:
+//   - weights and activations are bf16 (every sum in fp32); parameter gradients are fp32 and, as on the CPU,
+//     ADDED into; activation gradients are written, not added, unless a function says otherwise;
+//   - every launcher takes the stream it runs on and returns without waiting, unless it returns a value;
+//   - C % 8 == 0 and 16-byte aligned tensors (one 16-byte vector = 8 bf16 is the unit of every access).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>

@@ -1,7 +1,7 @@
 // Token + position embedding (CPU twin: src/ops/encoder.cpp). out[b,t,:] = wte[tok[b,t],:] + wpe[t,:]
 #include <algorithm>
 
-#include "kernels.cuh"
+#include "encoder.cuh"
 
 namespace yuan::gpu {
 namespace {

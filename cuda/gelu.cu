@@ -3,7 +3,7 @@
 //   dy/dx = 0.5 (1 + th) + 0.5 x (1 - th^2) k (1 + 3 * 0.044715 x^2)
 // The training path fuses GELU into the MLP's GEMMs (cuBLASLt epilogues, matmul.cu); these kernels stand in for
 // a shape where cuBLASLt offers no fused algorithm.
-#include "kernels.cuh"
+#include "gelu.cuh"
 
 namespace yuan::gpu {
 namespace {

@@ -3,7 +3,7 @@
 // the result has the same bits every run.
 #include <algorithm>
 
-#include "kernels.cuh"
+#include "grad_norm.cuh"
 
 namespace yuan::gpu {
 namespace {

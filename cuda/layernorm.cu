@@ -4,7 +4,7 @@
 // The forward residual add is fused into the projection GEMM before each LayerNorm instead (cuBLASLt's C
 // operand, matmul.cu): that costs no extra pass and rounds the sum to bf16 once. The backward fuses the residual
 // side: it adds dx into the fp32 residual gradient and writes the bf16 copy the next GEMM reads, in one pass.
-#include "kernels.cuh"
+#include "layernorm.cuh"
 #include "ops/ops.h"
 
 namespace yuan::gpu {

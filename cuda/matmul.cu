@@ -12,7 +12,8 @@
 // unfused fallback: the plain GEMM, then gelu.cu or bias_backward_kernel.
 #include <algorithm>
 
-#include "kernels.cuh"
+#include "gelu.cuh"
+#include "matmul.cuh"
 
 namespace yuan::gpu {
 

@@ -1,5 +1,5 @@
 // Shared helpers of the CUDA tests (bin/test_cuda): the no-GPU skip, device arrays, random inputs, the error
-// metric.
+// metric, a GPT program on a backend.
 //
 // Error metric, as in tests/test_reference.cpp: max|a - ref| / max|ref| over a whole tensor (single elements can
 // be ~0, so the tensor's scale is the yardstick); NaN anywhere makes it infinite. CPU references run in fp32 on
@@ -11,10 +11,14 @@
 
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <vector>
 
+#include "backend/backend.h"
 #include "cuda_check.h"
+#include "model/gpt.h"
+#include "model/program.h"
 #include "util/dtype.h"
 
 // First line of every GPU test: skips (does not fail) on machines without a usable device.
@@ -94,6 +98,33 @@ template <typename A, typename B>
 double rel_err(const std::vector<A>& a, const std::vector<B>& ref) {
   EXPECT_EQ(a.size(), ref.size());
   return rel_err(a.data(), ref.data(), std::min(a.size(), ref.size()));
+}
+
+// A backend on `device` holding the modules the program of `spec` runs, and that program. With `weights` (the
+// whole model's, in ParamLayout(cfg) order) the backend gets its modules' part of them. `tail`: padding elements
+// of the flat buffers past the held parameters.
+struct Model {
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Program> program;
+};
+inline Model make_model(Device device, const GPTConfig& cfg, const ProgramSpec& spec, const float* weights,
+                        size_t tail = 0) {
+  const std::vector<int> held = held_modules(cfg, spec.modules.size() ? spec.modules : all_modules(cfg));
+  Model m;
+  m.backend = make_backend(device, {cfg, held, ParamLayout(cfg, held).total() + tail});
+  if (weights) {
+    const ParamLayout whole(cfg);
+    for (const ModuleSpec& mod : m.backend->layout().modules())
+      m.backend->set_params(weights + whole.module(mod.index).offset, mod.offset, mod.numel);
+  }
+  m.program = std::make_unique<Program>(*m.backend, spec);
+  return m;
+}
+
+inline std::vector<float> grads_of(Backend& be) {
+  std::vector<float> g(be.padded_size());
+  be.grads_to_host(0, g.size(), g.data());
+  return g;
 }
 
 }  // namespace yuan::test

@@ -8,8 +8,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "attention.cuh"
 #include "gpu_test.h"
-#include "kernels.cuh"
 #include "ops/ops.h"
 
 namespace {

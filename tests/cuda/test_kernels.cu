@@ -7,8 +7,15 @@
 #include <cstring>
 #include <tuple>
 
+#include "adamw.cuh"
+#include "cast.cuh"
+#include "classifier.cuh"
+#include "encoder.cuh"
+#include "gelu.cuh"
 #include "gpu_test.h"
-#include "kernels.cuh"
+#include "grad_norm.cuh"
+#include "layernorm.cuh"
+#include "matmul.cuh"
 #include "ops/adamw.h"
 #include "ops/ops.h"
 
@@ -218,7 +225,7 @@ TEST(CudaClassifier, LossesAndGradientMatchCpu) {
     EXPECT_LT(rel_err(d_losses.download(), losses), 1e-4) << "V=" << k.V;
     const auto got = from_bf16(d_z.download());
     std::vector<float> g(ref.size());
-    const int zeroed = (k.V + 7) / 8 * 8;  // the kernels.cuh contract: zeros up to V rounded up to 8, then kept
+    const int zeroed = (k.V + 7) / 8 * 8;  // the classifier.cuh contract: zeros up to V rounded up to 8, then kept
     int bad_pad = 0;
     for (int i = 0; i < N; i++) {
       std::copy_n(got.begin() + static_cast<size_t>(i) * ld, k.V, g.begin() + static_cast<size_t>(i) * k.V);

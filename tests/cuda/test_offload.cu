@@ -20,7 +20,6 @@ namespace {
 using namespace yuan::test;
 using yuan::GPTConfig;
 using yuan::ParamLayout;
-namespace ops = yuan::ops;
 
 const GPTConfig kCfg{2, 4, 128, 64, 320};
 constexpr int kB = 2;
@@ -42,53 +41,49 @@ yuan::OptimConfig optim(int stage) {
   return oc;
 }
 
-// `accum` micro-batches per step with optim.offload=none: the GPU AdamW, clipping by the GPU norm.
-std::vector<float> train_on_gpu(const std::vector<float>& init, int accum, int steps) {
-  const ParamLayout L(kCfg);
-  auto be = yuan::make_cuda_backend(kCfg, kB, L.total());
-  be->set_params(init.data(), 0, L.total());
-  yuan::CudaAdamW opt(*be, 0, L.total(), init.data());
-  const yuan::OptimConfig oc = optim(1);
-  for (int s = 0; s < steps; s++) {
-    for (int k = 0; k < accum; k++) be->forward_backward(tokens(s, k).data(), kB, 1.0f / accum, nullptr);
-    const double norm = std::sqrt(opt.grad_sum_squares());
-    ops::AdamWHyper h;
-    h.lr = oc.lr;
-    h.beta1 = oc.beta1;
-    h.beta2 = oc.beta2;
-    h.eps = oc.eps;
-    h.weight_decay = oc.weight_decay;
-    h.t = s + 1;
-    if (norm > oc.grad_clip) h.grad_scale = oc.grad_clip / (norm + 1e-6);
-    opt.step(h);
-    be->zero_grads(0, L.total());
-  }
-  std::vector<float> w(L.total());
-  be->get_params(w.data(), 0, w.size());
+const yuan::ProgramSpec kSpec{{}, kB, 1, false};
+
+std::vector<float> weights_of(yuan::Backend& be) {
+  std::vector<float> w(be.layout().total());
+  be.get_params(w.data(), 0, w.size());
   return w;
 }
 
-// The same with optim.offload=cpu: ZeroOptimizer on one rank. Returns the weights; `losses` gets each step's.
-std::vector<float> train_offloaded(const std::vector<float>& init, const yuan::OptimConfig& oc, int accum, int steps,
-                                   std::vector<float>* losses = nullptr) {
+// `accum` micro-batches per step with optim.offload=none: the GPU AdamW, clipping by the GPU norm.
+std::vector<float> train_on_gpu(const std::vector<float>& init, int accum, int steps) {
   const ParamLayout L(kCfg);
-  auto be = yuan::make_cuda_backend(kCfg, kB, L.total());
-  auto comm = yuan::make_local_communicator();
-  yuan::ZeroOptimizer opt(oc, *be, *comm, init.data());
+  Model m = make_model(yuan::Device::Cuda, kCfg, kSpec, init.data());
+  yuan::CudaAdamW opt(*m.backend, 0, L.total(), init.data());
+  const yuan::OptimConfig oc = optim(1);
   for (int s = 0; s < steps; s++) {
-    float loss = 0;
+    for (int k = 0; k < accum; k++) m.program->forward_backward(tokens(s, k).data(), kB, 1.0f / accum, nullptr);
+    opt.step(yuan::adamw_hyper(oc, oc.lr, s + 1, std::sqrt(opt.grad_sum_squares())));
+    m.backend->zero_grads(0, L.total());
+  }
+  return weights_of(*m.backend);
+}
+
+// One optimizer step as the trainer takes it: reduce, the global norm from the ranks' shares (one rank), update.
+yuan::ZeroStepStats step(yuan::ZeroOptimizer& opt, yuan::Communicator& comm, double lr) {
+  return opt.step(lr, std::sqrt(comm.sum(opt.reduce_gradients())));
+}
+
+// The same with optim.offload=cpu: ZeroOptimizer on one rank; returns the weights.
+std::vector<float> train_offloaded(const std::vector<float>& init, const yuan::OptimConfig& oc, int accum,
+                                   int steps) {
+  Model m = make_model(yuan::Device::Cuda, kCfg, kSpec, nullptr);
+  auto comm = yuan::make_local_communicator();
+  yuan::ZeroOptimizer opt(oc, *m.backend, *comm, init.data());
+  for (int s = 0; s < steps; s++) {
     for (int k = 0; k < accum; k++) {
       if (k == accum - 1) opt.before_last_micro_batch();
-      loss += be->forward_backward(tokens(s, k).data(), kB, 1.0f / accum, opt.ready_hook());
+      m.program->forward_backward(tokens(s, k).data(), kB, 1.0f / accum, opt.ready_hook());
       opt.after_micro_batch();
     }
-    if (losses) losses->push_back(loss / accum);
-    opt.step(oc.lr);
+    step(opt, *comm, oc.lr);
   }
   opt.drain();
-  std::vector<float> w(L.total());
-  be->get_params(w.data(), 0, w.size());
-  return w;
+  return weights_of(*m.backend);
 }
 
 std::vector<float> init_weights() {
@@ -121,16 +116,15 @@ TEST(CudaOffload, DelayedUpdateTrains) {
   std::vector<float> losses;
   // One batch repeated: a working update lowers its loss.
   const auto init = init_weights();
-  const ParamLayout L(kCfg);
-  auto be = yuan::make_cuda_backend(kCfg, kB, L.total());
+  Model m = make_model(yuan::Device::Cuda, kCfg, kSpec, nullptr);
   auto comm = yuan::make_local_communicator();
-  yuan::ZeroOptimizer opt(oc, *be, *comm, init.data());
+  yuan::ZeroOptimizer opt(oc, *m.backend, *comm, init.data());
   const auto tok = tokens(0, 0);
   for (int s = 0; s < 8; s++) {
     opt.before_last_micro_batch();
-    losses.push_back(be->forward_backward(tok.data(), kB, 1.0f, opt.ready_hook()));
+    losses.push_back(m.program->forward_backward(tok.data(), kB, 1.0f, opt.ready_hook()));
     opt.after_micro_batch();
-    yuan::ZeroStepStats st = opt.step(oc.lr);
+    const yuan::ZeroStepStats st = step(opt, *comm, oc.lr);
     EXPECT_TRUE(std::isfinite(st.grad_norm));
   }
   opt.drain();
@@ -141,7 +135,7 @@ TEST(CudaOffload, DelayedUpdateTrains) {
 
 TEST(CudaNccl, OneRankCollectives) {
   YUAN_REQUIRE_GPU();
-  auto comm = yuan::make_nccl_communicator(0, 1, yuan::nccl_unique_id(), nullptr, 60.0);
+  auto comm = yuan::make_nccl_communicator(0, 1, yuan::nccl_unique_id(), nullptr, 60.0, "test");
   EXPECT_EQ(comm->size(), 1);
   const std::vector<float> x = randn(1000, 1.0f, 3);
   DevArray<float> buf(x);
@@ -159,7 +153,8 @@ TEST(CudaNccl, MissingPeerEndsInAnErrorNotAHang) {
   YUAN_REQUIRE_GPU();
   const auto t0 = std::chrono::steady_clock::now();
   try {
-    auto comm = yuan::make_nccl_communicator(0, 2, yuan::nccl_unique_id(), nullptr, 3.0);  // rank 1 never joins
+    // rank 1 never joins
+    auto comm = yuan::make_nccl_communicator(0, 2, yuan::nccl_unique_id(), nullptr, 3.0, "test");
     ADD_FAILURE() << "initialisation succeeded without the second rank";
   } catch (const yuan::Error& e) {
     const std::string msg = e.what();

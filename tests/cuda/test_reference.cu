@@ -1,4 +1,4 @@
-// The CUDA backend against the float64 PyTorch truth in tests/data/gpt_tiny_ref.safetensors (made by
+// The GPT program on the CUDA backend against the float64 PyTorch truth in tests/data/gpt_tiny_ref.safetensors (made by
 // tools/make_reference.py, which documents its contents): logits, loss and every gradient at the initial
 // parameters, then three training steps with the GPU AdamW (clipping by the fixture's rule, the fixture's
 // learning rates). Tolerances are bf16's, not fp32's 1e-5 of tests/test_reference.cpp: loss and grad norms 1e-2
@@ -11,8 +11,10 @@
 #include <cmath>
 
 #include "backend/cuda_backend.h"
+#include "config/config.h"
 #include "gpu_test.h"
 #include "model/gpt.h"
+#include "optim/zero.h"
 #include "util/safetensors.h"
 
 namespace {
@@ -41,38 +43,35 @@ TEST(CudaReference, MatchesPyTorchFloat64) {
   const auto losses = f.read_f64("losses", {steps}), norms = f.read_f64("grad_norms", {steps}),
              lrs = f.read_f64("lrs", {steps});
 
-  auto be = yuan::make_cuda_backend(c, B, L.total());
-  be->set_params(params.data(), 0, L.total());
-  const float got_loss = be->forward_backward(tokens.data(), B, 1.0f, nullptr);
+  Model model = make_model(yuan::Device::Cuda, c, {{}, B, 1, false}, params.data());
+  yuan::Backend& be = *model.backend;
+  yuan::Program& program = *model.program;
+  const float got_loss = program.forward_backward(tokens.data(), B, 1.0f, nullptr);
   EXPECT_NEAR(got_loss, loss, 1e-2 * loss);
-  std::vector<float> g(L.total());
-  be->grads_to_host(0, g.size(), g.data());
+  const std::vector<float> g = grads_of(be);
   for (const auto& t : L.tensors())
     EXPECT_LT(rel_err(g.data() + t.offset, grads.data() + t.offset, t.numel), 5e-2) << "gradient of " << t.name;
   std::vector<float> row(static_cast<size_t>(T) * V);
   for (int b = 0; b < B; b++) {
-    be->forward_logits(tokens.data() + static_cast<size_t>(b) * (T + 1), T, row.data());
+    program.forward_logits(tokens.data() + static_cast<size_t>(b) * (T + 1), T, row.data());
     EXPECT_LT(rel_err(row.data(), logits.data() + static_cast<size_t>(b) * T * V, row.size()), 3e-2) << "row " << b;
   }
 
-  be->zero_grads(0, L.total());
-  yuan::CudaAdamW opt(*be, 0, L.total(), params.data());
-  const double clip = d("grad_clip");
+  be.zero_grads(0, L.total());
+  yuan::CudaAdamW opt(be, 0, L.total(), params.data());
+  yuan::OptimConfig oc;
+  oc.beta1 = d("beta1");
+  oc.beta2 = d("beta2");
+  oc.eps = d("eps");
+  oc.weight_decay = d("weight_decay");
+  oc.grad_clip = d("grad_clip");
   for (int s = 0; s < steps; s++) {
-    const float l = be->forward_backward(tokens.data() + static_cast<size_t>(s) * B * (T + 1), B, 1.0f, nullptr);
+    const float l = program.forward_backward(tokens.data() + static_cast<size_t>(s) * B * (T + 1), B, 1.0f, nullptr);
     EXPECT_NEAR(l, losses[s], 1e-2 * losses[s]) << "step " << s;
     const double norm = std::sqrt(opt.grad_sum_squares());
     EXPECT_NEAR(norm, norms[s], 1e-2 * norms[s]) << "step " << s;
-    yuan::ops::AdamWHyper h;
-    h.lr = lrs[s];
-    h.beta1 = d("beta1");
-    h.beta2 = d("beta2");
-    h.eps = d("eps");
-    h.weight_decay = d("weight_decay");
-    h.t = s + 1;
-    if (norm > clip) h.grad_scale = clip / (norm + 1e-6);  // torch.nn.utils.clip_grad_norm_
-    opt.step(h);
-    be->zero_grads(0, L.total());
+    opt.step(yuan::adamw_hyper(oc, lrs[s], s + 1, norm));
+    be.zero_grads(0, L.total());
   }
   std::vector<float> got(L.total());
   opt.master_to_host(got.data());

@@ -1,4 +1,4 @@
-// ZeRO-Offload on one GPU: the CUDA backend with the host optimizer (optim/zero.h, zero 1 on a one-rank local
+// ZeRO-Offload on one GPU: the GPT program on the CUDA backend with the host optimizer (optim/zero.h, zero 1 on a one-rank local
 // communicator, no MPI), as the trainer runs it. Per step: compute (forward and backward, the gradient copies to
 // pinned host memory running beside the last backward), exposed communication (waiting for those copies), and
 // exposed optimizer (norm, CPU AdamW, weight upload; with the delayed update: waiting for the previous update and
@@ -24,12 +24,11 @@
 #include <vector>
 
 #ifdef YUAN_CUDA
-#include <cuda_runtime.h>
-
 #include "backend/cuda_backend.h"
-#include "parallel/communicator.h"
 #include "model/gpt.h"
+#include "model/program.h"
 #include "optim/zero.h"
+#include "parallel/communicator.h"
 #include "util/error.h"
 #include "util/log.h"
 #include "util/rng.h"
@@ -94,6 +93,11 @@ size_t host_plan_bytes(size_t n, bool delayed) {
   return 4 * n + zero_optimizer_bytes(n, 1, 1, delayed) + (delayed ? 2 * n : 0);
 }
 
+// Device bytes of the model at micro-batch B (model/program.h's plan).
+size_t device_plan_bytes(const GPTConfig& c, int B, bool recompute) {
+  return plan_memory(Device::Cuda, c, {{}, B, 1, recompute}, ParamLayout(c).total()).total();
+}
+
 struct Measured {
   double step = 0, compute = 0, comm = 0, optim = 0, adamw = 0;
 };
@@ -102,7 +106,10 @@ struct Measured {
 // then `steps` timed ones with `accum` micro-batches each; averages.
 Measured run(const GPTConfig& c, int B, bool recompute, bool delayed, int accum, int steps) {
   const ParamLayout layout(c);
-  auto be = make_cuda_backend(c, B, layout.total(), recompute);
+  const ProgramSpec spec{{}, B, 1, recompute};
+  check_memory(Device::Cuda, c, spec, layout.total(), cuda_free_bytes());
+  auto be = make_backend(Device::Cuda, {c, {}, layout.total()});
+  Program program(*be, spec);
   auto comm = make_local_communicator();
   OptimConfig oc;
   oc.zero = 1;
@@ -121,11 +128,11 @@ Measured run(const GPTConfig& c, int B, bool recompute, bool delayed, int accum,
     const double t0 = now_seconds();
     for (int k = 0; k < accum; k++) {
       if (k == accum - 1) opt->before_last_micro_batch();
-      be->forward_backward(tok.data(), B, 1.0f / accum, opt->ready_hook());
+      program.forward_backward(tok.data(), B, 1.0f / accum, opt->ready_hook());
       opt->after_micro_batch();
     }
     const double t1 = now_seconds();
-    const ZeroStepStats st = opt->step(oc.lr);
+    const ZeroStepStats st = opt->step(oc.lr, std::sqrt(comm->sum(opt->reduce_gradients())));
     const double t2 = now_seconds();
     if (s < 2) continue;
     YUAN_CHECK(!st.skipped, "step %d skipped: gradient norm %g", s, st.grad_norm);
@@ -172,7 +179,7 @@ void report(const char* name, const GPTConfig& c, int B, bool recompute, bool de
 // The largest micro-batch of 16, 8, ... 1 whose device memory plan fits.
 int largest_micro_batch(const GPTConfig& c, bool recompute, size_t free_bytes) {
   for (int B = 16; B >= 1; B /= 2)
-    if (plan_cuda_memory(c, B, recompute).total() <= free_bytes) return B;
+    if (device_plan_bytes(c, B, recompute) <= free_bytes) return B;
   return 0;
 }
 
@@ -202,7 +209,7 @@ void bench_big(const char* name, const GPTConfig& c, const Options& o) {
   }
   const bool delayed = host_plan_bytes(n, true) <= mem_available_bytes();
   std::printf("%s: %.2fB params, device plan %.1f GiB (recompute, B=1), host %.1f GiB (delayed update %s), %.1f GiB "
-              "available\n", name, n / 1e9, plan_cuda_memory(c, 1, true).total() / kGiB,
+              "available\n", name, n / 1e9, device_plan_bytes(c, 1, true) / kGiB,
               host_plan_bytes(n, delayed) / kGiB, delayed ? "on" : "off", mem_available_bytes() / kGiB);
   std::fflush(stdout);
   report(name, c, 1, true, delayed, 2 * o.accum, run(c, 1, true, delayed, 2 * o.accum, o.steps));
@@ -217,13 +224,13 @@ void bench_largest(const Options& o, size_t free_bytes) {
   for (int L = 1; L <= 200; L++) {
     const GPTConfig c{L, 32, 4096, 2048, 53248};
     const size_t n = ParamLayout(c).total();
-    if (plan_cuda_memory(c, 1, true).total() > device || host_plan_bytes(n, false) > host) break;
+    if (device_plan_bytes(c, 1, true) > device || host_plan_bytes(n, false) > host) break;
     best = c;
   }
   YUAN_CHECK(best.n_layer > 0, "not even one layer at width 4096 fits");
   const size_t n = ParamLayout(best).total();
   std::printf("largest at width 4096: %d layers, %.2fB params (device plan %.1f of %.1f GiB free, host %.1f of %.1f "
-              "GiB available, 10%% margins)\n", best.n_layer, n / 1e9, plan_cuda_memory(best, 1, true).total() / kGiB,
+              "GiB available, 10%% margins)\n", best.n_layer, n / 1e9, device_plan_bytes(best, 1, true) / kGiB,
               free_bytes / kGiB, host_plan_bytes(n, false) / kGiB, mem_available_bytes() / kGiB);
   std::fflush(stdout);
   report("largest-w4096", best, 1, true, false, 2 * o.accum, run(best, 1, true, false, 2 * o.accum, o.steps));
@@ -249,8 +256,7 @@ int main(int argc, char** argv) {
     std::printf("bench_gpu_offload: no CUDA device, nothing to measure\n");
     return 0;
   }
-  size_t free_bytes = 0, total_bytes = 0;
-  if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) return 1;
+  const size_t free_bytes = cuda_free_bytes();
   std::printf("# %.1f GiB GPU memory free, %.1f GiB host memory available, accum %d, %d timed steps\n",
               free_bytes / kGiB, mem_available_bytes() / kGiB, o.accum, o.steps);
   try {

@@ -1,5 +1,5 @@
-// GPU training throughput: real training steps (CUDA backend forward_backward, global-norm clipping and the GPU
-// AdamW, one GPU) on random tokens, as tokens/s and MFU against the device's dense bf16 tensor-core peak from
+// GPU training throughput: real training steps (the GPT program's forward_backward on the CUDA backend,
+// global-norm clipping and the GPU AdamW, one GPU) on random tokens, as tokens/s and MFU against the device's dense bf16 tensor-core peak from
 // NVIDIA's datasheet (cuda_peak_flops: 989 TFLOP/s on an H100 SXM; stated, not measured). MFU counts model FLOPs (gpt.h's flops_per_token), so
 // recomputation does not raise it. Each config runs at the largest micro-batch of 32, 16, ... 1 whose backend
 // and optimizer state fit. Lines starting with RESULT are JSON for tools/bench/run_bench_gpu.sh.
@@ -14,7 +14,10 @@
 
 #ifdef YUAN_CUDA
 #include "backend/cuda_backend.h"
+#include "config/config.h"
 #include "model/gpt.h"
+#include "model/program.h"
+#include "optim/zero.h"
 #include "util/error.h"
 #include "util/log.h"
 #include "util/rng.h"
@@ -35,17 +38,12 @@ struct Bench {
 };
 
 // One training step as the trainer will do it with optim.offload=none.
-static void train_step(Backend& be, CudaAdamW& opt, const std::vector<int32_t>& tok, int B, int64_t t) {
-  be.forward_backward(tok.data(), B, 1.0f, nullptr);
-  const double norm = std::sqrt(opt.grad_sum_squares());
-  ops::AdamWHyper h;
-  h.lr = 1e-4;
-  h.beta2 = 0.95;
-  h.weight_decay = 0.1;
-  h.t = t;
-  if (norm > 1.0) h.grad_scale = 1.0 / (norm + 1e-6);
-  opt.step(h);
-  be.zero_grads(0, be.padded_size());
+static void train_step(Program& program, CudaAdamW& opt, const std::vector<int32_t>& tok, int B, int64_t t) {
+  OptimConfig oc;
+  oc.lr = 1e-4;
+  program.forward_backward(tok.data(), B, 1.0f, nullptr);
+  opt.step(adamw_hyper(oc, oc.lr, t, std::sqrt(opt.grad_sum_squares())));
+  program.backend().zero_grads(0, program.backend().padded_size());
 }
 
 static void run(const Bench& b, int steps, bool recompute, const PeakFlops& peak) {
@@ -58,12 +56,15 @@ static void run(const Bench& b, int steps, bool recompute, const PeakFlops& peak
     Rng rng(3, 0);
     for (auto& t : tok) t = static_cast<int32_t>(rng.next_u64() % static_cast<uint64_t>(c.vocab_size));
     try {
-      auto be = make_cuda_backend(c, B, layout.total(), recompute);
+      const ProgramSpec spec{{}, B, 1, recompute};
+      check_memory(Device::Cuda, c, spec, layout.total(), cuda_free_bytes());
+      auto be = make_backend(Device::Cuda, {c, {}, layout.total()});
+      Program program(*be, spec);
       be->set_params(init.data(), 0, layout.total());
       CudaAdamW opt(*be, 0, layout.total(), init.data());
-      for (int w = 1; w <= 2; w++) train_step(*be, opt, tok, B, w);  // GEMM plans, module load, allocator
+      for (int w = 1; w <= 2; w++) train_step(program, opt, tok, B, w);  // GEMM plans, module load, allocator
       const double t0 = now_seconds();
-      for (int s = 0; s < steps; s++) train_step(*be, opt, tok, B, 3 + s);
+      for (int s = 0; s < steps; s++) train_step(program, opt, tok, B, 3 + s);
       const double dt = (now_seconds() - t0) / steps;
       const double tok_s = static_cast<double>(B) * c.seq_len / dt;
       const double mfu = tok_s * flops_per_token(c, layout.total()) / peak.flops;

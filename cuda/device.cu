@@ -1,0 +1,76 @@
+// The device this process uses: selection, free memory, its bf16 peak, and its memory as Allocations.
+#include "device.cuh"
+
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "backend/cuda_backend.h"
+#include "cuda_check.h"
+
+namespace yuan {
+
+bool cuda_device_available() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+int cuda_select_device(int local_rank) {
+  int n = 0;
+  CUDA_CHECK(cudaGetDeviceCount(&n));
+  YUAN_CHECK(n > 0, "no CUDA device is visible to this process");
+  const int dev = local_rank % n;
+  CUDA_CHECK(cudaSetDevice(dev));
+  return dev;
+}
+
+size_t cuda_free_bytes() {
+  size_t free_bytes = 0, total_bytes = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  return free_bytes;
+}
+
+PeakFlops cuda_peak_flops() {
+  int dev = 0, sms = 0, khz = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  cudaDeviceProp prop;
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+  const std::string name = prop.name;
+  // First match wins: the PCIe and NVL parts before the SXM ones whose names they contain.
+  const std::pair<const char*, double> known[] = {{"H100 PCIe", 756}, {"H100 NVL", 835}, {"H200 NVL", 835},
+                                                  {"H100", 989},      {"H200", 989},     {"A100", 312}};
+  for (const auto& [part, tflops] : known)
+    if (name.find(part) != std::string::npos)
+      return {tflops * 1e12, strf("%s, dense bf16 from the datasheet", prop.name)};
+  // Tensor-core bf16 FLOPs per SM per clock, dense: 2048 on sm_80 (A100), 4096 on sm_90 (H100).
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, dev));
+  const double per_clock = prop.major >= 9 ? 4096 : prop.major == 8 && prop.minor == 0 ? 2048 : 1024;
+  return {sms * (khz * 1e3) * per_clock,
+          strf("%s, dense bf16 estimated: %d SMs x %.0f MHz x %.0f FLOP/clock", prop.name, sms, khz / 1e3, per_clock)};
+}
+
+namespace gpu {
+
+// Release functions run in destructors: errors are ignored (the process is usually on its way out).
+Allocation device_allocation(size_t bytes) {
+  if (bytes == 0) return {};
+  void* p = nullptr;
+  CUDA_CHECK(cudaMalloc(&p, bytes));
+  Allocation a(p, bytes, [](void* q) { cudaFree(q); }, std::nullopt);
+  // The legacy stream's memset does not order the backend's non-blocking streams: finish it here.
+  CUDA_CHECK(cudaMemset(p, 0, bytes));
+  CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
+  return a;
+}
+
+Allocation pinned_allocation(size_t bytes, Mem cat) {
+  if (bytes == 0) return {};
+  void* p = nullptr;
+  CUDA_CHECK(cudaHostAlloc(&p, bytes, cudaHostAllocDefault));
+  std::memset(p, 0, bytes);
+  return Allocation(p, bytes, [](void* q) { cudaFreeHost(q); }, cat);
+}
+
+}  // namespace gpu
+}  // namespace yuan

@@ -1,0 +1,67 @@
+// CudaAdamW (backend/cuda_backend.h): the optimizer state of a range of a CUDA backend's flat buffer in device
+// memory, updated by the kernel of adamw.cu on the backend's compute stream.
+#include "adamw.cuh"
+#include "backend/cuda_backend.h"
+#include "device.cuh"
+#include "grad_norm.cuh"
+#include "optim/zero.h"
+
+namespace yuan {
+
+struct CudaAdamW::State {
+  Backend* backend = nullptr;
+  size_t offset = 0, count = 0;
+  Allocation memory;  // master | m | v (count floats each), then the sum of squares' partials
+  std::vector<DecaySegment> segments;
+  cudaStream_t stream() const { return backend->stream(); }
+  float* master() const { return memory.as<float>(); }
+  double* partials() const { return reinterpret_cast<double*>(master() + 3 * count); }
+};
+
+CudaAdamW::CudaAdamW(Backend& cuda_backend, size_t offset, size_t count, const float* init_master)
+    : s_(std::make_unique<State>()) {
+  YUAN_CHECK(cuda_backend.device() == Device::Cuda, "GPU AdamW needs the cuda backend, not '%s'", cuda_backend.name());
+  YUAN_CHECK(offset + count <= cuda_backend.padded_size(), "GPU AdamW: range [%zu, %zu) outside the %zu parameters",
+             offset, offset + count, cuda_backend.padded_size());
+  s_->backend = &cuda_backend;
+  s_->offset = offset;
+  s_->count = count;
+  // The partials are doubles: the 3*count floats before them round up to a multiple of 8 bytes.
+  const size_t floats = (3 * count + 1) / 2 * 2;
+  const size_t bytes = floats * sizeof(float) + gpu::sum_squares_partials_size() * sizeof(double);
+  const size_t free_bytes = cuda_free_bytes();
+  YUAN_CHECK(bytes <= free_bytes, "GPU AdamW: needs %.2f GiB for the fp32 master weights and moments of %zu "
+             "parameters, device has %.2f GiB free; keep the optimizer on the host (optim.offload)",
+             bytes / 1073741824.0, count, free_bytes / 1073741824.0);
+  s_->memory = gpu::device_allocation(bytes);  // the moments start at zero
+  CUDA_CHECK(cudaMemcpyAsync(s_->master(), init_master, count * sizeof(float), cudaMemcpyHostToDevice, s_->stream()));
+  CUDA_CHECK(cudaStreamSynchronize(s_->stream()));
+  s_->segments = decay_segments(cuda_backend.layout(), offset, offset + count);
+}
+
+CudaAdamW::~CudaAdamW() = default;
+
+double CudaAdamW::grad_sum_squares() {
+  return gpu::sum_squares(s_->backend->grads().as<float>() + s_->offset, s_->count, s_->partials(), s_->stream());
+}
+
+void CudaAdamW::step(const ops::AdamWHyper& h) {
+  float *master = s_->master(), *m = master + s_->count, *v = m + s_->count;
+  float* grads = s_->backend->grads().as<float>();
+  gpu::bf16* weights = s_->backend->weights().as<gpu::bf16>();
+  for (const DecaySegment& seg : s_->segments) {
+    ops::AdamWHyper hs = h;
+    hs.weight_decay = seg.decay ? h.weight_decay : 0.0;
+    const size_t i = seg.offset - s_->offset;
+    gpu::adamw_update(master + i, m + i, v + i, grads + seg.offset, weights + seg.offset, seg.count, hs,
+                      s_->stream());
+  }
+  CUDA_CHECK(cudaStreamSynchronize(s_->stream()));
+}
+
+void CudaAdamW::master_to_host(float* dst) {
+  CUDA_CHECK(cudaMemcpyAsync(dst, s_->master(), s_->count * sizeof(float), cudaMemcpyDeviceToHost, s_->stream()));
+  CUDA_CHECK(cudaStreamSynchronize(s_->stream()));
+}
+
+}  // namespace yuan
