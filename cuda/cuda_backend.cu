@@ -35,7 +35,7 @@ size_t workspace_bytes(int n_embd, int, int) { return gpu::ops_scratch_bytes(n_e
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(const ParamLayout& layout, size_t padded) : Backend(layout, padded) {
+  explicit CudaBackend(const ParamLayout& layout) : Backend(layout) {
     const GPTConfig& c = layout.config();
     YUAN_CHECK(c.n_embd % 8 == 0, "cuda backend: n_embd = %d must be a multiple of 8 (16-byte bf16 vectors)",
                c.n_embd);
@@ -52,14 +52,14 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     CUDA_CHECK(cudaStreamCreateWithFlags(&d2h_, cudaStreamNonBlocking));
     for (cudaStream_t& s : up_) CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    for (cudaEvent_t* e : {&ev_compute_, &ev_after_, &ev_d2h_, &ev_up_[0], &ev_up_[1]})
+    for (cudaEvent_t* e : {&ev_compute_, &ev_after_, &ev_d2h_, &ev_other_, &ev_up_[0], &ev_up_[1]})
       CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
-    // Zeroed: the padding tail of weights and gradients is zero and stays zero.
-    weight_mem_ = gpu::device_allocation(padded * sizeof(bf16));
-    grad_mem_ = gpu::device_allocation(padded * sizeof(float));
+    const size_t n = layout.total();
+    weight_mem_ = gpu::device_allocation(n * sizeof(bf16));
+    grad_mem_ = gpu::device_allocation(n * sizeof(float));
     stage_ = gpu::device_allocation(kStageElems * sizeof(float));
-    weights_ = Tensor(weight_mem_.as<bf16>(), DType::BF16, 1, static_cast<int64_t>(padded));
-    grads_ = Tensor(grad_mem_.as<float>(), DType::F32, 1, static_cast<int64_t>(padded));
+    weights_ = Tensor(weight_mem_.as<bf16>(), DType::BF16, 1, static_cast<int64_t>(n));
+    grads_ = Tensor(grad_mem_.as<float>(), DType::F32, 1, static_cast<int64_t>(n));
     ops_ = gpu::make_cuda_ops(c.n_embd, stream_);
   }
 
@@ -71,7 +71,7 @@ class CudaBackend final : public Backend {
     ops_.reset();
     for (cudaStream_t s : {stream_, d2h_, up_[0], up_[1]})
       if (s) cudaStreamDestroy(s);
-    for (cudaEvent_t e : {ev_compute_, ev_after_, ev_d2h_, ev_up_[0], ev_up_[1]})
+    for (cudaEvent_t e : {ev_compute_, ev_after_, ev_d2h_, ev_other_, ev_up_[0], ev_up_[1]})
       if (e) cudaEventDestroy(e);
   }
 
@@ -123,6 +123,9 @@ class CudaBackend final : public Backend {
   }
   void wait_transfers() override { CUDA_CHECK(cudaStreamSynchronize(d2h_)); }
   void compute_after_transfers() override { wait_for(stream_, d2h_, ev_d2h_); }
+  void compute_after(DeviceStream other) override {
+    if (other) wait_for(stream_, other, ev_other_);
+  }
   void params_from_host_async(const void* src, size_t off, size_t n, int lane) override {
     check_range(off, n);
     check_lane(lane);
@@ -143,7 +146,7 @@ class CudaBackend final : public Backend {
  private:
   cudaStream_t stream_ = nullptr;
   cudaStream_t d2h_ = nullptr, up_[2] = {};  // gradient copies; weight upload lanes
-  cudaEvent_t ev_compute_ = nullptr, ev_after_ = nullptr, ev_d2h_ = nullptr, ev_up_[2] = {};
+  cudaEvent_t ev_compute_ = nullptr, ev_after_ = nullptr, ev_d2h_ = nullptr, ev_other_ = nullptr, ev_up_[2] = {};
   Allocation weight_mem_, grad_mem_, stage_;
   std::unique_ptr<Ops> ops_;
 };
@@ -159,8 +162,8 @@ const TensorFormats& cuda_tensor_formats() {
 
 std::unique_ptr<Backend> make_cuda_backend(const BackendSpec& spec) {
   YUAN_CHECK(cuda_device_available(), "train.device=cuda: no CUDA device is visible to this process");
-  const ParamLayout layout = spec.modules.empty() ? ParamLayout(spec.model) : ParamLayout(spec.model, spec.modules);
-  return std::make_unique<CudaBackend>(layout, spec.padded_size ? spec.padded_size : layout.total());
+  return std::make_unique<CudaBackend>(spec.modules.empty() ? ParamLayout(spec.model)
+                                                          : ParamLayout(spec.model, spec.modules));
 }
 
 }  // namespace yuan

@@ -21,8 +21,8 @@ struct CudaAdamW::State {
 CudaAdamW::CudaAdamW(Backend& cuda_backend, size_t offset, size_t count, const float* init_master)
     : s_(std::make_unique<State>()) {
   YUAN_CHECK(cuda_backend.device() == Device::Cuda, "GPU AdamW needs the cuda backend, not '%s'", cuda_backend.name());
-  YUAN_CHECK(offset + count <= cuda_backend.padded_size(), "GPU AdamW: range [%zu, %zu) outside the %zu parameters",
-             offset, offset + count, cuda_backend.padded_size());
+  YUAN_CHECK(offset + count <= cuda_backend.size(), "GPU AdamW: range [%zu, %zu) outside the %zu parameters",
+             offset, offset + count, cuda_backend.size());
   s_->backend = &cuda_backend;
   s_->offset = offset;
   s_->count = count;

@@ -121,7 +121,9 @@ TEST(MpiSendRecv, PipelineNeighboursPassForwardAndBack) {
     EXPECT_EQ(act[i], static_cast<int32_t>(7 + i)) << "stage " << s;
     EXPECT_EQ(grad[i], static_cast<int32_t>(2 * (7 + i))) << "stage " << s;
   }
-  if (stages == 1) EXPECT_THROW(comm->send(act.data(), act.size(), DType::I32, 0), Error);
+  if (stages == 1) {
+    EXPECT_THROW(comm->send(act.data(), act.size(), DType::I32, 0), Error);
+  }
 }
 
 }  // namespace

@@ -530,8 +530,9 @@ TEST(MpiZero, OptimizerBytesShrinkWithWorld) {
     EXPECT_EQ(opt.shard_global_offset(), mine.offset);
     // The shards tile the parameters: the next rank's starts where this one's ends.
     EXPECT_EQ(comm->sum(static_cast<double>(opt.shard_size())), stage == 0 ? n * nranks() : n) << "zero " << stage;
-    if (stage > 0 && rank() + 1 < nranks() && mine.count > 0)
+    if (stage > 0 && rank() + 1 < nranks() && mine.count > 0) {
       EXPECT_EQ(zero_shard(n, nranks(), rank() + 1, stage).offset, mine.offset + mine.count);
+    }
   }
   EXPECT_EQ(bytes[0], 16 * n);  // master, m, v, gradient: 4 fp32 arrays
   EXPECT_EQ(comm->sum(static_cast<double>(bytes[1])), bytes[0]);

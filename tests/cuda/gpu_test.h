@@ -101,17 +101,15 @@ double rel_err(const std::vector<A>& a, const std::vector<B>& ref) {
 }
 
 // A backend on `device` holding the modules the program of `spec` runs, and that program. With `weights` (the
-// whole model's, in ParamLayout(cfg) order) the backend gets its modules' part of them. `tail`: padding elements
-// of the flat buffers past the held parameters.
+// whole model's, in ParamLayout(cfg) order) the backend gets its modules' part of them.
 struct Model {
   std::unique_ptr<Backend> backend;
   std::unique_ptr<Program> program;
 };
-inline Model make_model(Device device, const GPTConfig& cfg, const ProgramSpec& spec, const float* weights,
-                        size_t tail = 0) {
+inline Model make_model(Device device, const GPTConfig& cfg, const ProgramSpec& spec, const float* weights) {
   const std::vector<int> held = held_modules(cfg, spec.modules.size() ? spec.modules : all_modules(cfg));
   Model m;
-  m.backend = make_backend(device, {cfg, held, ParamLayout(cfg, held).total() + tail});
+  m.backend = make_backend(device, {cfg, held});
   if (weights) {
     const ParamLayout whole(cfg);
     for (const ModuleSpec& mod : m.backend->layout().modules())
@@ -122,7 +120,7 @@ inline Model make_model(Device device, const GPTConfig& cfg, const ProgramSpec& 
 }
 
 inline std::vector<float> grads_of(Backend& be) {
-  std::vector<float> g(be.padded_size());
+  std::vector<float> g(be.size());
   be.grads_to_host(0, g.size(), g.data());
   return g;
 }

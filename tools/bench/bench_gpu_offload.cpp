@@ -108,7 +108,7 @@ Measured run(const GPTConfig& c, int B, bool recompute, bool delayed, int accum,
   const ParamLayout layout(c);
   const ProgramSpec spec{{}, B, 1, recompute};
   check_memory(Device::Cuda, c, spec, layout.total(), cuda_free_bytes());
-  auto be = make_backend(Device::Cuda, {c, {}, layout.total()});
+  auto be = make_backend(Device::Cuda, {c, {}});
   Program program(*be, spec);
   auto comm = make_local_communicator();
   OptimConfig oc;

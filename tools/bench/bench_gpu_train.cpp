@@ -43,7 +43,7 @@ static void train_step(Program& program, CudaAdamW& opt, const std::vector<int32
   oc.lr = 1e-4;
   program.forward_backward(tok.data(), B, 1.0f, nullptr);
   opt.step(adamw_hyper(oc, oc.lr, t, std::sqrt(opt.grad_sum_squares())));
-  program.backend().zero_grads(0, program.backend().padded_size());
+  program.backend().zero_grads(0, program.backend().size());
 }
 
 static void run(const Bench& b, int steps, bool recompute, const PeakFlops& peak) {
@@ -58,7 +58,7 @@ static void run(const Bench& b, int steps, bool recompute, const PeakFlops& peak
     try {
       const ProgramSpec spec{{}, B, 1, recompute};
       check_memory(Device::Cuda, c, spec, layout.total(), cuda_free_bytes());
-      auto be = make_backend(Device::Cuda, {c, {}, layout.total()});
+      auto be = make_backend(Device::Cuda, {c, {}});
       Program program(*be, spec);
       be->set_params(init.data(), 0, layout.total());
       CudaAdamW opt(*be, 0, layout.total(), init.data());
