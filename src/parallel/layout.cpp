@@ -33,6 +33,9 @@ bool parse_int(const std::string& s, int* out) {
 
 [[noreturn]] void fail(const std::string& msg) { throw Error(msg, true); }
 
+// A key's value as an error message shows it.
+const char* shown(const std::string& value) { return value.empty() ? "(empty)" : value.c_str(); }
+
 // A module's index from its name; -1 when the text names none of the model's modules.
 int module_index(const GPTConfig& c, const std::string& name) {
   if (name == "wte") return kWteModule;
@@ -165,24 +168,24 @@ PipelineTemplate parse_template(const std::string& text, const GPTConfig& c) {
     fail(strf("%s: The last stage must contain ln_f, with the tied output embedding (it holds %s)", where.c_str(),
               stages.back().c_str()));
   // Every module once, in model order, so that each stage is one contiguous range.
+  const std::string mismatch = where + ": Modules in the pipeline template do not match the modules in the model";
   std::vector<int> seen(static_cast<size_t>(n), 0);
+  for (const std::vector<int>& stage : mods)
+    for (int m : stage)
+      if (seen[m]++) fail(strf("%s: %s appears twice", mismatch.c_str(), module_name(c, m).c_str()));
+  for (int m = 0; m < n; m++)
+    if (!seen[m]) fail(strf("%s: %s is missing (%s)", mismatch.c_str(), module_name(c, m).c_str(),
+                            model_modules(c).c_str()));
   int next = 0;
-  for (size_t s = 0; s < mods.size(); s++) {
-    for (int m : mods[s]) {
-      if (seen[m]++)
-        fail(strf("%s: Modules in the pipeline template do not match the modules in the model: %s appears twice",
-                  where.c_str(), module_name(c, m).c_str()));
+  for (const std::vector<int>& stage : mods) {
+    for (int m : stage) {
       if (m != next)
-        fail(strf("%s: Modules in the pipeline template do not match the modules in the model: %s comes where %s "
-                  "should (%s, in this order)", where.c_str(), module_name(c, m).c_str(),
+        fail(strf("%s: %s comes where %s should (%s, in this order)", mismatch.c_str(), module_name(c, m).c_str(),
                   module_name(c, next).c_str(), model_modules(c).c_str()));
       next++;
     }
-    t.stages.push_back({next - static_cast<int>(mods[s].size()), next});
+    t.stages.push_back({next - static_cast<int>(stage.size()), next});
   }
-  if (next != n)
-    fail(strf("%s: Modules in the pipeline template do not match the modules in the model: %s is missing (%s)",
-              where.c_str(), range_name(c, {next, n}).c_str(), model_modules(c).c_str()));
   return t;
 }
 
@@ -236,7 +239,7 @@ Topology make_topology(const Config& c, int world) {
                 names.empty() ? "none; define them with parallel.template" : names.c_str()));
     if (!micro.count(name))
       fail(strf("parallel.microbatches = %s: All pipelines must have a corresponding number of micro-batches: "
-                "template %s has none", p.microbatches.c_str(), name.c_str()));
+                "template %s has none", shown(p.microbatches), name.c_str()));
     const PipelineTemplate& t = templates[name];
     pipelines.push_back({name, t.stages, micro[name]});
     ranks += static_cast<long>(t.stages.size()) * p.tp_size;

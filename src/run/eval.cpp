@@ -1,11 +1,13 @@
 // `yuanlm eval`: the mean next-token loss of a checkpoint on a fixed set of validation windows. The set is
 // ValLoader's (the first batches * micro_batch * world windows in file order). By default it is the set the
-// trainer's val_loss was measured on, whatever the number of ranks eval runs on: batches per rank =
-// train.eval_batches * (the run's ranks) / (eval's ranks).
+// trainer's val_loss was measured on, whatever the number of ranks eval runs on: the trainer's pipelines (its
+// data-parallel ranks) each evaluated train.eval_batches micro-batches, so batches per rank =
+// train.eval_batches * (the run's pipelines) / (eval's ranks).
 #include <cmath>
 #include <cstdio>
 
 #include "data/loader.h"
+#include "parallel/layout.h"
 #include "parallel/world.h"
 #include "run/commands.h"
 #include "train/metrics.h"
@@ -44,11 +46,12 @@ int eval_main(const std::vector<std::string>& args) {
   const parallel::WorldInfo& w = parallel::world();
   if (micro_batch == 0) micro_batch = c.train.micro_batch;
   if (batches == 0) {
-    const long long trainer_batches = static_cast<long long>(c.train.eval_batches) * m.world;
+    const int readers = static_cast<int>(parallel::make_topology(c, m.world).pipelines().size());
+    const long long trainer_batches = static_cast<long long>(c.train.eval_batches) * readers;
     YUAN_CHECK(trainer_batches % w.size == 0,
-               "eval: the trainer's val set is %lld micro-batches (%d ranks x train.eval_batches %d), which %d ranks "
-               "cannot split evenly; give --batches",
-               trainer_batches, m.world, c.train.eval_batches, w.size);
+               "eval: the trainer's val set is %lld micro-batches (%d pipelines x train.eval_batches %d), which %d "
+               "ranks cannot split evenly; give --batches",
+               trainer_batches, readers, c.train.eval_batches, w.size);
     batches = static_cast<int>(trainer_batches / w.size);
   }
   YUAN_CHECK(batches > 0 && micro_batch > 0, "eval: --batches %d and --micro-batch %d must be positive", batches,

@@ -27,7 +27,7 @@ set +e
 YUANLM_KILL_AT=17 timeout 60 mpirun -x YUANLM_KILL_AT -np 2 bin/yuanlm train "${TINY[@]}" \
   --data.train="$WORK/corpus/*.h5" --run.dir="$run" "${args[@]}" >/dev/null 2>&1
 set -e
-shard="$run/ckpt/step_0000015/optim_00001.safetensors"
+shard="$run/ckpt/step_0000015/optim_00001_000.safetensors"  # rank 1, the module group from module 0
 truncate -s 100 "$shard"
 train 2 "$run" "${args[@]}" >"$WORK/log" 2>&1 || { cat "$WORK/log"; exit 1; }
 grep "skipping checkpoint $run/ckpt/step_0000015: $shard" "$WORK/log"
