@@ -29,6 +29,8 @@ const Command kCommands[] = {
     {"eval", "validation loss of a checkpoint (under mpirun or alone)", yuan::eval_main},
     {"sample", "generate text from a prompt with a checkpoint", yuan::sample_main},
     {"export", "write a checkpoint as a HuggingFace GPT-2 directory (safetensors + config.json)", yuan::export_main},
+    {"plan", "a deck's modules, or its parallel layout with the memory of every rank, without running it",
+     yuan::plan_main},
 };
 
 void usage(std::FILE* f) {

@@ -119,6 +119,10 @@ Device resolve_device(const DeviceRequest& req) {
   return Device::Cpu;
 }
 
+Device planned_device(const DeviceRequest& req) {
+  return req.automatic ? kRegistry[0].device : require(req.device).device;
+}
+
 const TensorFormats& tensor_formats(Device device) { return require(device).formats(); }
 
 size_t device_free_bytes(Device device) { return require(device).free_bytes(); }

@@ -168,6 +168,9 @@ struct DeviceRequest {
 DeviceRequest parse_device(const std::string& text, const char* key);
 // The device the request resolves to here; throws when it names a backend not built in or without a device.
 Device resolve_device(const DeviceRequest& r);
+// The device a job would use where its devices are visible (planning on a login node): the one asked for, or the
+// first backend built in (cuda when built with it) for auto. Throws for a backend not built in.
+Device planned_device(const DeviceRequest& r);
 
 struct BackendSpec {
   GPTConfig model;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <fstream>
 #include <set>
+#include <sstream>
 #include <type_traits>
 #include <variant>
 
@@ -225,8 +226,14 @@ void read_deck(const std::string& path, Config& c) {
   }
 }
 
-void print_help(const std::string& command) {
-  say("usage: yuanlm %s [DECK] [--section.key=value ...]", command.c_str());
+void print_help(const std::string& command, const po::options_description* command_options) {
+  say("usage: yuanlm %s [DECK] [--section.key=value ...]%s", command.c_str(),
+      command_options ? " [options]" : "");
+  if (command_options) {
+    std::ostringstream out;
+    out << *command_options;
+    say("\noptions:\n%s", out.str().c_str());
+  }
   say("  DECK (or --config DECK) is an INI file with [model] [data] [train] [optim] [parallel] [dist] [run] [ckpt] "
       "[profile] sections;");
   say("  --section.key=value (or --section.key value) overrides it. Defaults in parentheses.");
@@ -296,10 +303,12 @@ std::pair<int, int> ProfileConfig::window() const {
   return {a, b};
 }
 
-bool parse_config(const std::vector<std::string>& args, const std::string& command, Config& out) {
+bool parse_config(const std::vector<std::string>& args, const std::string& command, Config& out,
+                  const po::options_description* command_options, po::variables_map* command_values) {
   po::options_description cli;
   cli.add_options()("help,h", "")("config", po::value<std::string>());
   cli.add(key_options());
+  if (command_options) cli.add(*command_options);
   po::positional_options_description positional;
   positional.add("config", 1);
   po::parsed_options parsed(nullptr);
@@ -318,7 +327,7 @@ bool parse_config(const std::vector<std::string>& args, const std::string& comma
   std::string deck;
   for (const po::option& o : parsed.options) {
     if (o.string_key == "help") {
-      print_help(command);
+      print_help(command, command_options);
       return false;
     }
     if (o.unregistered) {
@@ -340,6 +349,17 @@ bool parse_config(const std::vector<std::string>& args, const std::string& comma
   auto table = fields(c);
   for (const po::option& o : parsed.options)
     if (const Field* f = find_field(table, o.string_key)) assign(*f, o.value.at(0), "");
+  if (command_options && command_values) {
+    po::parsed_options own(command_options);
+    for (const po::option& o : parsed.options)
+      if (command_options->find_nothrow(o.string_key, false)) own.options.push_back(o);
+    try {
+      po::store(own, *command_values);
+      po::notify(*command_values);
+    } catch (const po::error& e) {
+      throw Error(strf("%s: %s (see yuanlm %s --help)", command.c_str(), e.what(), command.c_str()), true);
+    }
+  }
   out = c;
   return true;
 }

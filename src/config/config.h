@@ -10,6 +10,11 @@
 
 #include "model/gpt.h"
 
+namespace boost::program_options {
+class options_description;
+class variables_map;
+}  // namespace boost::program_options
+
 namespace yuan {
 
 struct DataConfig {
@@ -105,9 +110,12 @@ struct ConfigOption {
 std::vector<ConfigOption> config_options();
 
 // Parses `args` (what follows the subcommand): an optional deck path (positional or --config), then
-// --section.key=value overrides. Unknown keys get a did-you-mean. Returns false when --help was asked
-// (usage already printed).
-bool parse_config(const std::vector<std::string>& args, const std::string& command, Config& out);
+// --section.key=value overrides, and the command's own options when it has some (`command_options`, their values
+// stored in `command_values`). Unknown keys get a did-you-mean. Returns false when --help was asked (usage
+// already printed).
+bool parse_config(const std::vector<std::string>& args, const std::string& command, Config& out,
+                  const boost::program_options::options_description* command_options = nullptr,
+                  boost::program_options::variables_map* command_values = nullptr);
 
 // Closest known key to `key` by edit distance, or "" when none is close.
 std::string closest_key(const std::string& key);

@@ -195,20 +195,16 @@ ScheduleKind parse_schedule(const std::string& text) {
   fail(strf("parallel.schedule must be 1f1b or gpipe (got '%s')", text.c_str()));
 }
 
-Topology make_topology(const Config& c, int world) {
+namespace {
+
+// The [parallel] pipelines with their micro-batches, checked against the model and the global batch; empty
+// without pipelines.
+std::vector<Pipeline> configured_pipelines(const Config& c) {
   const ParallelConfig& p = c.parallel;
-  const int n = module_count(c.model);
   parse_schedule(p.schedule);
   if (p.tp_size != 1)
     fail(strf("parallel.tp_size = %d: tensor parallelism is not available in this version; use 1", p.tp_size));
-  if (trim(p.pipelines).empty()) {
-    const long per_step = static_cast<long>(world) * c.train.micro_batch;
-    if (c.train.global_batch % per_step != 0)
-      fail(strf("train.global_batch (%d) must be divisible by world size (%d) x train.micro_batch (%d) = %ld",
-                c.train.global_batch, world, c.train.micro_batch, per_step));
-    return Topology::data_parallel(world, n, static_cast<int>(c.train.global_batch / per_step));
-  }
-
+  if (trim(p.pipelines).empty()) return {};
   std::map<std::string, PipelineTemplate> templates;
   std::string names;
   for (const std::string& text : p.templates) {
@@ -217,22 +213,21 @@ Topology make_topology(const Config& c, int world) {
     templates[t.name] = std::move(t);
   }
   std::map<std::string, int> micro;
-  for (const std::string& entry : split(p.microbatches, ',')) {
-    if (entry.empty() && trim(p.microbatches).empty()) break;
-    const size_t colon = entry.find(':');
-    int m = 0;
-    const std::string name = trim(entry.substr(0, colon));
-    if (colon == std::string::npos || !parse_int(trim(entry.substr(colon + 1)), &m) || m < 1)
-      fail(strf("parallel.microbatches = %s: '%s' is not NAME:M with M >= 1", p.microbatches.c_str(), entry.c_str()));
-    if (!templates.count(name))
-      fail(strf("parallel.microbatches = %s: unknown template '%s' (templates: %s)", p.microbatches.c_str(),
-                name.c_str(), names.empty() ? "none" : names.c_str()));
-    micro[name] = m;
-  }
-
+  if (!trim(p.microbatches).empty())
+    for (const std::string& entry : split(p.microbatches, ',')) {
+      const size_t colon = entry.find(':');
+      int m = 0;
+      const std::string name = trim(entry.substr(0, colon));
+      if (colon == std::string::npos || !parse_int(trim(entry.substr(colon + 1)), &m) || m < 1)
+        fail(strf("parallel.microbatches = %s: '%s' is not NAME:M with M >= 1", p.microbatches.c_str(),
+                  entry.c_str()));
+      if (!templates.count(name))
+        fail(strf("parallel.microbatches = %s: unknown template '%s' (templates: %s)", p.microbatches.c_str(),
+                  name.c_str(), names.empty() ? "none" : names.c_str()));
+      micro[name] = m;
+    }
   std::vector<Pipeline> pipelines;
-  long ranks = 0, sequences = 0;
-  std::string counted;
+  long sequences = 0;
   for (const std::string& name : split(p.pipelines, ',')) {
     if (!templates.count(name))
       fail(strf("parallel.pipelines = %s: unknown template '%s' (templates: %s)", p.pipelines.c_str(), name.c_str(),
@@ -240,21 +235,45 @@ Topology make_topology(const Config& c, int world) {
     if (!micro.count(name))
       fail(strf("parallel.microbatches = %s: All pipelines must have a corresponding number of micro-batches: "
                 "template %s has none", shown(p.microbatches), name.c_str()));
-    const PipelineTemplate& t = templates[name];
-    pipelines.push_back({name, t.stages, micro[name]});
-    ranks += static_cast<long>(t.stages.size()) * p.tp_size;
+    pipelines.push_back({name, templates[name].stages, micro[name]});
     sequences += static_cast<long>(micro[name]) * c.train.micro_batch;
-    counted += strf("%s%zu", counted.empty() ? "" : " + ", t.stages.size());
   }
-  if (ranks != world)
-    fail(strf("parallel.pipelines = %s: Number of ranks in pipeline templates does not match world size: stages "
-              "(%s) x tp_size %d = %ld, world size %d", p.pipelines.c_str(), counted.c_str(), p.tp_size, ranks,
-              world));
   if (sequences != c.train.global_batch)
     fail(strf("parallel.microbatches = %s: the pipelines take %ld sequences per step (their micro-batches x "
               "train.micro_batch %d), train.global_batch is %d", p.microbatches.c_str(), sequences,
               c.train.micro_batch, c.train.global_batch));
-  return Topology(std::move(pipelines), p.tp_size, n);
+  return pipelines;
+}
+
+}  // namespace
+
+int layout_ranks(const Config& c) {
+  int ranks = 0;
+  for (const Pipeline& p : configured_pipelines(c)) ranks += static_cast<int>(p.stages.size()) * c.parallel.tp_size;
+  return ranks;
+}
+
+Topology make_topology(const Config& c, int world) {
+  const int n = module_count(c.model);
+  std::vector<Pipeline> pipelines = configured_pipelines(c);
+  if (pipelines.empty()) {
+    const long per_step = static_cast<long>(world) * c.train.micro_batch;
+    if (c.train.global_batch % per_step != 0)
+      fail(strf("train.global_batch (%d) must be divisible by world size (%d) x train.micro_batch (%d) = %ld",
+                c.train.global_batch, world, c.train.micro_batch, per_step));
+    return Topology::data_parallel(world, n, static_cast<int>(c.train.global_batch / per_step));
+  }
+  long ranks = 0;
+  std::string counted;
+  for (const Pipeline& p : pipelines) {
+    ranks += static_cast<long>(p.stages.size()) * c.parallel.tp_size;
+    counted += strf("%s%zu", counted.empty() ? "" : " + ", p.stages.size());
+  }
+  if (ranks != world)
+    fail(strf("parallel.pipelines = %s: Number of ranks in pipeline templates does not match world size: stages "
+              "(%s) x tp_size %d = %ld, world size %d", c.parallel.pipelines.c_str(), counted.c_str(),
+              c.parallel.tp_size, ranks, world));
+  return Topology(std::move(pipelines), c.parallel.tp_size, n);
 }
 
 }  // namespace yuan::parallel

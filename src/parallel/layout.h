@@ -41,5 +41,7 @@ ScheduleKind parse_schedule(const std::string& text);
 // The pipelines of `c` on `world` ranks (one one-stage pipeline per rank without [parallel] pipelines), each
 // with its micro-batches per step.
 Topology make_topology(const Config& c, int world);
+// The ranks the [parallel] pipelines take (sum of stages x tp_size); 0 without pipelines.
+int layout_ranks(const Config& c);
 
 }  // namespace yuan::parallel

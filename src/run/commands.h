@@ -16,6 +16,7 @@ namespace yuan {
 int eval_main(const std::vector<std::string>& args);
 int sample_main(const std::vector<std::string>& args);
 int export_main(const std::vector<std::string>& args);
+int plan_main(const std::vector<std::string>& args);
 
 // The checkpoint's model on `device` (cpu | cuda | auto): a backend holding its weights and the program over every
 // module, for micro-batches of up to `micro_batch` rows.
