@@ -2,11 +2,7 @@
 
 #include <glob.h>
 
-// property_tree pulls in boost/bind.hpp, which otherwise nags about its global placeholders.
-#define BOOST_BIND_GLOBAL_PLACEHOLDERS
-#include <boost/property_tree/json_parser.hpp>
-#include <boost/property_tree/ptree.hpp>
-#include <sstream>
+#include <nlohmann/json.hpp>
 
 #include "util/error.h"
 
@@ -113,17 +109,17 @@ bool Documents::next_in_file(std::string& doc) {
     switch (f.format) {
       case InputFormat::Jsonl: {
         if (line.find_first_not_of(" \t") == std::string::npos) continue;
-        boost::property_tree::ptree obj;
+        nlohmann::json obj;
         try {
-          std::istringstream is(line);
-          boost::property_tree::read_json(is, obj);
-        } catch (const boost::property_tree::json_parser_error& e) {
-          throw Error(strf("%s:%zu: bad JSON: %s", f.path.c_str(), line_no_, e.message().c_str()));
+          obj = nlohmann::json::parse(line);
+        } catch (const nlohmann::json::parse_error& e) {
+          throw Error(strf("%s:%zu: bad JSON: %s", f.path.c_str(), line_no_, e.what()));
         }
-        auto text = obj.get_optional<std::string>("text");
-        YUAN_CHECK(text, "%s:%zu: no \"text\" field", f.path.c_str(), line_no_);
-        if (text->empty()) continue;
-        doc = *text;
+        const auto text = obj.find("text");  // end() for a line that is not an object
+        YUAN_CHECK(text != obj.end(), "%s:%zu: no \"text\" field", f.path.c_str(), line_no_);
+        YUAN_CHECK(text->is_string(), "%s:%zu: \"text\" is not a string", f.path.c_str(), line_no_);
+        doc = text->get<std::string>();
+        if (doc.empty()) continue;
         return true;
       }
       case InputFormat::Fortune:
