@@ -1,10 +1,9 @@
 #include "prep/documents.h"
 
-#include <glob.h>
-
 #include <nlohmann/json.hpp>
 
 #include "util/error.h"
+#include "util/fs.h"
 
 namespace yuan {
 
@@ -49,11 +48,8 @@ InputFormat resolve_input_format(const std::string& path, InputFormat f) {
 std::vector<InputFile> expand_inputs(const std::vector<std::string>& args, InputFormat format) {
   std::vector<InputFile> out;
   for (const std::string& a : args) {
-    glob_t g{};
-    int rc = glob(a.c_str(), 0, nullptr, &g);
-    std::vector<std::string> paths(g.gl_pathv, g.gl_pathv + (rc == 0 ? g.gl_pathc : 0));
-    globfree(&g);
-    YUAN_CHECK(rc == 0, "%s: no input file matches", a.c_str());
+    const std::vector<std::string> paths = expand_glob(a);
+    YUAN_CHECK(!paths.empty(), "%s: no input file matches", a.c_str());
     for (const std::string& p : paths) out.push_back({p, resolve_input_format(p, format)});
   }
   return out;

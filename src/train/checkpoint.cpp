@@ -1,7 +1,5 @@
 #include "train/checkpoint.h"
 
-#include <glob.h>
-
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
@@ -286,12 +284,9 @@ CheckpointModel load_checkpoint_model(const std::string& path) {
 }
 
 std::string find_tokenizer_for(const std::string& train_glob) {
-  glob_t g;
-  std::string first;
-  if (::glob(train_glob.c_str(), 0, nullptr, &g) == 0 && g.gl_pathc > 0) first = g.gl_pathv[0];
-  globfree(&g);
-  if (first.empty()) return "";
-  const fs::path dir = fs::path(first).parent_path();
+  const std::vector<std::string> shards = expand_glob(train_glob);
+  if (shards.empty()) return "";
+  const fs::path dir = fs::path(shards[0]).parent_path();
   const fs::path manifest = dir / "manifest.json";
   if (!fs::exists(manifest)) return "";
   const json t = read_json_object(manifest.string(), manifest.string());
