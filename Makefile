@@ -1,7 +1,7 @@
 # yuanlm build. `make` builds bin/yuanlm and the test binaries; `make run` the demo; `make test` the tests;
 # `make bench` the CPU benchmarks. CUDA=auto builds the CUDA backend when nvcc is found, CUDA=0 skips it.
 # Library locations come from pkg-config, or from MPI_HOME / HDF5_HOME / CUDA_HOME / NCCL_HOME / OPENBLAS_HOME /
-# BOOST_HOME / SPM_HOME on machines with modules instead of Debian packages.
+# BOOST_HOME / SPM_HOME / OPENSSL_HOME / JSON_HOME on machines with modules instead of Debian packages.
 
 CUDA      ?= auto
 CUDA_HOME ?= /usr/local/cuda
@@ -44,9 +44,18 @@ SPM_LIB   := $(call libdir,$(SPM_HOME)) -lsentencepiece -lsentencepiece_train
 # OpenBLAS is dlopen()ed at run time (src/ops/matmul.cpp); only its header and its run-time path are needed.
 BLAS_INC  := $(if $(OPENBLAS_HOME),-I$(OPENBLAS_HOME)/include)
 BLAS_LIB  := $(call libdir,$(OPENBLAS_HOME)) -ldl
+# libcrypto (checksums) is part of the core; nlohmann-json is header-only.
+ifdef OPENSSL_HOME
+  CRYPTO_INC := -I$(OPENSSL_HOME)/include
+  CRYPTO_LIB := $(call libdir,$(OPENSSL_HOME)) -lcrypto
+else
+  CRYPTO_INC = $(call pc,--cflags,libcrypto)
+  CRYPTO_LIB = $(or $(call pc,--libs,libcrypto),-lcrypto)
+endif
+JSON_INC  := $(if $(JSON_HOME),-I$(JSON_HOME)/include)
 
-CPPFLAGS += -DOMPI_SKIP_MPICXX $(MPI_INC) $(HDF5_INC) $(BOOST_INC) $(SPM_INC) $(BLAS_INC)
-LIBS      = $(MPI_LIB) $(HDF5_LIB) $(BOOST_LIB) $(SPM_LIB) $(BLAS_LIB) -lpthread
+CPPFLAGS += -DOMPI_SKIP_MPICXX $(MPI_INC) $(HDF5_INC) $(BOOST_INC) $(SPM_INC) $(BLAS_INC) $(CRYPTO_INC) $(JSON_INC)
+LIBS      = $(MPI_LIB) $(HDF5_LIB) $(BOOST_LIB) $(SPM_LIB) $(BLAS_LIB) $(CRYPTO_LIB) -lpthread
 
 # core: the model program, the backend registry with the CPU backend, the ZeRO-Offload optimizer and its one-rank
 # communicator, with no MPI/HDF5/Boost, so GPU machines can link kernel tests and single-GPU benchmarks.
@@ -100,11 +109,11 @@ bin/%: build/tools/bench/%.o $(APP_OBJ) $(CORE_OBJ) $(CU_OBJ)
 # GPU benchmarks and CUDA kernel tests: CUDA runtime + core only (no MPI, HDF5, Boost), so they build on bare GPU machines.
 bin/test_cuda: $(CU_TEST:%.cu=build/%.o) $(CU_OBJ) $(CORE_OBJ)
 	@mkdir -p $(@D)
-	$(CXX) $(LDFLAGS) -o $@ $^ $(BLAS_LIB) $(CUDA_LIB) -lgtest -lgtest_main -lpthread
+	$(CXX) $(LDFLAGS) -o $@ $^ $(BLAS_LIB) $(CRYPTO_LIB) $(CUDA_LIB) -lgtest -lgtest_main -lpthread
 
 bin/bench_gpu_%: build/tools/bench/bench_gpu_%.o $(CU_OBJ) $(CORE_OBJ)
 	@mkdir -p $(@D)
-	$(CXX) $(LDFLAGS) -o $@ $^ $(BLAS_LIB) $(CUDA_LIB) -lpthread
+	$(CXX) $(LDFLAGS) -o $@ $^ $(BLAS_LIB) $(CRYPTO_LIB) $(CUDA_LIB) -lpthread
 
 build/%.o: %.cpp $(FLAGS_STAMP)
 	@mkdir -p $(@D)

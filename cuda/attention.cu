@@ -18,9 +18,10 @@
 // No cuDNN: its fused SDPA engines are reachable without the (not installed) cudnn-frontend only by rebuilding, in
 // cudnnBackend* descriptors, the exact operation graphs the frontend emits (about 15 nodes forward, 30 backward,
 // including the causal mask as index-generation, compare and select nodes), which cuDNN either matches or rejects
-// with NOT_SUPPORTED without naming the node. That could not be run here (no GPU in the session that wrote this),
-// and an unverifiable 600-line descriptor graph is a worse path than none. tools/bench/run_bench_gpu.sh measures
-// this kernel against PyTorch's flash/cuDNN SDPA; cuDNN is worth adding if that ratio says so.
+// with NOT_SUPPORTED without naming the node. As of 2026-11 this code has not run on a GPU, so such a graph could
+// not be checked, and an unverifiable 600-line descriptor graph is a worse path than none.
+// tools/bench/run_bench_gpu.sh measures this kernel against PyTorch's flash/cuDNN SDPA; cuDNN is worth adding if
+// that ratio says so.
 #include <cmath>
 
 #include "attention.cuh"

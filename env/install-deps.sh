@@ -6,7 +6,9 @@ pkgs=(
   g++ make pkg-config                      # toolchain
   libopenmpi-dev openmpi-bin               # MPI: rendezvous, CPU collectives, mpirun
   libhdf5-dev hdf5-tools                   # sharded corpus; h5dump in the tests
-  libboost-program-options-dev libboost-dev  # config decks and command line; property_tree JSON
+  libboost-program-options-dev             # config decks and command line
+  nlohmann-json3-dev                       # JSON: safetensors headers, state.json, manifest, metrics
+  libssl-dev                               # sha256 checksums (libcrypto)
   libgtest-dev                             # tests
   libsentencepiece-dev sentencepiece       # tokenizer training and encoding
   libopenblas-openmp-dev                   # CPU GEMM (the OpenMP build: see src/ops/matmul.cpp)

@@ -3,12 +3,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#define BOOST_BIND_GLOBAL_PLACEHOLDERS  // property_tree includes boost/bind.hpp, which nags otherwise
-#include <boost/property_tree/json_parser.hpp>
-#include <boost/property_tree/ptree.hpp>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -53,10 +50,8 @@ class Prep : public yuan::testing::TempDirTest {
 
   void prep(std::vector<std::string> args) { EXPECT_EQ(yuan::prep_main(args), 0); }
 
-  static boost::property_tree::ptree manifest(const std::string& out) {
-    boost::property_tree::ptree m;
-    boost::property_tree::read_json(out + "/manifest.json", m);
-    return m;
+  static nlohmann::json manifest(const std::string& out) {
+    return nlohmann::json::parse(std::ifstream(out + "/manifest.json"));
   }
 
   static std::string error_of(const std::vector<std::string>& args) {
@@ -116,28 +111,28 @@ TEST_F(Prep, OutputIsTheSameForAnyThreadCountAndReadsEverywhere) {
 
   const std::string out = dir_ + "/out1";
   auto m = manifest(out);
-  const int vocab = m.get<int>("vocab_size");
+  const int vocab = m.at("vocab_size").get<int>();
   EXPECT_LE(vocab, 400);
-  EXPECT_EQ(m.get<std::string>("tokenizer"), "sentencepiece:sha256:" + yuan::sha256_file(out + "/tokenizer.model"));
+  EXPECT_EQ(m.at("tokenizer").get<std::string>(), "sentencepiece:sha256:" + yuan::sha256_file(out + "/tokenizer.model"));
   uint64_t docs = 0, train_tokens = 0;
   for (const char* split : {"train", "val"}) {
-    for (const auto& s : m.get_child(split)) {
-      std::string path = out + "/" + s.second.get<std::string>("file");
-      EXPECT_EQ(s.second.get<std::string>("sha256"), yuan::sha256_file(path));
-      docs += s.second.get<uint64_t>("docs");
-      if (split[0] == 't') train_tokens += s.second.get<uint64_t>("tokens");
+    for (const auto& s : m.at(split)) {
+      std::string path = out + "/" + s.at("file").get<std::string>();
+      EXPECT_EQ(s.at("sha256").get<std::string>(), yuan::sha256_file(path));
+      docs += s.at("docs").get<uint64_t>();
+      if (split[0] == 't') train_tokens += s.at("tokens").get<uint64_t>();
       // h5py sees the attributes the manifest promises, every id in range and a document start at each eot.
       std::string py = "/usr/bin/python3 -c \"import h5py, numpy as np; f = h5py.File('" + path +
                        "', 'r'); t = f['tokens'][:]; a = f.attrs; o = f['doc_offsets'][:]; "
                        "assert a['vocab_size'] == " + std::to_string(vocab) + " and t.max() < a['vocab_size']; "
                        "assert (t[o] == a['eot_id']).all() and len(o) == (t == a['eot_id']).sum(); "
-                       "assert a['tokenizer'] == '" + m.get<std::string>("tokenizer") + "'\"";
+                       "assert a['tokenizer'] == '" + m.at("tokenizer").get<std::string>() + "'\"";
       EXPECT_EQ(std::system(py.c_str()), 0) << path;
       EXPECT_EQ(std::system(("h5dump -H " + path + " > /dev/null").c_str()), 0) << path;
     }
   }
   EXPECT_EQ(docs, 120u);
-  EXPECT_GT(m.get_child("val").size(), 0u);
+  EXPECT_GT(m.at("val").size(), 0u);
 
   yuan::LoaderSpec s;
   s.glob = out + "/train_*.h5";
@@ -157,10 +152,10 @@ TEST_F(Prep, ValDocsHoldsOutExactlyThatManyDocuments) {
   prep({"--input", in[0], in[1], "--tokenizer", dir_ + "/tok/tokenizer.model", "--val-docs", "7", "--out",
         dir_ + "/out", "--shard-tokens", "100000"});
   auto m = manifest(dir_ + "/out");
-  ASSERT_EQ(m.get_child("val").size(), 1u);
-  EXPECT_EQ(m.get_child("val").front().second.get<int>("docs"), 7);
-  EXPECT_EQ(m.get_child("train").front().second.get<int>("docs"), 73);
-  EXPECT_EQ(m.get<std::string>("tokenizer"), manifest(dir_ + "/tok").get<std::string>("tokenizer"));
+  ASSERT_EQ(m.at("val").size(), 1u);
+  EXPECT_EQ(m.at("val").front().at("docs").get<int>(), 7);
+  EXPECT_EQ(m.at("train").front().at("docs").get<int>(), 73);
+  EXPECT_EQ(m.at("tokenizer").get<std::string>(), manifest(dir_ + "/tok").at("tokenizer").get<std::string>());
 }
 
 TEST_F(Prep, BadArgumentsAreOneLineErrors) {

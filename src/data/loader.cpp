@@ -1,7 +1,5 @@
 #include "data/loader.h"
 
-#include <glob.h>
-
 #include <algorithm>
 #include <condition_variable>
 #include <exception>
@@ -11,6 +9,7 @@
 
 #include "data/shard.h"
 #include "util/error.h"
+#include "util/fs.h"
 #include "util/log.h"
 #include "util/memory.h"
 #include "util/rng.h"
@@ -19,15 +18,11 @@ namespace yuan {
 
 namespace {
 
-std::vector<std::string> expand_glob(const std::string& pattern) {
+std::vector<std::string> shard_paths(const std::string& pattern) {
   YUAN_CHECK(!pattern.empty(), "data: empty shard glob (set data.train / data.val)");
-  glob_t g{};
-  int rc = glob(pattern.c_str(), 0, nullptr, &g);
-  std::vector<std::string> paths(g.gl_pathv, g.gl_pathv + (rc == 0 ? g.gl_pathc : 0));
-  globfree(&g);
-  YUAN_CHECK(rc != GLOB_NOMATCH, "%s: no shard files match this glob", pattern.c_str());
-  YUAN_CHECK(rc == 0, "%s: cannot expand glob (error %d)", pattern.c_str(), rc);
-  return paths;  // glob(3) sorts, so every rank numbers windows the same way
+  std::vector<std::string> paths = expand_glob(pattern);
+  YUAN_CHECK(!paths.empty(), "%s: no shard files match this glob", pattern.c_str());
+  return paths;
 }
 
 void check_spec(const LoaderSpec& s) {
@@ -44,7 +39,7 @@ class Corpus {
     check_spec(spec);
     uint64_t tokens = 0;
     first_.push_back(0);
-    for (const std::string& path : expand_glob(spec.glob)) {
+    for (const std::string& path : shard_paths(spec.glob)) {
       auto shard = std::make_unique<ShardReader>(path, window());
       const ShardMeta& m = shard->meta();
       const char* p = path.c_str();

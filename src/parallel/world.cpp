@@ -51,7 +51,7 @@ void init(int* argc, char*** argv) {
                           MPI_COMM_WORLD));
   g_hosts.clear();
   for (int r = 0; r < g_world.size; r++) g_hosts.emplace_back(all.data() + static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME);
-  set_process_identity(g_world.rank, g_world.size, g_world.host);
+  set_process_identity(g_world.rank, g_world.host);
 }
 
 void finalize() {

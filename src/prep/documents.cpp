@@ -1,14 +1,9 @@
 #include "prep/documents.h"
 
-#include <glob.h>
-
-// property_tree pulls in boost/bind.hpp, which otherwise nags about its global placeholders.
-#define BOOST_BIND_GLOBAL_PLACEHOLDERS
-#include <boost/property_tree/json_parser.hpp>
-#include <boost/property_tree/ptree.hpp>
-#include <sstream>
+#include <nlohmann/json.hpp>
 
 #include "util/error.h"
+#include "util/fs.h"
 
 namespace yuan {
 
@@ -53,11 +48,8 @@ InputFormat resolve_input_format(const std::string& path, InputFormat f) {
 std::vector<InputFile> expand_inputs(const std::vector<std::string>& args, InputFormat format) {
   std::vector<InputFile> out;
   for (const std::string& a : args) {
-    glob_t g{};
-    int rc = glob(a.c_str(), 0, nullptr, &g);
-    std::vector<std::string> paths(g.gl_pathv, g.gl_pathv + (rc == 0 ? g.gl_pathc : 0));
-    globfree(&g);
-    YUAN_CHECK(rc == 0, "%s: no input file matches", a.c_str());
+    const std::vector<std::string> paths = expand_glob(a);
+    YUAN_CHECK(!paths.empty(), "%s: no input file matches", a.c_str());
     for (const std::string& p : paths) out.push_back({p, resolve_input_format(p, format)});
   }
   return out;
@@ -113,17 +105,17 @@ bool Documents::next_in_file(std::string& doc) {
     switch (f.format) {
       case InputFormat::Jsonl: {
         if (line.find_first_not_of(" \t") == std::string::npos) continue;
-        boost::property_tree::ptree obj;
+        nlohmann::json obj;
         try {
-          std::istringstream is(line);
-          boost::property_tree::read_json(is, obj);
-        } catch (const boost::property_tree::json_parser_error& e) {
-          throw Error(strf("%s:%zu: bad JSON: %s", f.path.c_str(), line_no_, e.message().c_str()));
+          obj = nlohmann::json::parse(line);
+        } catch (const nlohmann::json::parse_error& e) {
+          throw Error(strf("%s:%zu: bad JSON: %s", f.path.c_str(), line_no_, e.what()));
         }
-        auto text = obj.get_optional<std::string>("text");
-        YUAN_CHECK(text, "%s:%zu: no \"text\" field", f.path.c_str(), line_no_);
-        if (text->empty()) continue;
-        doc = *text;
+        const auto text = obj.find("text");  // end() for a line that is not an object
+        YUAN_CHECK(text != obj.end(), "%s:%zu: no \"text\" field", f.path.c_str(), line_no_);
+        YUAN_CHECK(text->is_string(), "%s:%zu: \"text\" is not a string", f.path.c_str(), line_no_);
+        doc = text->get<std::string>();
+        if (doc.empty()) continue;
         return true;
       }
       case InputFormat::Fortune:

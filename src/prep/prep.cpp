@@ -9,8 +9,8 @@
 #include <cstdio>
 #include <exception>
 #include <filesystem>
-#include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <queue>
 
 #include "config/command_line.h"
@@ -18,6 +18,7 @@
 #include "prep/documents.h"
 #include "prep/tokenizer.h"
 #include "util/error.h"
+#include "util/fs.h"
 #include "util/log.h"
 #include "util/rng.h"
 #include "util/sha256.h"
@@ -148,51 +149,35 @@ uint64_t val_bound(const PrepOptions& o, const std::vector<InputFile>& files) {
   return smallest.top() + 1;
 }
 
-std::string json_str(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') out += '\\', out += static_cast<char>(c);
-    else if (c < 0x20) out += strf("\\u%04x", c);
-    else out += static_cast<char>(c);
-  }
-  return out + "\"";
-}
-
-std::string json_shards(const std::vector<ShardRecord>& shards) {
-  std::string out = "[";
-  for (size_t i = 0; i < shards.size(); i++) {
-    const ShardRecord& r = shards[i];
-    out += strf("%s\n    {\"file\": %s, \"tokens\": %llu, \"docs\": %llu, \"sha256\": \"%s\"}", i ? "," : "",
-                json_str(r.file).c_str(), static_cast<unsigned long long>(r.tokens),
-                static_cast<unsigned long long>(r.docs), r.sha256.c_str());
-  }
-  return out + (shards.empty() ? "]" : "\n  ]");
+nlohmann::ordered_json shard_list(const std::vector<ShardRecord>& shards) {
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const ShardRecord& r : shards)
+    list.push_back({{"file", r.file}, {"tokens", r.tokens}, {"docs", r.docs}, {"sha256", r.sha256}});
+  return list;
 }
 
 void write_manifest(const std::string& dir, const PrepOptions& o, const Tokenizer& tok,
                     const std::vector<InputFile>& files, const std::vector<uint64_t>& file_docs,
                     const std::vector<ShardRecord>& train, const std::vector<ShardRecord>& val) {
-  std::string sources = "[";
+  nlohmann::ordered_json sources = nlohmann::ordered_json::array();
   for (size_t i = 0; i < files.size(); i++)
-    sources += strf("%s\n    {\"path\": %s, \"format\": \"%s\", \"bytes\": %llu, \"docs\": %llu}", i ? "," : "",
-                    json_str(files[i].path).c_str(), input_format_name(files[i].format),
-                    static_cast<unsigned long long>(fs::file_size(files[i].path)),
-                    static_cast<unsigned long long>(file_docs[i]));
-  sources += "\n  ]";
-  std::string text = strf(
-      "{\n  \"format_version\": %d,\n  \"tokenizer\": %s,\n  \"tokenizer_file\": %s,\n  \"vocab_size\": %d,\n"
-      "  \"eot_id\": %d,\n  \"seed\": %llu,\n  \"sources\": %s,\n  \"train\": %s,\n  \"val\": %s\n}\n",
-      kShardFormatVersion, json_str(tok.name()).c_str(),
-      json_str(o.train_tokenizer ? "tokenizer.model" : fs::absolute(o.tokenizer).string()).c_str(), tok.vocab_size(),
-      tok.eot_id(), static_cast<unsigned long long>(o.seed), sources.c_str(), json_shards(train).c_str(),
-      json_shards(val).c_str());
-  const std::string path = (fs::path(dir) / "manifest.json").string(), tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    out << text;
-    YUAN_CHECK(out.flush(), "%s: cannot write", tmp.c_str());
-  }
-  YUAN_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "%s: cannot rename to %s", tmp.c_str(), path.c_str());
+    sources.push_back({{"path", files[i].path},
+                       {"format", input_format_name(files[i].format)},
+                       {"bytes", static_cast<uint64_t>(fs::file_size(files[i].path))},
+                       {"docs", file_docs[i]}});
+  const nlohmann::ordered_json manifest = {
+      {"format_version", kShardFormatVersion},
+      {"tokenizer", tok.name()},
+      {"tokenizer_file", o.train_tokenizer ? "tokenizer.model" : fs::absolute(o.tokenizer).string()},
+      {"vocab_size", tok.vocab_size()},
+      {"eot_id", tok.eot_id()},
+      {"seed", o.seed},
+      {"sources", sources},
+      {"train", shard_list(train)},
+      {"val", shard_list(val)}};
+  // Input paths are bytes, not necessarily UTF-8: a stray byte becomes U+FFFD rather than failing the run.
+  write_file_atomic((fs::path(dir) / "manifest.json").string(),
+                    manifest.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n");
 }
 
 // Shards of an earlier run would be picked up by the same globs as the new ones.

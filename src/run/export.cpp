@@ -5,7 +5,7 @@
 // [rows, n_embd] in both. lm_head.weight is not written: HF ties it to transformer.wte.weight, as GPT-2's own
 // checkpoints do.
 #include <filesystem>
-#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "model/gpt.h"
 #include "prep/tokenizer.h"
@@ -29,30 +29,29 @@ std::string hf_tokenizer_name(const std::string& path) {
 }
 
 std::string hf_config(const GPTConfig& c, int eot_id) {
-  std::string special = eot_id >= 0 ? strf("  \"bos_token_id\": %d,\n  \"eos_token_id\": %d,\n", eot_id, eot_id) : "";
-  return strf(
-      "{\n"
-      "  \"model_type\": \"gpt2\",\n"
-      "  \"architectures\": [\"GPT2LMHeadModel\"],\n"
-      "  \"vocab_size\": %d,\n"
-      "  \"n_positions\": %d,\n"
-      "  \"n_ctx\": %d,\n"
-      "  \"n_embd\": %d,\n"
-      "  \"n_layer\": %d,\n"
-      "  \"n_head\": %d,\n"
-      "  \"n_inner\": null,\n"
-      "  \"activation_function\": \"gelu_new\",\n"
-      "  \"layer_norm_epsilon\": 1e-05,\n"
-      "  \"tie_word_embeddings\": true,\n"
-      "  \"resid_pdrop\": 0.0,\n"
-      "  \"embd_pdrop\": 0.0,\n"
-      "  \"attn_pdrop\": 0.0,\n"
-      "  \"scale_attn_weights\": true,\n"
-      "  \"initializer_range\": 0.02,\n"
-      "%s"
-      "  \"torch_dtype\": \"float32\"\n"
-      "}\n",
-      c.vocab_size, c.seq_len, c.seq_len, c.n_embd, c.n_layer, c.n_head, special.c_str());
+  nlohmann::ordered_json j = {{"model_type", "gpt2"},
+                              {"architectures", nlohmann::ordered_json::array({"GPT2LMHeadModel"})},
+                              {"vocab_size", c.vocab_size},
+                              {"n_positions", c.seq_len},
+                              {"n_ctx", c.seq_len},
+                              {"n_embd", c.n_embd},
+                              {"n_layer", c.n_layer},
+                              {"n_head", c.n_head},
+                              {"n_inner", nullptr},
+                              {"activation_function", "gelu_new"},
+                              {"layer_norm_epsilon", 1e-5},
+                              {"tie_word_embeddings", true},
+                              {"resid_pdrop", 0.0},
+                              {"embd_pdrop", 0.0},
+                              {"attn_pdrop", 0.0},
+                              {"scale_attn_weights", true},
+                              {"initializer_range", 0.02}};
+  if (eot_id >= 0) {
+    j["bos_token_id"] = eot_id;
+    j["eos_token_id"] = eot_id;
+  }
+  j["torch_dtype"] = "float32";
+  return j.dump(2) + "\n";
 }
 
 }  // namespace

@@ -1,14 +1,12 @@
 #include "train/checkpoint.h"
 
-#include <glob.h>
-
 #include <algorithm>
-#include <boost/property_tree/json_parser.hpp>
-#include <boost/property_tree/ptree.hpp>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
+#include <type_traits>
 
 #include "parallel/world.h"
 #include "model/gpt.h"
@@ -20,7 +18,8 @@
 
 namespace yuan {
 namespace fs = std::filesystem;
-namespace pt = boost::property_tree;
+using nlohmann::json;
+using nlohmann::ordered_json;  // what is written keeps its keys in the order they are given
 
 namespace {
 
@@ -51,32 +50,50 @@ struct State {
   std::vector<std::pair<std::string, std::string>> checksums;  // file, sha256
 };
 
-State read_state(const std::string& dir) {
-  const std::string path = dir + "/state.json";
-  pt::ptree t;
+// The JSON object in `path`; `what` names it in errors ("checkpoint DIR: state.json").
+json read_json_object(const std::string& path, const std::string& what) {
+  json j;
   try {
-    pt::read_json(path, t);
-  } catch (const pt::ptree_error& e) {
-    throw Error(strf("checkpoint %s: unreadable state.json: %s", dir.c_str(), e.what()));
+    j = json::parse(read_text(path));
+  } catch (const json::parse_error& e) {
+    throw Error(strf("%s: unreadable: %s", what.c_str(), e.what()));
   }
+  YUAN_CHECK(j.is_object(), "%s: not a JSON object", what.c_str());
+  return j;
+}
+
+// A member of a JSON object that must be present and of the type T (integers non-negative).
+template <typename T>
+T field(const json& obj, const char* key, const std::string& what) {
+  const auto it = obj.find(key);
+  YUAN_CHECK(it != obj.end(), "%s: no \"%s\"", what.c_str(), key);
+  const bool ok = std::is_same_v<T, std::string> ? it->is_string() : it->is_number_unsigned();
+  YUAN_CHECK(ok, "%s: \"%s\" is not a %s", what.c_str(), key,
+             std::is_same_v<T, std::string> ? "string" : "non-negative integer");
+  return it->get<T>();
+}
+
+State read_state(const std::string& dir) {
+  const std::string what = "checkpoint " + dir + ": state.json";
+  const json t = read_json_object(dir + "/state.json", what);
   State s;
-  try {
-    YUAN_CHECK(t.get<std::string>("format") == kFormat, "checkpoint %s: state.json format is not %s", dir.c_str(),
-               kFormat);
-    s.train.step = t.get<int64_t>("step");
-    s.train.next_sample = t.get<uint64_t>("next_sample");
-    s.adam_step = t.get<int64_t>("adam_step");
-    s.world = t.get<int>("world");
-    s.n_params = t.get<size_t>("n_params");
-    s.tokenizer = t.get<std::string>("tokenizer", "");
-    for (const auto& f : t.get_child("files")) {
-      std::string name = f.second.get<std::string>("name");
-      s.checksums.emplace_back(name, f.second.get<std::string>("sha256"));
-      if (auto off = f.second.get_optional<size_t>("offset"))
-        s.shards.push_back({name, *off, f.second.get<size_t>("count")});
-    }
-  } catch (const pt::ptree_error& e) {
-    throw Error(strf("checkpoint %s: state.json: %s", dir.c_str(), e.what()));
+  YUAN_CHECK(field<std::string>(t, "format", what) == kFormat, "checkpoint %s: state.json format is not %s",
+             dir.c_str(), kFormat);
+  s.train.step = field<int64_t>(t, "step", what);
+  s.train.next_sample = field<uint64_t>(t, "next_sample", what);
+  s.adam_step = field<int64_t>(t, "adam_step", what);
+  s.world = field<int>(t, "world", what);
+  s.n_params = field<size_t>(t, "n_params", what);
+  if (t.contains("tokenizer")) s.tokenizer = field<std::string>(t, "tokenizer", what);
+  const auto files = t.find("files");
+  YUAN_CHECK(files != t.end() && files->is_array(), "%s: no \"files\" list", what.c_str());
+  for (const json& f : *files) {
+    YUAN_CHECK(f.is_object(), "%s: a \"files\" entry is not an object", what.c_str());
+    const std::string name = field<std::string>(f, "name", what);
+    const std::string entry = what + ": file '" + name + "'";
+    s.checksums.emplace_back(name, field<std::string>(f, "sha256", entry));
+    if (f.contains("offset"))
+      s.shards.push_back({name, field<size_t>(f, "offset", entry), field<size_t>(f, "count", entry)});
   }
   YUAN_CHECK(!s.shards.empty(), "checkpoint %s: state.json lists no optimizer shards", dir.c_str());
   return s;
@@ -141,7 +158,7 @@ std::string save_checkpoint(const Config& cfg, const TrainState& st, ZeroOptimiz
 
   // One file per optimizer shard, named by rank and first module; zero 0 keeps a group's whole state on every
   // member, so its rank 0 writes it once.
-  std::string mine;
+  ordered_json mine = ordered_json::array();
   for (const auto& opt : opts.all()) {
     if (opt->stage() == 0 && opt->group_rank() != 0) continue;
     std::string file = strf("optim_%05d_%03d.safetensors", w.rank, opt->modules().first);
@@ -151,30 +168,35 @@ std::string save_checkpoint(const Config& cfg, const TrainState& st, ZeroOptimiz
     out.add_f32("exp_avg", shape, opt->exp_avg());
     out.add_f32("exp_avg_sq", shape, opt->exp_avg_sq());
     out.write(tmp + "/" + file);
-    mine += strf("%s{\"name\": \"%s\", \"offset\": %zu, \"count\": %zu, \"sha256\": \"%s\"}",
-                 mine.empty() ? "" : ",\n    ", file.c_str(), opt->shard_global_offset(), opt->shard_size(),
-                 sha256_file(tmp + "/" + file).c_str());
+    mine.push_back({{"name", file},
+                    {"offset", opt->shard_global_offset()},
+                    {"count", opt->shard_size()},
+                    {"sha256", sha256_file(tmp + "/" + file)}});
   }
-  std::vector<std::string> files = parallel::gather_strings(mine);
+  // Each rank's files entries travel as JSON text; rank 0 assembles state.json.
+  const std::vector<std::string> entries = parallel::gather_strings(mine.dump());
   if (w.rank == 0) {
+    ordered_json files = ordered_json::array();
+    for (const std::string& e : entries)
+      for (ordered_json& f : ordered_json::parse(e)) files.push_back(std::move(f));
     write_file_atomic(tmp + "/config.ini", cfg.to_ini());
-    files.push_back(strf("{\"name\": \"config.ini\", \"sha256\": \"%s\"}", sha256_file(tmp + "/config.ini").c_str()));
+    files.push_back({{"name", "config.ini"}, {"sha256", sha256_file(tmp + "/config.ini")}});
     std::string tok;
     if (!tokenizer_file.empty()) {
       tok = "tokenizer" + fs::path(tokenizer_file).extension().string();
       fs::copy_file(tokenizer_file, tmp + "/" + tok, fs::copy_options::overwrite_existing);
-      files.push_back(strf("{\"name\": \"%s\", \"sha256\": \"%s\"}", tok.c_str(), sha256_file(tmp + "/" + tok).c_str()));
+      files.push_back({{"name", tok}, {"sha256", sha256_file(tmp + "/" + tok)}});
     }
-    std::string list;
-    for (const std::string& f : files)
-      if (!f.empty()) list += (list.empty() ? "\n    " : ",\n    ") + f;
-    write_file_atomic(tmp + "/state.json",
-                      strf("{\n  \"format\": \"%s\",\n  \"step\": %lld,\n  \"next_sample\": %llu,\n  \"adam_step\": "
-                           "%lld,\n  \"world\": %d,\n  \"zero\": %d,\n  \"n_params\": %zu,\n  \"tokenizer\": \"%s\",\n"
-                           "  \"files\": [%s\n  ]\n}\n",
-                           kFormat, static_cast<long long>(st.step), static_cast<unsigned long long>(st.next_sample),
-                           static_cast<long long>(opts.all().front()->adam_step()), w.size, opts.stage(),
-                           ParamLayout(cfg.model).total(), tok.c_str(), list.c_str()));
+    const ordered_json state = {{"format", kFormat},
+                                {"step", st.step},
+                                {"next_sample", st.next_sample},
+                                {"adam_step", opts.all().front()->adam_step()},
+                                {"world", w.size},
+                                {"zero", opts.stage()},
+                                {"n_params", ParamLayout(cfg.model).total()},
+                                {"tokenizer", tok},
+                                {"files", files}};
+    write_file_atomic(tmp + "/state.json", state.dump(2) + "\n");
     sync_dir(tmp);
     fs::remove_all(final_dir);  // a checkpoint of the same step from before a crash is superseded
     fs::rename(tmp, final_dir);
@@ -264,25 +286,17 @@ CheckpointModel load_checkpoint_model(const std::string& path) {
 }
 
 std::string find_tokenizer_for(const std::string& train_glob) {
-  glob_t g;
-  std::string first;
-  if (::glob(train_glob.c_str(), 0, nullptr, &g) == 0 && g.gl_pathc > 0) first = g.gl_pathv[0];
-  globfree(&g);
-  if (first.empty()) return "";
-  const fs::path dir = fs::path(first).parent_path();
+  const std::vector<std::string> shards = expand_glob(train_glob);
+  if (shards.empty()) return "";
+  const fs::path dir = fs::path(shards[0]).parent_path();
   const fs::path manifest = dir / "manifest.json";
   if (!fs::exists(manifest)) return "";
-  pt::ptree t;
-  try {
-    pt::read_json(manifest.string(), t);
-  } catch (const pt::ptree_error& e) {
-    throw Error(strf("%s: %s", manifest.c_str(), e.what()));
-  }
-  std::string file = t.get<std::string>("tokenizer_file", "");
+  const json t = read_json_object(manifest.string(), manifest.string());
+  const std::string file = t.contains("tokenizer_file") ? field<std::string>(t, "tokenizer_file", manifest) : "";
   if (file.empty()) return "";
   fs::path p = fs::path(file).is_absolute() ? fs::path(file) : dir / file;
   YUAN_CHECK(fs::exists(p), "%s names tokenizer '%s', which does not exist", manifest.c_str(), p.c_str());
-  const std::string name = t.get<std::string>("tokenizer", "");
+  const std::string name = t.contains("tokenizer") ? field<std::string>(t, "tokenizer", manifest) : "";
   const std::string sum = sha256_file(p.string());
   YUAN_CHECK(name.size() >= sum.size() && name.compare(name.size() - sum.size(), sum.size(), sum) == 0,
              "%s: tokenizer '%s' has sha256 %s, the manifest says '%s'", manifest.c_str(), p.c_str(), sum.c_str(),

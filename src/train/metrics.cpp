@@ -2,9 +2,9 @@
 
 #include <cerrno>
 #include <cmath>
-#include <cstring>
-
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 
 #include "util/error.h"
@@ -12,43 +12,38 @@
 
 namespace yuan {
 
+// JSON has no NaN or Infinity; null keeps the line parseable and the bad value visible. Nine significant digits
+// round-trip every float (what the values are computed in) and keep the lines short: nlohmann prints the shortest
+// text that reads back as the same double.
+static nlohmann::ordered_json number(double v) {
+  if (!std::isfinite(v)) return nullptr;
+  return std::strtod(strf("%.9g", v).c_str(), nullptr);
+}
+
 JsonLine& JsonLine::add(const char* key, double v) {
-  // JSON has no NaN or Infinity; null keeps the line parseable and the bad value visible.
-  kv_.emplace_back(key, std::isfinite(v) ? strf("%.9g", v) : "null");
-  return *this;
-}
-
-JsonLine& JsonLine::add(const char* key, long long v) {
-  kv_.emplace_back(key, std::to_string(v));
-  return *this;
-}
-
-JsonLine& JsonLine::add(const char* key, const std::string& v) {
-  std::string s = "\"";
-  for (char c : v) {
-    if (c == '"' || c == '\\') s += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) {
-      s += strf("\\u%04x", c);
-      continue;
-    }
-    s += c;
-  }
-  kv_.emplace_back(key, s + "\"");
+  j_[key] = number(v);
   return *this;
 }
 
 JsonLine& JsonLine::add(const char* key, const std::vector<double>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); i++) s += (i ? ", " : "") + (std::isfinite(v[i]) ? strf("%.9g", v[i]) : "null");
-  kv_.emplace_back(key, s + "]");
+  nlohmann::ordered_json a = nlohmann::ordered_json::array();
+  for (double x : v) a.push_back(number(x));
+  j_[key] = std::move(a);
   return *this;
 }
 
-std::string JsonLine::str() const {
-  std::string s = "{";
-  for (size_t i = 0; i < kv_.size(); i++) s += (i ? ", \"" : "\"") + kv_[i].first + "\": " + kv_[i].second;
-  return s + "}";
+JsonLine& JsonLine::add(const char* key, long long v) {
+  j_[key] = v;
+  return *this;
 }
+
+JsonLine& JsonLine::add(const char* key, const std::string& v) {
+  j_[key] = v;
+  return *this;
+}
+
+// Paths are bytes, not necessarily UTF-8: a stray byte becomes U+FFFD rather than losing the line.
+std::string JsonLine::str() const { return j_.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace); }
 
 MetricsLog::MetricsLog(const std::string& path) : path_(path) {
   f_ = std::fopen(path.c_str(), "a");
@@ -66,17 +61,15 @@ void MetricsLog::write(const JsonLine& line) {
              "cannot write metrics file '%s': %s", path_.c_str(), std::strerror(errno));
 }
 
-// Keeps what a run starting at `step` will not write again: the training steps up to `step` and the
-// evaluations before it (the run evaluates at `step` as it starts).
 void truncate_metrics(const std::string& path, int64_t step) {
   std::ifstream in(path);
   if (!in) return;
   std::string kept, line;
   while (std::getline(in, line)) {
-    long long s = -1;
-    if (std::sscanf(line.c_str(), "{\"step\": %lld", &s) != 1) continue;
-    const bool eval = line.find("\"val_loss\"") != std::string::npos;
-    if (eval ? s < step : s <= step) kept += line + "\n";
+    const nlohmann::json rec = nlohmann::json::parse(line, nullptr, false);  // a torn last line is discarded
+    if (!rec.is_object() || !rec.contains("step") || !rec["step"].is_number_integer()) continue;
+    const int64_t s = rec["step"].get<int64_t>();
+    if (rec.contains("val_loss") ? s < step : s <= step) kept += line + "\n";
   }
   write_file_atomic(path, kept);
 }

@@ -3,22 +3,22 @@
 #pragma once
 #include <cstdint>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <string>
-#include <utility>
-#include <vector>
 
 namespace yuan {
 
+// One JSON object on one line, keys in the order they are added.
 class JsonLine {
  public:
-  JsonLine& add(const char* key, double v);
+  JsonLine& add(const char* key, double v);  // non-finite values become null
   JsonLine& add(const char* key, long long v);
   JsonLine& add(const char* key, const std::string& v);
   JsonLine& add(const char* key, const std::vector<double>& v);
   std::string str() const;
 
  private:
-  std::vector<std::pair<std::string, std::string>> kv_;
+  nlohmann::ordered_json j_ = nlohmann::ordered_json::object();
 };
 
 class MetricsLog {

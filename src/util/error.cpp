@@ -19,17 +19,15 @@ std::string strf(const char* fmt, ...) {
 }
 
 namespace {
-int g_rank = 0, g_world = 1;
+int g_rank = 0;
 std::string g_host = "localhost";
 }  // namespace
 
-void set_process_identity(int rank, int world, const std::string& host) {
+void set_process_identity(int rank, const std::string& host) {
   g_rank = rank;
-  g_world = world;
   g_host = host;
 }
 int process_rank() { return g_rank; }
-int process_world() { return g_world; }
 const std::string& process_host() { return g_host; }
 
 }  // namespace yuan

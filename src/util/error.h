@@ -23,9 +23,8 @@ class Error : public std::runtime_error {
 std::string strf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
 // Identity of this process for messages: "rank 3 on node17". Set once by parallel::init().
-void set_process_identity(int rank, int world, const std::string& host);
+void set_process_identity(int rank, const std::string& host);
 int process_rank();
-int process_world();
 const std::string& process_host();
 
 }  // namespace yuan

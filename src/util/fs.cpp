@@ -1,6 +1,7 @@
 #include "util/fs.h"
 
 #include <fcntl.h>
+#include <glob.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -45,6 +46,15 @@ void make_dirs(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   YUAN_CHECK(!ec, "cannot create directory '%s': %s", dir.c_str(), ec.message().c_str());
+}
+
+std::vector<std::string> expand_glob(const std::string& pattern) {
+  glob_t g{};
+  const int rc = ::glob(pattern.c_str(), 0, nullptr, &g);
+  std::vector<std::string> paths(g.gl_pathv, g.gl_pathv + (rc == 0 ? g.gl_pathc : 0));
+  globfree(&g);
+  YUAN_CHECK(rc == 0 || rc == GLOB_NOMATCH, "%s: cannot expand glob (error %d)", pattern.c_str(), rc);
+  return paths;
 }
 
 }  // namespace yuan

@@ -9,24 +9,11 @@ namespace yuan {
 namespace {
 constexpr int kCats = static_cast<int>(Mem::kCount);
 std::atomic<int64_t> g_live[kCats];
-std::atomic<int64_t> g_peak[kCats];
 }  // namespace
 
-const char* mem_name(Mem m) {
-  static const char* names[kCats] = {"params", "grads", "optimizer", "activations", "data", "comm"};
-  return names[static_cast<int>(m)];
-}
-
 size_t mem_bytes(Mem m) { return static_cast<size_t>(g_live[static_cast<int>(m)].load()); }
-size_t mem_peak_bytes(Mem m) { return static_cast<size_t>(g_peak[static_cast<int>(m)].load()); }
 
-void detail::mem_account(Mem m, std::ptrdiff_t delta) {
-  int i = static_cast<int>(m);
-  int64_t now = g_live[i].fetch_add(delta) + delta;
-  int64_t peak = g_peak[i].load();
-  while (now > peak && !g_peak[i].compare_exchange_weak(peak, now)) {
-  }
-}
+void detail::mem_account(Mem m, std::ptrdiff_t delta) { g_live[static_cast<int>(m)].fetch_add(delta); }
 
 size_t host_peak_rss_bytes() {
   FILE* f = std::fopen("/proc/self/status", "r");

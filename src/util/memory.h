@@ -11,9 +11,7 @@
 namespace yuan {
 
 enum class Mem { Params, Grads, Optimizer, Activations, Data, Comm, kCount };
-const char* mem_name(Mem m);
 size_t mem_bytes(Mem m);       // live bytes in this category on this process
-size_t mem_peak_bytes(Mem m);  // high-water mark
 size_t host_peak_rss_bytes();  // VmHWM of this process
 
 namespace detail {

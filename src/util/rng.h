@@ -21,7 +21,6 @@ class Rng {
   float next_uniform() { return static_cast<float>(next_u64() >> 40) * (1.0f / 16777216.0f); }  // [0,1)
   void fill_normal(float* out, size_t n, float std);  // Box-Muller
   uint64_t counter() const { return counter_; }
-  void set_counter(uint64_t c) { counter_ = c; }
 
  private:
   uint64_t key_;

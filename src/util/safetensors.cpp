@@ -9,6 +9,8 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
 
 #include "util/dtype.h"
 #include "util/error.h"
@@ -22,194 +24,28 @@ namespace {
 // The reference implementation refuses headers above 100 MB; so do we, before allocating anything.
 constexpr size_t kMaxHeader = 100u << 20;
 
-// Just enough JSON for safetensors headers. Numbers are kept as text and converted where they are used.
-struct Json {
-  enum Kind { Null, Bool, Number, String, Array, Object } kind = Null;
-  std::string text;  // String: the decoded value; Number / Bool: the literal
-  std::vector<Json> items;
-  std::vector<std::pair<std::string, Json>> members;
-};
+using nlohmann::json;
 
-class JsonParser {
- public:
-  JsonParser(const char* s, size_t n, const std::string& file) : s_(s), n_(n), file_(file) {}
-
-  Json parse_document() {
-    Json v = value(0);
-    skip_ws();
-    if (i_ != n_) fail("trailing characters");
-    return v;
-  }
-
- private:
-  [[noreturn]] void fail(const char* what) const {
-    throw Error(strf("%s: bad safetensors header: %s at byte %zu of the JSON", file_.c_str(), what, i_));
-  }
-  void skip_ws() {
-    while (i_ < n_ && (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\n' || s_[i_] == '\r')) i_++;
-  }
-  bool eat(char c) {
-    skip_ws();
-    if (i_ < n_ && s_[i_] == c) {
-      i_++;
-      return true;
-    }
-    return false;
-  }
-  void expect(char c) {
-    if (!eat(c)) fail(strf("expected '%c'", c).c_str());
-  }
-
-  Json value(int depth) {
-    if (depth > 32) fail("nesting too deep");
-    skip_ws();
-    if (i_ >= n_) fail("unexpected end");
-    Json v;
-    char c = s_[i_];
-    if (c == '{') {
-      i_++;
-      v.kind = Json::Object;
-      if (eat('}')) return v;
-      do {
-        skip_ws();
-        std::string key = string();
-        expect(':');
-        v.members.emplace_back(std::move(key), value(depth + 1));
-      } while (eat(','));
-      expect('}');
-    } else if (c == '[') {
-      i_++;
-      v.kind = Json::Array;
-      if (eat(']')) return v;
-      do v.items.push_back(value(depth + 1));
-      while (eat(','));
-      expect(']');
-    } else if (c == '"') {
-      v.kind = Json::String;
-      v.text = string();
-    } else if (c == '-' || (c >= '0' && c <= '9')) {
-      v.kind = Json::Number;
-      size_t b = i_;
-      while (i_ < n_ && std::strchr("+-.eE0123456789", s_[i_])) i_++;
-      v.text.assign(s_ + b, i_ - b);
-    } else if (literal("true")) {
-      v.kind = Json::Bool;
-      v.text = "true";
-    } else if (literal("false")) {
-      v.kind = Json::Bool;
-      v.text = "false";
-    } else if (literal("null")) {
-      v.kind = Json::Null;
-    } else {
-      fail("unexpected character");
-    }
-    return v;
-  }
-
-  bool literal(const char* word) {
-    size_t n = std::strlen(word);
-    if (n_ - i_ < n || std::memcmp(s_ + i_, word, n) != 0) return false;
-    i_ += n;
+// Parses the header. nlohmann keeps the last of two equal keys; a tensor named twice is an error instead.
+json parse_header(const char* text, size_t n, const std::string& file) {
+  std::set<std::string> names;
+  auto no_duplicate_tensor = [&](int depth, json::parse_event_t event, json& parsed) {
+    if (depth == 1 && event == json::parse_event_t::key && !names.insert(parsed.get<std::string>()).second)
+      throw Error(strf("%s: tensor '%s' appears twice", file.c_str(), parsed.get<std::string>().c_str()));
     return true;
+  };
+  try {
+    return json::parse(text, text + n, no_duplicate_tensor);
+  } catch (const json::parse_error& e) {
+    throw Error(strf("%s: bad safetensors header: %s", file.c_str(), e.what()));
   }
-
-  unsigned hex4() {
-    if (n_ - i_ < 4) fail("short \\u escape");
-    unsigned u = 0;
-    for (int k = 0; k < 4; k++) {
-      char h = s_[i_++];
-      u <<= 4;
-      if (h >= '0' && h <= '9') u |= static_cast<unsigned>(h - '0');
-      else if (h >= 'a' && h <= 'f') u |= static_cast<unsigned>(h - 'a' + 10);
-      else if (h >= 'A' && h <= 'F') u |= static_cast<unsigned>(h - 'A' + 10);
-      else fail("bad \\u escape");
-    }
-    return u;
-  }
-
-  std::string string() {
-    if (i_ >= n_ || s_[i_] != '"') fail("expected a string");
-    i_++;
-    std::string out;
-    while (true) {
-      if (i_ >= n_) fail("unterminated string");
-      char c = s_[i_++];
-      if (c == '"') return out;
-      if (static_cast<unsigned char>(c) < 0x20) fail("control character in string");
-      if (c != '\\') {
-        out += c;
-        continue;
-      }
-      if (i_ >= n_) fail("unterminated escape");
-      char e = s_[i_++];
-      switch (e) {
-        case '"': case '\\': case '/': out += e; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
-        case 'u': {
-          unsigned cp = hex4();
-          if (cp >= 0xD800 && cp < 0xDC00) {  // high surrogate: a low one must follow
-            if (!literal("\\u")) fail("lone surrogate");
-            unsigned lo = hex4();
-            if (lo < 0xDC00 || lo >= 0xE000) fail("bad surrogate pair");
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-          }
-          append_utf8(out, cp);
-          break;
-        }
-        default: fail("bad escape");
-      }
-    }
-  }
-
-  static void append_utf8(std::string& out, unsigned cp) {
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xC0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xE0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-  }
-
-  const char* s_;
-  size_t n_;
-  const std::string& file_;
-  size_t i_ = 0;
-};
-
-// A non-negative JSON integer (shape dims, offsets).
-size_t to_size(const Json& v, const std::string& file, const std::string& tensor, const char* field) {
-  bool ok = v.kind == Json::Number && !v.text.empty() && v.text.size() <= 18 &&
-            v.text.find_first_not_of("0123456789") == std::string::npos;
-  YUAN_CHECK(ok, "%s: tensor '%s': %s must hold non-negative integers", file.c_str(), tensor.c_str(), field);
-  return static_cast<size_t>(std::stoull(v.text));
 }
 
-void json_string(std::string& out, const std::string& s) {
-  out += '"';
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      out += strf("\\u%04x", static_cast<unsigned>(c));
-    } else {
-      out += c;
-    }
-  }
-  out += '"';
+// A non-negative integer that fits int64_t (shape dims, offsets).
+size_t to_size(const json& v, const std::string& file, const std::string& tensor, const char* field) {
+  YUAN_CHECK(v.is_number_unsigned() && v.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX),
+             "%s: tensor '%s': %s must hold non-negative integers", file.c_str(), tensor.c_str(), field);
+  return v.get<size_t>();
 }
 
 float f16_to_f32(uint16_t h) {
@@ -291,35 +127,29 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
                static_cast<unsigned long long>(n), map_size_);
     data_ = map_ + 8 + n;
     const size_t data_size = map_size_ - 8 - n;
-    Json root = JsonParser(reinterpret_cast<const char*>(map_ + 8), n, path).parse_document();
-    YUAN_CHECK(root.kind == Json::Object, "%s: safetensors header is not a JSON object", path.c_str());
-    for (const auto& [name, v] : root.members) {
-      YUAN_CHECK(v.kind == Json::Object, "%s: header entry '%s' is not an object", path.c_str(), name.c_str());
+    const json root = parse_header(reinterpret_cast<const char*>(map_ + 8), n, path);
+    YUAN_CHECK(root.is_object(), "%s: safetensors header is not a JSON object", path.c_str());
+    for (const auto& [name, v] : root.items()) {
+      YUAN_CHECK(v.is_object(), "%s: header entry '%s' is not an object", path.c_str(), name.c_str());
       if (name == "__metadata__") {
-        for (const auto& [k, s] : v.members) {
-          YUAN_CHECK(s.kind == Json::String, "%s: metadata '%s' is not a string", path.c_str(), k.c_str());
-          metadata_[k] = s.text;
+        for (const auto& [k, s] : v.items()) {
+          YUAN_CHECK(s.is_string(), "%s: metadata '%s' is not a string", path.c_str(), k.c_str());
+          metadata_[k] = s.get<std::string>();
         }
         continue;
       }
-      YUAN_CHECK(!tensors_.count(name), "%s: tensor '%s' appears twice", path.c_str(), name.c_str());
       SafeTensorInfo t;
-      const Json *dtype = nullptr, *shape = nullptr, *offsets = nullptr;
-      for (const auto& [k, f] : v.members) {
-        if (k == "dtype") dtype = &f;
-        else if (k == "shape") shape = &f;
-        else if (k == "data_offsets") offsets = &f;
-      }
-      YUAN_CHECK(dtype && dtype->kind == Json::String && shape && shape->kind == Json::Array && offsets &&
-                     offsets->kind == Json::Array && offsets->items.size() == 2,
+      const auto dtype = v.find("dtype"), shape = v.find("shape"), offsets = v.find("data_offsets");
+      YUAN_CHECK(dtype != v.end() && dtype->is_string() && shape != v.end() && shape->is_array() &&
+                     offsets != v.end() && offsets->is_array() && offsets->size() == 2,
                  "%s: tensor '%s' needs dtype (string), shape (array) and data_offsets ([begin, end])",
                  path.c_str(), name.c_str());
-      t.dtype = dtype->text;
+      t.dtype = dtype->get<std::string>();
       size_t esize = safetensors_dtype_size(t.dtype);
       YUAN_CHECK(esize, "%s: tensor '%s' has unknown dtype '%s'", path.c_str(), name.c_str(), t.dtype.c_str());
-      for (const Json& d : shape->items) t.shape.push_back(static_cast<int64_t>(to_size(d, path, name, "shape")));
-      t.begin = to_size(offsets->items[0], path, name, "data_offsets");
-      t.end = to_size(offsets->items[1], path, name, "data_offsets");
+      for (const json& d : *shape) t.shape.push_back(static_cast<int64_t>(to_size(d, path, name, "shape")));
+      t.begin = to_size((*offsets)[0], path, name, "data_offsets");
+      t.end = to_size((*offsets)[1], path, name, "data_offsets");
       YUAN_CHECK(t.begin <= t.end && t.end <= data_size, "%s: tensor '%s' bytes [%zu, %zu) outside the %zu-byte data",
                  path.c_str(), name.c_str(), t.begin, t.end, data_size);
       YUAN_CHECK(t.end - t.begin == t.numel() * esize, "%s: tensor '%s' has %zu bytes, its %s shape needs %zu",
@@ -465,28 +295,20 @@ void SafetensorsWriter::write(const std::string& path) const {
     return safetensors_dtype_size(a->dtype) > safetensors_dtype_size(b->dtype);
   });
 
-  std::string h = "{";
-  if (!metadata_.empty()) {
-    h += "\"__metadata__\":{";
-    bool first = true;
-    for (const auto& [k, v] : metadata_) {
-      if (!first) h += ',';
-      first = false;
-      json_string(h, k);
-      h += ':';
-      json_string(h, v);
-    }
-    h += '}';
-  }
+  // Ordered: the header lists the tensors in the order of their bytes.
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata_.empty()) header["__metadata__"] = metadata_;
   size_t offset = 0;
   for (const Entry* e : order) {
-    if (h.size() > 1) h += ',';
-    json_string(h, e->name);
-    h += ":{\"dtype\":\"" + e->dtype + "\",\"shape\":" + shape_str(e->shape) + ",\"data_offsets\":[" +
-         std::to_string(offset) + "," + std::to_string(offset + e->bytes) + "]}";
+    header[e->name] = {{"dtype", e->dtype}, {"shape", e->shape}, {"data_offsets", {offset, offset + e->bytes}}};
     offset += e->bytes;
   }
-  h += '}';
+  std::string h;
+  try {
+    h = header.dump();
+  } catch (const nlohmann::json::type_error& e) {  // a name or metadata value that is not UTF-8
+    throw Error(strf("%s: cannot write the safetensors header: %s", path.c_str(), e.what()));
+  }
   h.append((8 - h.size() % 8) % 8, ' ');
   const uint64_t n = h.size();
 

@@ -2,8 +2,8 @@
 // fixtures:
 //   u64 little-endian N | N bytes of JSON header | data
 // The header maps each tensor name to {"dtype", "shape", "data_offsets": [begin, end]} (byte offsets into the
-// data section) and may hold "__metadata__": {string: string}. The JSON parser is hand-written (no Boost) so
-// the core library stays dependency-free for GPU machines.
+// data section) and may hold "__metadata__": {string: string}. The header is read and written with nlohmann-json
+// (header-only, so the core still links on GPU machines without Boost).
 #pragma once
 #include <cstddef>
 #include <cstdint>

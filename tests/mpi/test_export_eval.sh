@@ -31,14 +31,17 @@ PYEOF
 echo "== eval under mpirun -np 2 and alone"
 mpirun -np 2 bin/yuanlm eval --checkpoint "$run" --json >"$WORK/eval2.out"
 cat "$WORK/eval2.out"
-last_val='import json, sys; print(json.loads(open(sys.argv[1]).readlines()[-1])["val_loss"])'
-trained=$($PY -c "$last_val" "$run/metrics.jsonl")
+# last_json FILE KEY: KEY of the JSON object on FILE's last line
+last_json() { $PY -c 'import json, sys; print(json.loads(open(sys.argv[1]).readlines()[-1])[sys.argv[2]])' "$@"; }
+trained=$(last_json "$run/metrics.jsonl" val_loss)
 same_loss "$WORK/eval2.out" "$trained" 1e-6
 bin/yuanlm eval --checkpoint "$run/ckpt/step_0000012" --json >"$WORK/eval1.out"
 tail -1 "$WORK/eval1.out"
 same_loss "$WORK/eval1.out" "$WORK/eval2.out" 1e-6
-grep -q '"windows": 16,' "$WORK/eval1.out"
-bin/yuanlm eval --checkpoint "$run" --batches 3 --json | tail -1 | grep '"windows": 6,'
+[ "$(last_json "$WORK/eval1.out" windows)" = 16 ]
+bin/yuanlm eval --checkpoint "$run" --batches 3 --json >"$WORK/eval3.out"
+tail -1 "$WORK/eval3.out"
+[ "$(last_json "$WORK/eval3.out" windows)" = 6 ]
 
 echo "== export, and the loss of the export"
 bin/yuanlm export --checkpoint "$run" --out "$WORK/hf"

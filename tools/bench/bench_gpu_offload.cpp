@@ -20,6 +20,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -167,12 +168,12 @@ void report(const char* name, const GPTConfig& c, int B, bool recompute, bool de
   std::printf("  goals: MFU %.3f / %.2f = %.2f (>= 1 met); exposed optimizer %.1f%% / %.0f%% = %.2f (<= 1 met)\n", mfu,
               kGoalMfu, mfu / kGoalMfu, 100 * exposed_optim, 100 * kGoalExposedOptim,
               exposed_optim / kGoalExposedOptim);
-  std::printf("RESULT {\"name\": \"%s\", \"params\": %zu, \"B\": %d, \"accum\": %d, \"seq_len\": %d, "
-              "\"recompute\": %d, "
-              "\"delayed\": %d, \"step_s\": %.4f, \"compute_s\": %.4f, \"comm_s\": %.4f, \"optim_s\": %.4f, "
-              "\"adamw_s\": %.4f, \"tokens_per_s\": %.1f, \"mfu\": %.4f, \"hours_per_1b_tokens\": %.2f}\n",
-              name, n, B, accum, c.seq_len, recompute, delayed, m.step, m.compute, m.comm, m.optim, m.adamw, tok_s, mfu,
-              1e9 / tok_s / 3600);
+  const nlohmann::ordered_json result = {
+      {"name", name}, {"params", n}, {"B", B}, {"accum", accum}, {"seq_len", c.seq_len},
+      {"recompute", static_cast<int>(recompute)}, {"delayed", static_cast<int>(delayed)}, {"step_s", m.step},
+      {"compute_s", m.compute}, {"comm_s", m.comm}, {"optim_s", m.optim}, {"adamw_s", m.adamw},
+      {"tokens_per_s", tok_s}, {"mfu", mfu}, {"hours_per_1b_tokens", 1e9 / tok_s / 3600}};
+  std::printf("RESULT %s\n", result.dump().c_str());
   std::fflush(stdout);
 }
 

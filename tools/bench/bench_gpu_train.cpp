@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #ifdef YUAN_CUDA
@@ -71,9 +72,10 @@ static void run(const Bench& b, int steps, bool recompute, const PeakFlops& peak
       std::printf("train %-12s (%6.1fM params, B=%d, T=%d, recompute %s): %9.0f tokens/s, %7.1f ms/step, MFU %.3f "
                   "of %.0f TFLOP/s\n", b.name, layout.total() / 1e6, B, c.seq_len, recompute ? "on" : "off", tok_s,
                   1000 * dt, mfu, peak.flops / 1e12);
-      std::printf("RESULT {\"name\": \"%s\", \"n_layer\": %d, \"n_head\": %d, \"n_embd\": %d, \"seq_len\": %d, "
-                  "\"vocab_size\": %d, \"B\": %d, \"tokens_per_s\": %.1f, \"mfu\": %.4f}\n", b.name, c.n_layer,
-                  c.n_head, c.n_embd, c.seq_len, c.vocab_size, B, tok_s, mfu);
+      const nlohmann::ordered_json result = {
+          {"name", b.name}, {"n_layer", c.n_layer}, {"n_head", c.n_head}, {"n_embd", c.n_embd},
+          {"seq_len", c.seq_len}, {"vocab_size", c.vocab_size}, {"B", B}, {"tokens_per_s", tok_s}, {"mfu", mfu}};
+      std::printf("RESULT %s\n", result.dump().c_str());
       std::fflush(stdout);
       return;
     } catch (const Error& e) {
