@@ -21,6 +21,8 @@ CXXFLAGS += -std=c++17 -fopenmp -fno-math-errno -Wall -Wextra -Isrc -MMD -MP
 LDFLAGS  += -fopenmp
 
 pc = $(shell pkg-config $(1) $(2) 2>/dev/null)
+# libdir DIR: link and run-time search flags for a library installed outside the default paths.
+libdir = $(if $(1),-L$(1)/lib -Xlinker -rpath -Xlinker $(1)/lib)
 ifdef MPI_HOME
   MPI_INC := -I$(MPI_HOME)/include
   MPI_LIB := $(call libdir,$(MPI_HOME)) -lmpi
@@ -35,8 +37,6 @@ else
   HDF5_INC = $(call pc,--cflags,hdf5-serial)
   HDF5_LIB = $(call pc,--libs,hdf5-serial)
 endif
-# libdir DIR: link and run-time search flags for a library installed outside the default paths.
-libdir = $(if $(1),-L$(1)/lib -Xlinker -rpath -Xlinker $(1)/lib)
 BOOST_INC := $(if $(BOOST_HOME),-I$(BOOST_HOME)/include)
 BOOST_LIB := $(call libdir,$(BOOST_HOME)) -lboost_program_options
 SPM_INC   := $(if $(SPM_HOME),-I$(SPM_HOME)/include)

@@ -37,10 +37,11 @@ train 3 "$WORK/val" "${common[@]}" "$one" "$two" --parallel.pipelines=one,two --
   --data.val="$WORK/corpus/*.h5" --train.eval_batches=3 >"$WORK/log" 2>&1 || { cat "$WORK/log"; exit 1; }
 bin/yuanlm eval --checkpoint "$WORK/val" --json >"$WORK/eval.out"
 tail -1 "$WORK/eval.out"
-grep -q '"windows": 12,' "$WORK/eval.out"  # 3 batches x micro-batch 2 x 2 pipelines
 $PY - "$WORK/eval.out" "$WORK/val/metrics.jsonl" <<'PYEOF'
 import json, sys
-got = json.loads(open(sys.argv[1]).read().splitlines()[-1])["val_loss"]
+out = json.loads(open(sys.argv[1]).read().splitlines()[-1])
+assert out["windows"] == 12, out  # 3 batches x micro-batch 2 x 2 pipelines
+got = out["val_loss"]
 trained = json.loads(open(sys.argv[2]).readlines()[-1])["val_loss"]
 rel = abs(got - trained) / trained
 print(f"val_loss {got!r} vs {trained!r}: relative difference {rel:.2e} (tolerance 1e-6)")
