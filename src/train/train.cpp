@@ -10,6 +10,7 @@
 // micro-batches is the gradient of the mean loss over the global batch, whatever the number of ranks.
 #include "train/train.h"
 
+#include <algorithm>
 #include <csignal>
 #include <cmath>
 #include <cstdio>
@@ -217,10 +218,18 @@ class Trainer {
       const double per_step = step > first ? timed / (step - first) : dt;
       const double tok_s = tokens_per_step / dt;
       const double mfu = tok_s * flops_per_token_ / (peak_.flops * world_.size);
-      // The pipeline bubble: the share of each stage's passes spent waiting for its neighbours.
-      const std::vector<double> busy = parallel::gather(runner_->compute_seconds() / runner_->step_seconds());
+      // The pipeline bubble: the share of the passes' time each stage spends waiting, against the longest stage's
+      // (the ranks start the passes together, after the previous step's collectives), averaged over the stages.
+      std::vector<double> busy = parallel::gather(runner_->compute_seconds());
+      const std::vector<double> spans = parallel::gather(runner_->step_seconds());
       double bubble = 0;
-      for (double b : busy) bubble += (1 - b) / busy.size();
+      if (!spans.empty()) {
+        const double span = *std::max_element(spans.begin(), spans.end());
+        for (double& b : busy) {
+          b /= span;
+          bubble += (1 - b) / busy.size();
+        }
+      }
       if (done % c.train.log_every == 0 || done == c.train.steps || st.skipped)
         say("step %6d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | MFU %.1f%% | %.0f ms/step%s | ETA %s", done,
             c.train.steps, loss, lr, st.grad_norm, tok_s, 100 * mfu, 1000 * dt,

@@ -12,3 +12,5 @@ for b in bin/bench_*; do
   echo "== $(basename "$b")"
   "$b"
 done
+echo "== bench_pipeline.sh"
+tools/bench/bench_pipeline.sh
