@@ -20,6 +20,7 @@
 #include "model/gpt.h"
 #include "model/program.h"
 #include "util/dtype.h"
+#include "../test_util.h"
 
 // First line of every GPU test: skips (does not fail) on machines without a usable device.
 #define YUAN_REQUIRE_GPU()                                                                   \
@@ -83,17 +84,7 @@ inline std::vector<float> from_bf16(const std::vector<uint16_t>& v) {
 }
 inline std::vector<float> round_bf16(const std::vector<float>& v) { return from_bf16(to_bf16(v)); }
 
-template <typename A, typename B>
-double rel_err(const A* a, const B* ref, size_t n) {
-  double err = 0, scale = 0;
-  for (size_t i = 0; i < n; i++) {
-    const double d = std::fabs(static_cast<double>(a[i]) - static_cast<double>(ref[i]));
-    if (std::isnan(d)) return INFINITY;
-    err = std::max(err, d);
-    scale = std::max(scale, std::fabs(static_cast<double>(ref[i])));
-  }
-  return scale > 0 ? err / scale : err;
-}
+using testing::rel_err;
 template <typename A, typename B>
 double rel_err(const std::vector<A>& a, const std::vector<B>& ref) {
   EXPECT_EQ(a.size(), ref.size());
