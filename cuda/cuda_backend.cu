@@ -162,8 +162,8 @@ const TensorFormats& cuda_tensor_formats() {
 
 std::unique_ptr<Backend> make_cuda_backend(const BackendSpec& spec) {
   YUAN_CHECK(cuda_device_available(), "train.device=cuda: no CUDA device is visible to this process");
-  return std::make_unique<CudaBackend>(spec.modules.empty() ? ParamLayout(spec.model)
-                                                          : ParamLayout(spec.model, spec.modules));
+  return std::make_unique<CudaBackend>(ParamLayout(
+      spec.model, spec.modules.empty() ? held_modules(spec.model, all_modules(spec.model)) : spec.modules, spec.tp));
 }
 
 }  // namespace yuan

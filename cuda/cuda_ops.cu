@@ -166,8 +166,9 @@ class CudaOps final : public Ops {
   }
 
   // ---- encoder ----
-  void encoder_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe, int B,
-                       int T) override {
+  void encoder_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe, int B, int T,
+                       int64_t vocab_begin) override {
+    whole_vocabulary(vocab_begin, wpe, "encoder_forward");
     const int C = cols(out);
     YUAN_CHECK(wpe.rows >= T, "cuda ops: encoder_forward of %d positions with wpe of %lld", T,
                static_cast<long long>(wpe.rows));
@@ -177,7 +178,8 @@ class CudaOps final : public Ops {
                          arg<bf16>(wpe, wpe.rows, C, "encoder_forward wpe"), B, T, C, cols(tokens), s_);
   }
   void encoder_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens, int B,
-                        int T) override {
+                        int T, int64_t vocab_begin) override {
+    whole_vocabulary(vocab_begin, dwpe, "encoder_backward");
     const int C = cols(dout);
     const int32_t* ids = token_ids(tokens, B, T + 1, "encoder_backward tokens");
     const auto g = groups_.find(tokens.data);
@@ -254,6 +256,8 @@ class CudaOps final : public Ops {
                             NH, s_);
   }
 
+  void bias_residual(const Tensor&, const Tensor&, const Tensor&) override { no_tensor_parallelism("bias_residual"); }
+
   // ---- classifier ----
   void classifier(const Tensor& logits, const Tensor& losses, const Tensor& tokens, int B, int T,
                   float dscale) override {
@@ -267,7 +271,25 @@ class CudaOps final : public Ops {
                                      static_cast<int>(logits.ld), cols(tokens), dscale, s_);
   }
 
+  void classifier_row_max(const Tensor&, const Tensor&) override { no_tensor_parallelism("classifier_row_max"); }
+  void classifier_row_sums(const Tensor&, const Tensor&, const Tensor&, int, int, int64_t, const Tensor&) override {
+    no_tensor_parallelism("classifier_row_sums");
+  }
+  void classifier_finish(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, int, int, int64_t,
+                         float) override {
+    no_tensor_parallelism("classifier_finish");
+  }
+
  private:
+  // The kernels of tensor parallelism (a vocabulary cut over ranks, row-parallel layers' bias after the sum) are
+  // not written for the GPU yet; the trainer refuses parallel.tp_size > 1 with the cuda backend before this.
+  [[noreturn]] static void no_tensor_parallelism(const char* op) {
+    throw Error(strf("cuda ops: %s (tensor parallelism) is not available on the cuda backend", op));
+  }
+  static void whole_vocabulary(int64_t vocab_begin, const Tensor& wpe, const char* op) {
+    if (vocab_begin != 0 || !wpe) no_tensor_parallelism(op);
+  }
+
   struct Grouping {  // the embedding backward's grouping in a token buffer
     int B = 0, T = 0, count = 0;
   };

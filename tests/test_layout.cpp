@@ -135,8 +135,20 @@ TEST(JobLayout, EveryMismatchIsNamedWithItsKey) {
   c.parallel.schedule = "zigzag";
   EXPECT_NE(layout_error(c, 3).find("parallel.schedule must be 1f1b or gpipe (got 'zigzag')"), std::string::npos);
   c.parallel.schedule = "gpipe";
+  c.parallel.tp_size = 3;  // 2 heads of kModel do not split over 3
+  EXPECT_NE(layout_error(c, 9).find("parallel.tp_size = 3: model.n_head (2) does not split over 3 tensor-parallel "
+                                    "ranks"),
+            std::string::npos);
   c.parallel.tp_size = 2;
-  EXPECT_NE(layout_error(c, 6).find("parallel.tp_size = 2"), std::string::npos);
+  EXPECT_NE(layout_error(c, 8).find("world size 8"), std::string::npos) << "(1 + 2 stages) x 2 = 6 ranks";
+  EXPECT_EQ(make_topology(c, 6).world_size(), 6);
+  Config v = job({}, "", "");
+  v.model.vocab_size = 31;
+  v.parallel.tp_size = 2;
+  EXPECT_NE(layout_error(v, 2).find("model.vocab_size (31) does not split over 2"), std::string::npos);
+  v.model.vocab_size = 32;
+  EXPECT_NE(layout_error(v, 3).find("the world size 3 does not divide into replicas of 2 ranks"), std::string::npos);
+  EXPECT_EQ(make_topology(v, 4).pipelines().size(), 2u);
   // Errors are collective: every rank raises the same, so one reports it and none is left waiting.
   try {
     make_topology(job(t, "one, two", "one:2"), 3);

@@ -527,7 +527,7 @@ TEST(MpiZero, OptimizerBytesShrinkWithWorld) {
     const Shard mine = zero_shard(n, nranks(), rank(), stage);
     EXPECT_EQ(opt.shard_size(), mine.count);
     EXPECT_EQ(opt.shard_offset(), mine.offset);
-    EXPECT_EQ(opt.shard_global_offset(), mine.offset);
+    EXPECT_EQ(opt.shard_model_offset(), mine.offset);
     // The shards tile the parameters: the next rank's starts where this one's ends.
     EXPECT_EQ(comm->sum(static_cast<double>(opt.shard_size())), stage == 0 ? n * nranks() : n) << "zero " << stage;
     if (stage > 0 && rank() + 1 < nranks() && mine.count > 0) {

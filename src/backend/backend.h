@@ -175,6 +175,7 @@ Device planned_device(const DeviceRequest& r);
 struct BackendSpec {
   GPTConfig model;
   std::vector<int> modules;  // held modules (ParamLayout, model/gpt.h held_modules); empty: every module
+  TensorParallel tp = {};    // the part of each tensor it holds
 };
 // How `device` stores the program's tensors; needs no device.
 const TensorFormats& tensor_formats(Device device);

@@ -32,8 +32,8 @@ void CpuBackend::grads_to_host(size_t off, size_t n, float* dst) {
 }
 
 std::unique_ptr<Backend> make_cpu_backend(const BackendSpec& spec) {
-  return std::make_unique<CpuBackend>(spec.modules.empty() ? ParamLayout(spec.model)
-                                                         : ParamLayout(spec.model, spec.modules));
+  return std::make_unique<CpuBackend>(ParamLayout(
+      spec.model, spec.modules.empty() ? held_modules(spec.model, all_modules(spec.model)) : spec.modules, spec.tp));
 }
 
 }  // namespace yuan

@@ -39,13 +39,15 @@ class CpuOps final : public Ops {
     std::memcpy(tokens.data, host, tokens.numel() * sizeof(int32_t));
   }
 
-  void encoder_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe, int B,
-                       int T) override {
-    ops::encoder_forward(F(out), ids(tokens), F(wte), F(wpe), B, T, cols(out), cols(tokens));
+  void encoder_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe, int B, int T,
+                       int64_t vocab_begin) override {
+    ops::encoder_forward(F(out), ids(tokens), F(wte), wpe ? F(wpe) : nullptr, B, T, cols(out), cols(tokens),
+                         static_cast<int>(vocab_begin), rows(wte));
   }
   void encoder_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens, int B,
-                        int T) override {
-    ops::encoder_backward(F(dwte), F(dwpe), F(dout), ids(tokens), B, T, cols(dout), cols(tokens));
+                        int T, int64_t vocab_begin) override {
+    ops::encoder_backward(F(dwte), F(dwpe), F(dout), ids(tokens), B, T, cols(dout), cols(tokens),
+                          static_cast<int>(vocab_begin), rows(dwte));
   }
 
   void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& in,
@@ -79,6 +81,10 @@ class CpuOps final : public Ops {
     ops::gelu_backward(F(dinp), F(pre_gelu), prod, dinp.numel());
   }
 
+  void bias_residual(const Tensor& out, const Tensor& bias, const Tensor& residual) override {
+    ops::bias_residual_add(F(out), F(bias), F(residual), rows(out), cols(out));
+  }
+
   void attention_forward(const Tensor& out, const Tensor& state, const Tensor& qkv, int B, int T,
                          int NH) override {
     YUAN_CHECK(state.numel() >= attention_matrix(B, T, NH), "cpu ops: attention state too small");
@@ -95,6 +101,19 @@ class CpuOps final : public Ops {
                   float dscale) override {
     ops::classifier_forward_backward(F(logits), F(losses), ids(tokens) + 1, B, T, cols(logits), cols(tokens),
                                      dscale);
+  }
+  void classifier_row_max(const Tensor& logits, const Tensor& row_max) override {
+    ops::classifier_row_max(F(logits), F(row_max), rows(logits), cols(logits));
+  }
+  void classifier_row_sums(const Tensor& logits, const Tensor& row_max, const Tensor& tokens, int B, int T,
+                           int64_t vocab_begin, const Tensor& sums) override {
+    ops::classifier_row_sums(F(logits), F(row_max), ids(tokens) + 1, B, T, cols(logits), cols(tokens),
+                             static_cast<int>(vocab_begin), F(sums));
+  }
+  void classifier_finish(const Tensor& logits, const Tensor& losses, const Tensor& row_max, const Tensor& sums,
+                         const Tensor& tokens, int B, int T, int64_t vocab_begin, float dscale) override {
+    ops::classifier_parallel_finish(F(logits), F(losses), F(row_max), F(sums), ids(tokens) + 1, B, T, cols(logits),
+                                    cols(tokens), static_cast<int>(vocab_begin), dscale);
   }
 
  private:

@@ -75,11 +75,13 @@ class Ops {
   // that take `tokens` get the same view.
   virtual void load_tokens(const Tensor& tokens, const int32_t* host) = 0;
 
-  // ---- encoder: out[b,t] = wte[tok[b,t]] + wpe[t] ----
+  // ---- encoder: out[b,t] = wte[tok[b,t]] + wpe[t]. wte holds the ids from vocab_begin on (a tensor-parallel
+  // rank's part: other ids contribute zero, and only one rank passes wpe, the others an empty tensor) ----
   virtual void encoder_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe, int B,
-                               int T) = 0;
+                               int T, int64_t vocab_begin) = 0;
+  // dwte += for the ids in range; dwpe += on every rank.
   virtual void encoder_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens,
-                                int B, int T) = 0;
+                                int B, int T, int64_t vocab_begin) = 0;
 
   // ---- layernorm: out = (in - mean) * rstd * w + b; mean, rstd ([N] fp32) kept for backward ----
   virtual void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& in,
@@ -98,6 +100,9 @@ class Ops {
   virtual void matmul_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dbias, const Tensor& dout,
                                const Tensor& in, const Tensor& w, const Tensor& pre_gelu) = 0;
 
+  // out[i, :] += bias + residual[i, :], after a row-parallel layer's partial products are summed over the ranks.
+  virtual void bias_residual(const Tensor& out, const Tensor& bias, const Tensor& residual) = 0;
+
   // ---- attention: causal self-attention of qkv[B*T, 3C] into out[B*T, C]; `state` (attention_state elements)
   // is what backward needs besides qkv and out ----
   virtual void attention_forward(const Tensor& out, const Tensor& state, const Tensor& qkv, int B, int T,
@@ -110,6 +115,15 @@ class Ops {
   // dscale * (softmax - onehot(target)). Targets are the token buffer's ids [1, T+1) of each row. ----
   virtual void classifier(const Tensor& logits, const Tensor& losses, const Tensor& tokens, int B, int T,
                           float dscale) = 0;
+  // The same over a tensor-parallel rank's columns of the logits (ids from vocab_begin), in three passes around
+  // the caller's all-reduces: row maxima [B*T] (then MAX), sums [2, B*T] of exp(z - max) and of the target's
+  // logit where this rank has it (then SUM), then losses and gradient as classifier() leaves them.
+  virtual void classifier_row_max(const Tensor& logits, const Tensor& row_max) = 0;
+  virtual void classifier_row_sums(const Tensor& logits, const Tensor& row_max, const Tensor& tokens, int B, int T,
+                                   int64_t vocab_begin, const Tensor& sums) = 0;
+  virtual void classifier_finish(const Tensor& logits, const Tensor& losses, const Tensor& row_max,
+                                 const Tensor& sums, const Tensor& tokens, int B, int T, int64_t vocab_begin,
+                                 float dscale) = 0;
 };
 
 }  // namespace yuan

@@ -11,16 +11,39 @@ namespace yuan {
 
 namespace {
 
-// The tensors of one module, as (name suffix, shape) in table order.
-std::vector<std::pair<std::string, std::vector<int64_t>>> module_tensors(const GPTConfig& c, int module) {
+// One tensor of a module: its name after the module's, its whole shape, and its tensor-parallel cut.
+struct TensorDef {
+  const char* suffix;
+  std::vector<int64_t> shape;
+  TpSplit split = TpSplit::Replicated;
+  int row_blocks = 1;
+};
+
+// The tensors of one module in table order.
+std::vector<TensorDef> module_tensors(const GPTConfig& c, int module) {
   const int64_t C = c.n_embd, V = c.vocab_size, T = c.seq_len;
-  if (module == kWteModule) return {{"weight", {V, C}}};
+  using S = TpSplit;
+  if (module == kWteModule) return {{"weight", {V, C}, S::Rows}};
   if (module == kWpeModule) return {{"weight", {T, C}}};
   if (module == ln_f_module(c)) return {{"weight", {C}}, {"bias", {C}}};
-  return {{"ln_1.weight", {C}},          {"ln_1.bias", {C}},           {"attn.c_attn.weight", {3 * C, C}},
-          {"attn.c_attn.bias", {3 * C}}, {"attn.c_proj.weight", {C, C}}, {"attn.c_proj.bias", {C}},
-          {"ln_2.weight", {C}},          {"ln_2.bias", {C}},           {"mlp.c_fc.weight", {4 * C, C}},
-          {"mlp.c_fc.bias", {4 * C}},    {"mlp.c_proj.weight", {C, 4 * C}}, {"mlp.c_proj.bias", {C}}};
+  return {{"ln_1.weight", {C}},
+          {"ln_1.bias", {C}},
+          {"attn.c_attn.weight", {3 * C, C}, S::Rows, 3},
+          {"attn.c_attn.bias", {3 * C}, S::Rows, 3},
+          {"attn.c_proj.weight", {C, C}, S::Columns},
+          {"attn.c_proj.bias", {C}},
+          {"ln_2.weight", {C}},
+          {"ln_2.bias", {C}},
+          {"mlp.c_fc.weight", {4 * C, C}, S::Rows},
+          {"mlp.c_fc.bias", {4 * C}, S::Rows},
+          {"mlp.c_proj.weight", {C, 4 * C}, S::Columns},
+          {"mlp.c_proj.bias", {C}}};
+}
+
+size_t numel_of(const std::vector<int64_t>& shape) {
+  size_t n = 1;
+  for (int64_t d : shape) n *= static_cast<size_t>(d);
+  return n;
 }
 
 std::string module_name(const GPTConfig& c, int module) {
@@ -41,29 +64,40 @@ std::vector<int> held_modules(const GPTConfig& c, const ModuleRange& range) {
 
 ParamLayout::ParamLayout(const GPTConfig& c) : ParamLayout(c, held_modules(c, all_modules(c))) {}
 
-ParamLayout::ParamLayout(const GPTConfig& c, const std::vector<int>& modules)
-    : cfg_(c), position_(static_cast<size_t>(std::max(module_count(c), 0)), -1) {
+ParamLayout::ParamLayout(const GPTConfig& c, const std::vector<int>& modules, TensorParallel tp)
+    : cfg_(c), tp_(tp), position_(static_cast<size_t>(std::max(module_count(c), 0)), -1) {
+  YUAN_CHECK(tp.size >= 1 && tp.rank >= 0 && tp.rank < tp.size, "parameter layout: tensor rank %d of %d", tp.rank,
+             tp.size);
+  if (tp.size > 1) check_tensor_parallel(c, tp.size);
   int id = 0, next = 0;  // id of the first tensor of module `next`
+  size_t global = 0;     // where module `next` starts in the whole model
   for (int index : modules) {
     YUAN_CHECK(index >= 0 && index < module_count(c) && position_[index] < 0 && (modules_.empty() ||
                index > modules_.back().index), "parameter layout: module %d out of order, repeated or outside the "
                "%d modules of the model", index, module_count(c));
-    for (; next < index; next++) id += static_cast<int>(module_tensors(c, next).size());
+    for (; next < index; next++)
+      for (const TensorDef& d : module_tensors(c, next)) global += numel_of(d.shape), id++;
     ModuleSpec m;
     m.name = module_name(c, index);
     m.index = index;
     m.offset = total_;
     m.first_tensor = static_cast<int>(tensors_.size());
-    for (auto& [suffix, shape] : module_tensors(c, index)) {
+    for (const TensorDef& d : module_tensors(c, index)) {
       TensorSpec t;
-      t.name = m.name + "." + suffix;
-      t.shape = shape;
-      t.numel = 1;
-      for (int64_t d : t.shape) t.numel *= static_cast<size_t>(d);
+      t.name = m.name + "." + d.suffix;
+      t.full_shape = d.shape;
+      t.shape = d.shape;
+      t.split = tp.size > 1 ? d.split : TpSplit::Replicated;
+      t.row_blocks = d.row_blocks;
+      if (t.split == TpSplit::Rows) t.shape[0] /= tp.size;
+      if (t.split == TpSplit::Columns) t.shape[1] /= tp.size;
+      t.numel = numel_of(t.shape);
       t.offset = total_;
+      t.global_offset = global;
       t.decay = t.shape.size() >= 2;
       t.module = index;
       t.id = id++;
+      global += numel_of(d.shape);
       total_ += t.numel;
       m.numel += t.numel;
       m.n_tensors++;
@@ -73,6 +107,47 @@ ParamLayout::ParamLayout(const GPTConfig& c, const std::vector<int>& modules)
     position_[index] = static_cast<int>(modules_.size());
     modules_.push_back(std::move(m));
   }
+}
+
+void check_tensor_parallel(const GPTConfig& c, int n) {
+  const auto fail = [&](const char* what, int v) {
+    throw Error(strf("parallel.tp_size = %d: %s (%d) does not split over %d tensor-parallel ranks", n, what, v, n),
+                true);
+  };
+  if (c.n_head % n) fail("model.n_head", c.n_head);
+  if ((4 * c.n_embd) % n) fail("the MLP width 4 x model.n_embd", 4 * c.n_embd);
+  if (c.vocab_size % n) fail("model.vocab_size", c.vocab_size);
+}
+
+std::vector<ParamLayout::Run> ParamLayout::global_runs(size_t offset, size_t count) const {
+  std::vector<Run> runs;
+  const size_t end = offset + count;
+  auto add = [&](size_t local, size_t global, size_t n) {  // clipped to [offset, end)
+    const size_t lo = std::max(local, offset), hi = std::min(local + n, end);
+    if (lo >= hi) return;
+    if (!runs.empty() && runs.back().local + runs.back().count == lo &&
+        runs.back().global + runs.back().count == global + (lo - local))
+      runs.back().count += hi - lo;
+    else
+      runs.push_back({lo, global + (lo - local), hi - lo});
+  };
+  for (const TensorSpec& t : tensors_) {
+    if (t.offset >= end || t.offset + t.numel <= offset) continue;
+    const size_t g = t.global_offset, r = static_cast<size_t>(tp_.rank);
+    if (t.split == TpSplit::Replicated) {
+      add(t.offset, g, t.numel);
+    } else if (t.split == TpSplit::Rows) {
+      // Block b of the local rows is the rank's piece of block b of the whole rows (q, k, v each by heads).
+      const size_t width = t.shape.size() == 2 ? static_cast<size_t>(t.shape[1]) : 1;
+      const size_t block = static_cast<size_t>(t.shape[0]) / t.row_blocks * width;  // local elements per block
+      for (int b = 0; b < t.row_blocks; b++)
+        add(t.offset + b * block, g + (b * tp_.size + r) * block, block);
+    } else {
+      const size_t rows = static_cast<size_t>(t.shape[0]), cols = static_cast<size_t>(t.shape[1]);
+      for (size_t i = 0; i < rows; i++) add(t.offset + i * cols, g + i * cols * tp_.size + r * cols, cols);
+    }
+  }
+  return runs;
 }
 
 bool ParamLayout::has(int module) const {
@@ -98,18 +173,26 @@ static bool ends_with(const std::string& s, const char* suffix) {
 
 void init_gpt2(const ParamLayout& layout, uint64_t seed, float* params) {
   const float residual_std = 0.02f / std::sqrt(2.0f * static_cast<float>(layout.config().n_layer));
+  std::vector<float> whole;
   for (const TensorSpec& t : layout.tensors()) {
     float* p = params + t.offset;
-    if (t.shape.size() == 1) {
+    if (t.shape.size() == 1 && t.split == TpSplit::Replicated) {
       float v = ends_with(t.name, ".weight") ? 1.0f : 0.0f;  // LayerNorm gain 1, every bias 0
       for (size_t j = 0; j < t.numel; j++) p[j] = v;
       continue;
     }
+    if (t.shape.size() == 1) {  // a tensor-parallel part of a bias: 0 too
+      for (size_t j = 0; j < t.numel; j++) p[j] = 0.0f;
+      continue;
+    }
     bool residual = ends_with(t.name, "attn.c_proj.weight") || ends_with(t.name, "mlp.c_proj.weight");
     // One stream per tensor of the whole model: adding a layer does not change the others' values, and a
-    // pipeline stage initialises its modules as the whole model would.
+    // pipeline stage or a tensor-parallel part gets the whole model's values of what it holds.
     Rng rng(seed, static_cast<uint64_t>(t.id));
-    rng.fill_normal(p, t.numel, residual ? residual_std : 0.02f);
+    whole.resize(numel_of(t.full_shape));
+    rng.fill_normal(whole.data(), whole.size(), residual ? residual_std : 0.02f);
+    for (const ParamLayout::Run& run : layout.global_runs(t.offset, t.numel))
+      std::copy_n(whole.data() + (run.global - t.global_offset), run.count, params + run.local);
   }
 }
 

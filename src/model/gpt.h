@@ -5,6 +5,9 @@
 // and each module is a contiguous range, so optimizer sharding, gradient buckets, checkpoints, export and
 // pipeline stages all work on [offset, offset+numel) ranges. Tensor names follow HuggingFace GPT-2 without the
 // "transformer." prefix. Matrices are stored [out, in] (nn.Linear layout); export transposes to Conv1D.
+//
+// A layout may hold a subset of the modules (a pipeline stage) and, with tensor parallelism, one rank's part of
+// each tensor (Megatron's cut, TpSplit); global_runs() maps any range of it back to the whole model's buffer.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -21,14 +24,27 @@ struct GPTConfig {
   int vocab_size = 0;  // rows of wte (tied with the output classifier)
 };
 
+// How a tensor is cut over the tensor-parallel ranks (Megatron-LM): the column-parallel layers (attn.c_attn, with
+// each rank's heads of q, k and v; mlp.c_fc) and the vocabulary of wte keep a block of rows per rank, the
+// row-parallel ones (attn.c_proj, mlp.c_proj) a block of columns; everything else is replicated.
+enum class TpSplit { Replicated, Rows, Columns };
+
+struct TensorParallel {
+  int rank = 0, size = 1;
+};
+
 struct TensorSpec {
   std::string name;            // e.g. "h.3.attn.c_attn.weight"
-  std::vector<int64_t> shape;  // row-major
+  std::vector<int64_t> shape;  // this layout's part, row-major
   size_t offset = 0;           // into the flat buffer, in elements
   size_t numel = 0;
   bool decay = false;  // AdamW weight decay applies to matrices and embeddings (dim >= 2), not biases/LN
   int module = 0;      // the module's index (see module indices below)
   int id = 0;          // position in the whole model's table, whatever subset this layout holds
+  TpSplit split = TpSplit::Replicated;
+  int row_blocks = 1;                // Rows: blocks cut separately (q, k, v: 3)
+  std::vector<int64_t> full_shape;   // the whole tensor's shape
+  size_t global_offset = 0;          // where the whole tensor starts in the whole model's buffer
 };
 
 struct ModuleSpec {
@@ -63,14 +79,23 @@ enum BlockTensor {
   kLn1W, kLn1B, kQkvW, kQkvB, kAttnProjW, kAttnProjB, kLn2W, kLn2B, kFcW, kFcB, kFcProjW, kFcProjB, kBlockTensors
 };
 
-// The parameter table of the whole model, or of a subset of its modules (a pipeline stage): the subset's
-// tensors keep their names, module indices and ids, and are packed in module order from offset 0.
+// The parameter table of the whole model, or of a subset of its modules (a pipeline stage), whole or as one
+// tensor-parallel rank's part: the tensors keep their names, module indices and ids, and are packed in module
+// order from offset 0.
 class ParamLayout {
  public:
   explicit ParamLayout(const GPTConfig& c);
-  // `modules`: indices in increasing order, each at most once; throws naming the bad index.
-  ParamLayout(const GPTConfig& c, const std::vector<int>& modules);
+  // `modules`: indices in increasing order, each at most once; throws naming the bad index. A tp of more than one
+  // rank needs n_head, 4 n_embd and vocab_size divisible by its size (check_tensor_parallel).
+  ParamLayout(const GPTConfig& c, const std::vector<int>& modules, TensorParallel tp = {});
   const GPTConfig& config() const { return cfg_; }
+  const TensorParallel& tp() const { return tp_; }
+  // Contiguous pieces of [offset, offset + count) of this layout's buffer in the whole model's (ParamLayout of
+  // config()), in this layout's order: `local` offsets are this layout's.
+  struct Run {
+    size_t local = 0, global = 0, count = 0;
+  };
+  std::vector<Run> global_runs(size_t offset, size_t count) const;
   const std::vector<TensorSpec>& tensors() const { return tensors_; }
   const std::vector<ModuleSpec>& modules() const { return modules_; }  // the held ones, in index order
   size_t total() const { return total_; }
@@ -86,14 +111,20 @@ class ParamLayout {
  private:
   const TensorSpec& tensor_of(int module, int k) const { return tensors_[this->module(module).first_tensor + k]; }
   GPTConfig cfg_;
+  TensorParallel tp_;
   std::vector<TensorSpec> tensors_;
   std::vector<ModuleSpec> modules_;
   std::vector<int> position_;  // module index -> position in modules_, -1 when not held
   size_t total_ = 0;
 };
 
+// Throws a collective Error naming parallel.tp_size when the model does not split over `tp_size` ranks: heads,
+// the MLP's 4 n_embd and the vocabulary must divide.
+void check_tensor_parallel(const GPTConfig& c, int tp_size);
+
 // GPT-2 initialisation: weights N(0, 0.02), residual projections (attn.c_proj, mlp.c_proj) N(0, 0.02/sqrt(2L)),
-// biases 0, LayerNorm weight 1. Deterministic for a seed and independent of thread count.
+// biases 0, LayerNorm weight 1. Deterministic for a seed and independent of thread count; a pipeline stage or a
+// tensor-parallel part gets exactly the whole model's values of what it holds.
 void init_gpt2(const ParamLayout& layout, uint64_t seed, float* params);
 
 // Throws Error naming the row and position of the first id outside [0, vocab_size) in `rows` rows of `stride`

@@ -38,6 +38,8 @@ Range resolve(const GPTConfig& c, ProgramSpec& s) {
              "program: modules [%d, %d) split wte from wpe; the stage that embeds holds both", m.first, m.end);
   YUAN_CHECK(s.micro_batch >= 1 && s.slots >= 1 && c.seq_len >= 1, "program: micro-batch %d, slots %d, seq_len %d "
              "must be positive", s.micro_batch, s.slots, c.seq_len);
+  YUAN_CHECK(s.tp_size >= 1, "program: tensor-parallel size %d", s.tp_size);
+  if (s.tp_size > 1) check_tensor_parallel(c, s.tp_size);
   Range r;
   r.embeds = m.first == kWteModule;
   r.heads = m.end == n;
@@ -52,28 +54,30 @@ Range resolve(const GPTConfig& c, ProgramSpec& s) {
 struct Program::Buffers {
   std::vector<Slot> slots;
   Block scratch;
-  Tensor lnf, lnf_mean, lnf_rstd, logits, losses;
+  Tensor lnf, lnf_mean, lnf_rstd, logits, losses, row_max, row_sums;
   Tensor dres, dres_op, dln, datty, dqkv, dfch, att_scratch;
 
   Buffers(BumpAllocator& k, const GPTConfig& c, const TensorFormats& f, const ProgramSpec& s, const Range& r) {
     const int64_t B = s.micro_batch, T = c.seq_len, BT = B * T, C = c.n_embd;
+    const int64_t Ct = C / s.tp_size, V = c.vocab_size / s.tp_size;  // this rank's heads' width, its vocabulary
+    const int heads = c.n_head / s.tp_size;
     const DType act = f.activations;
     const int layers = r.end_layer - r.first_layer;
     auto block = [&] {
       Block a;
       a.ln1 = k.take(kActivationPool, act, BT, C);
-      a.qkv = k.take(kActivationPool, act, BT, 3 * C);
-      a.atty = k.take(kActivationPool, act, BT, C);
+      a.qkv = k.take(kActivationPool, act, BT, 3 * Ct);
+      a.atty = k.take(kActivationPool, act, BT, Ct);
       a.res2 = k.take(kActivationPool, act, BT, C);
       a.ln2 = k.take(kActivationPool, act, BT, C);
-      a.fch = k.take(kActivationPool, act, BT, 4 * C);
-      a.fch_gelu = k.take(kActivationPool, act, BT, 4 * C);
+      a.fch = k.take(kActivationPool, act, BT, 4 * Ct);
+      a.fch_gelu = k.take(kActivationPool, act, BT, 4 * Ct);
       a.ln1_mean = k.take(kActivationPool, DType::F32, BT, 1);
       a.ln1_rstd = k.take(kActivationPool, DType::F32, BT, 1);
       a.ln2_mean = k.take(kActivationPool, DType::F32, BT, 1);
       a.ln2_rstd = k.take(kActivationPool, DType::F32, BT, 1);
       a.att_state = k.take(kActivationPool, DType::F32, 1,
-                           static_cast<int64_t>(f.attention_state(s.micro_batch, c.seq_len, c.n_head)));
+                           static_cast<int64_t>(f.attention_state(s.micro_batch, c.seq_len, heads)));
       return a;
     };
     slots.resize(static_cast<size_t>(s.slots));
@@ -92,18 +96,22 @@ struct Program::Buffers {
       lnf = k.take(kActivationPool, act, BT, C);
       lnf_mean = k.take(kActivationPool, DType::F32, BT, 1);
       lnf_rstd = k.take(kActivationPool, DType::F32, BT, 1);
-      logits = k.take(kActivationPool, act, BT, c.vocab_size, f.logits_ld(c.vocab_size));
+      logits = k.take(kActivationPool, act, BT, V, f.logits_ld(static_cast<int>(V)));
       losses = k.take(kActivationPool, DType::F32, BT, 1);
+      if (s.tp_size > 1) {
+        row_max = k.take(kBufferPool, DType::F32, BT, 1);
+        row_sums = k.take(kBufferPool, DType::F32, 2, BT);
+      }
     }
     dres = k.take(kBufferPool, DType::F32, BT, C);
     if (act != DType::F32) dres_op = k.take(kBufferPool, act, BT, C);  // else the matmuls read dres itself
     dln = k.take(kBufferPool, act, BT, C);
     if (layers > 0) {
-      datty = k.take(kBufferPool, act, BT, C);
-      dqkv = k.take(kBufferPool, act, BT, 3 * C);
-      dfch = k.take(kBufferPool, act, BT, 4 * C);
+      datty = k.take(kBufferPool, act, BT, Ct);
+      dqkv = k.take(kBufferPool, act, BT, 3 * Ct);
+      dfch = k.take(kBufferPool, act, BT, 4 * Ct);
       att_scratch = k.take(kBufferPool, DType::F32, 1,
-                           static_cast<int64_t>(f.attention_scratch(s.micro_batch, c.seq_len, c.n_head)));
+                           static_cast<int64_t>(f.attention_scratch(s.micro_batch, c.seq_len, heads)));
     }
   }
 };
@@ -155,8 +163,16 @@ void check_memory(Device device, const GPTConfig& cfg, const ProgramSpec& spec, 
                    device_name(device), free_bytes / (1024.0 * 1024.0 * 1024.0), hint.c_str()));
 }
 
-Program::Program(Backend& backend, const ProgramSpec& spec)
-    : backend_(backend), ops_(backend.ops()), cfg_(backend.layout().config()), spec_(spec) {
+Program::Program(Backend& backend, const ProgramSpec& spec, Communicator* tensor)
+    : backend_(backend), ops_(backend.ops()), tensor_(tensor), cfg_(backend.layout().config()), spec_(spec) {
+  const TensorParallel& tp = backend.layout().tp();
+  YUAN_CHECK(tp.size == spec.tp_size && (tp.size == 1 || (tensor && tensor->size() == tp.size &&
+                                                            tensor->rank() == tp.rank)),
+             "program: tensor parallelism over %d ranks needs the backend's part (it holds 1 of %d) and the tensor "
+             "group's communicator", spec.tp_size, tp.size);
+  tp_size_ = tp.size;
+  heads_local_ = cfg_.n_head / tp.size;
+  vocab_begin_ = static_cast<int64_t>(tp.rank) * (cfg_.vocab_size / tp.size);
   const Range r = resolve(cfg_, spec_);
   first_layer_ = r.first_layer;
   end_layer_ = r.end_layer;
@@ -180,6 +196,7 @@ Program::Program(Backend& backend, const ProgramSpec& spec)
   slots_ = std::move(m.slots);
   scratch_ = m.scratch;
   lnf_ = m.lnf, lnf_mean_ = m.lnf_mean, lnf_rstd_ = m.lnf_rstd, logits_ = m.logits, losses_ = m.losses;
+  row_max_ = m.row_max, row_sums_ = m.row_sums;
   dres_ = m.dres, dres_op_ = m.dres_op, dln_ = m.dln, datty_ = m.datty, dqkv_ = m.dqkv, dfch_ = m.dfch;
   att_scratch_ = m.att_scratch;
   host_losses_.resize(static_cast<size_t>(spec_.micro_batch) * cfg_.seq_len);
@@ -246,10 +263,20 @@ void Program::run_forward(int slot, const int32_t* tokens, int B, int T, int str
     ops_.load_tokens(tok, tokens);
   }
   const ParamLayout& L = backend_.layout();
-  if (embeds_)
-    ops_.encoder_forward(rows(s.x0, slot), Tensor(s.tokens.data, DType::I32, B, stride),
-                         backend_.weight(L.wte()), backend_.weight(L.wpe()), B, T);
+  if (embeds_) {
+    // Each tensor rank looks up the ids of its part of the vocabulary and one adds the positions: the sum is
+    // the embedding.
+    const bool positions = L.tp().rank == 0;
+    ops_.encoder_forward(rows(s.x0, slot), Tensor(s.tokens.data, DType::I32, B, stride), backend_.weight(L.wte()),
+                         positions ? backend_.weight(L.wpe()) : Tensor(), B, T, vocab_begin_);
+    if (tp()) tp_reduce(rows(s.x0, slot), ReduceOp::Sum);
+  }
   for (int l = first_layer_; l < end_layer_; l++) block_forward(slot, l, true);
+}
+
+void Program::tp_reduce(const Tensor& t, ReduceOp op) {
+  tensor_->all_reduce(t.data, t.numel(), t.dtype, op);
+  backend_.compute_after(tensor_->stream());
 }
 
 void Program::block_forward(int slot, int l, bool keep_output) {
@@ -260,15 +287,27 @@ void Program::block_forward(int slot, int l, bool keep_output) {
   const Tensor x = rows(block_input(slot, l), slot), res2 = rows(a.res2, slot);
   ops_.layernorm_forward(rows(a.ln1, slot), rows(a.ln1_mean, slot), rows(a.ln1_rstd, slot), x, W(kLn1W), W(kLn1B));
   ops_.matmul_forward(rows(a.qkv, slot), rows(a.ln1, slot), W(kQkvW), W(kQkvB), {}, {});
-  ops_.attention_forward(rows(a.atty, slot), a.att_state, rows(a.qkv, slot), s.B, s.T, cfg_.n_head);
-  ops_.matmul_forward(res2, rows(a.atty, slot), W(kAttnProjW), W(kAttnProjB), x, {});
+  ops_.attention_forward(rows(a.atty, slot), a.att_state, rows(a.qkv, slot), s.B, s.T, heads_local_);
+  row_parallel(res2, rows(a.atty, slot), W(kAttnProjW), W(kAttnProjB), x);
   ops_.layernorm_forward(rows(a.ln2, slot), rows(a.ln2_mean, slot), rows(a.ln2_rstd, slot), res2, W(kLn2W),
                          W(kLn2B));
   ops_.matmul_forward(rows(a.fch_gelu, slot), rows(a.ln2, slot), W(kFcW), W(kFcB), {}, rows(a.fch, slot));
   if (keep_output)
-    ops_.matmul_forward(rows(slots_[slot].out[l - first_layer_], slot), rows(a.fch_gelu, slot), W(kFcProjW),
-                        W(kFcProjB), res2, {});
+    row_parallel(rows(slots_[slot].out[l - first_layer_], slot), rows(a.fch_gelu, slot), W(kFcProjW), W(kFcProjB),
+                 res2);
   scratch_slot_ = slot, scratch_layer_ = l;
+}
+
+void Program::row_parallel(const Tensor& out, const Tensor& in, const Tensor& w, const Tensor& bias,
+                           const Tensor& residual) {
+  if (!tp()) {
+    ops_.matmul_forward(out, in, w, bias, residual, {});
+    return;
+  }
+  // Each rank's columns of the weight give a partial product; bias and residual join once, after the sum.
+  ops_.matmul_forward(out, in, w, {}, {}, {});
+  tp_reduce(out, ReduceOp::Sum);
+  ops_.bias_residual(out, bias, residual);
 }
 
 void Program::head_forward(int slot) {
@@ -286,16 +325,29 @@ float Program::loss(int slot, float grad_scale) {
   YUAN_CHECK(s.stride == s.T + 1, "program: loss needs targets (rows of T+1 ids)");
   const int BT = s.B * s.T;
   head_forward(slot);
-  ops_.classifier(rows(logits_, slot), rows(losses_, slot), Tensor(s.tokens.data, DType::I32, s.B, s.stride), s.B,
-                  s.T, grad_scale / static_cast<float>(BT));
+  const Tensor logits = rows(logits_, slot), losses = rows(losses_, slot);
+  const Tensor tokens(s.tokens.data, DType::I32, s.B, s.stride);
+  const float dscale = grad_scale / static_cast<float>(BT);
+  if (!tp()) {
+    ops_.classifier(logits, losses, tokens, s.B, s.T, dscale);
+  } else {
+    // The vocabulary-parallel cross-entropy: each rank's logits reduced to row maxima and sums over the ranks.
+    const Tensor row_max = row_max_.first_rows(BT), sums(row_sums_.data, DType::F32, 2, BT, row_sums_.ld);
+    ops_.classifier_row_max(logits, row_max);
+    tp_reduce(row_max, ReduceOp::Max);
+    ops_.classifier_row_sums(logits, row_max, tokens, s.B, s.T, vocab_begin_, sums);
+    tp_reduce(sums, ReduceOp::Sum);
+    ops_.classifier_finish(logits, losses, row_max, sums, tokens, s.B, s.T, vocab_begin_, dscale);
+  }
   if (grad_scale != 0.0f) {
     // The logits now hold their gradient: back through the tied classifier and ln_f.
     backend_.compute_after_transfers();
     const ParamLayout& L = backend_.layout();
     const Tensor dy = rows(spec_.slots > 1 ? s.head_grad : dres_, slot);
     ops_.zero(dy);
-    ops_.matmul_backward(rows(dln_, slot), backend_.grad(L.wte()), {}, rows(logits_, slot), rows(lnf_, slot),
+    ops_.matmul_backward(rows(dln_, slot), backend_.grad(L.wte()), {}, logits, rows(lnf_, slot),
                          backend_.weight(L.wte()), {});
+    if (tp()) tp_reduce(rows(dln_, slot), ReduceOp::Sum);  // each rank's vocabulary gave part of it
     ops_.layernorm_backward(dy, dres_operand(slot, true), backend_.grad(L.ln_f_w()),
                             backend_.grad(L.ln_f_b()), rows(dln_, slot), output(slot), backend_.weight(L.ln_f_w()),
                             rows(lnf_mean_, slot), rows(lnf_rstd_, slot));
@@ -337,7 +389,7 @@ void Program::backward(int slot, const Tensor& dout, const ModuleReadyFn& ready)
   if (embeds_) {
     const ParamLayout& L = backend_.layout();
     ops_.encoder_backward(backend_.grad(L.wte()), backend_.grad(L.wpe()), dres,
-                          Tensor(s.tokens.data, DType::I32, s.B, s.stride), s.B, s.T);
+                          Tensor(s.tokens.data, DType::I32, s.B, s.stride), s.B, s.T, vocab_begin_);
     notify(ready, kWpeModule);
     notify(ready, kWteModule);
   }
@@ -355,15 +407,17 @@ void Program::block_backward(int slot, int l) {
   ops_.matmul_backward(dfch, G(kFcProjW), G(kFcProjB), dres_op, rows(a.fch_gelu, slot), W(kFcProjW),
                        rows(a.fch, slot));
   ops_.matmul_backward(dln, G(kFcW), G(kFcB), dfch, rows(a.ln2, slot), W(kFcW), {});
+  if (tp()) tp_reduce(dln, ReduceOp::Sum);  // the column-parallel layer's input gradient: each rank's part
   ops_.layernorm_backward(dres, dres_operand(slot, true), G(kLn2W), G(kLn2B), dln, rows(a.res2, slot), W(kLn2W),
                           rows(a.ln2_mean, slot), rows(a.ln2_rstd, slot));
   // res2 = x + attproj
   ops_.matmul_backward(datty, G(kAttnProjW), G(kAttnProjB), dres_op, rows(a.atty, slot), W(kAttnProjW), {});
   ops_.attention_backward(dqkv, att_scratch_, datty, rows(a.qkv, slot), rows(a.atty, slot), a.att_state, s.B, s.T,
-                          cfg_.n_head);
+                          heads_local_);
   ops_.matmul_backward(dln, G(kQkvW), G(kQkvB), dqkv, rows(a.ln1, slot), W(kQkvW), {});
-  ops_.layernorm_backward(dres, dres_operand(slot, true), G(kLn1W), G(kLn1B), dln, rows(block_input(slot, l), slot), W(kLn1W),
-                          rows(a.ln1_mean, slot), rows(a.ln1_rstd, slot));
+  if (tp()) tp_reduce(dln, ReduceOp::Sum);
+  ops_.layernorm_backward(dres, dres_operand(slot, true), G(kLn1W), G(kLn1B), dln, rows(block_input(slot, l), slot),
+                          W(kLn1W), rows(a.ln1_mean, slot), rows(a.ln1_rstd, slot));
 }
 
 // ---- the whole model ----

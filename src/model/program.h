@@ -17,6 +17,12 @@
 //
 // Gradients accumulate into the backend's buffer; `ready` hooks report each module once its gradient for the
 // micro-batch is complete (in stream order), so that communication can overlap the rest of backward.
+//
+// With tensor parallelism (Megatron-LM) the backend holds this rank's part of each tensor (model/gpt.h TpSplit)
+// and the program its heads and its part of the MLP and of the vocabulary; the ranks of the tensor group sum
+// their partial results with an all-reduce after the attention's projection and after the MLP (forward), after
+// the two column-parallel layers' input gradients (backward), for the embedding, and inside the vocabulary-
+// parallel cross-entropy, which never gathers the full logits.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -25,6 +31,7 @@
 
 #include "backend/backend.h"
 #include "model/gpt.h"
+#include "parallel/communicator.h"
 
 namespace yuan {
 
@@ -33,6 +40,7 @@ struct ProgramSpec {
   int micro_batch = 1;                   // rows of the largest micro-batch
   int slots = 1;                         // micro-batches whose activations are kept at once
   bool recompute = false;
+  int tp_size = 1;                       // tensor-parallel ranks (the backend's layout is one rank's part)
 };
 
 // Device bytes of a program by purpose (the memory plan; src/backend's own buffers are extra).
@@ -59,7 +67,8 @@ void check_memory(Device device, const GPTConfig& cfg, const ProgramSpec& spec, 
 
 class Program {
  public:
-  Program(Backend& backend, const ProgramSpec& spec);
+  // `tensor`: the tensor group's communicator, for spec.tp_size > 1.
+  Program(Backend& backend, const ProgramSpec& spec, Communicator* tensor = nullptr);
   Program(const Program&) = delete;
   Program& operator=(const Program&) = delete;
   // What a program of `spec` allocates on a backend storing tensors in `formats`; needs no backend.
@@ -112,6 +121,9 @@ class Program {
   void block_forward(int slot, int layer, bool keep_output);
   void block_backward(int slot, int layer);
   void head_forward(int slot);
+  // out = in @ w^T + bias + residual for a layer whose input is split over the tensor ranks (attn.c_proj,
+  // mlp.c_proj): each rank's product is partial until the sum.
+  void row_parallel(const Tensor& out, const Tensor& in, const Tensor& w, const Tensor& bias, const Tensor& residual);
   Block& acts(int slot, int layer);
   const Tensor& block_input(int slot, int layer) const;
   const Tensor& stage_output(int slot) const;
@@ -123,11 +135,18 @@ class Program {
   void notify(const ModuleReadyFn& ready, int module) const {
     if (ready) ready(module);
   }
+  // Sums (or maxes) `t` over the tensor group, and orders the compute after it.
+  void tp_reduce(const Tensor& t, ReduceOp op);
+  bool tp() const { return tp_size_ > 1; }
 
   Backend& backend_;
   Ops& ops_;
+  Communicator* tensor_;
   const GPTConfig cfg_;
   ProgramSpec spec_;
+  int tp_size_ = 1;
+  int heads_local_ = 0;        // attention heads of this rank
+  int64_t vocab_begin_ = 0;    // the first id of this rank's part of the vocabulary
   int first_layer_ = 0, end_layer_ = 0;  // the blocks [first, end) of the range
   bool embeds_ = false, heads_ = false;
   Allocation memory_[2];  // activations, buffers
@@ -136,6 +155,7 @@ class Program {
   int scratch_slot_ = -1, scratch_layer_ = -1;  // whose forward the recompute set holds
   // the head (shared by the slots: the loss and its gradient are taken as soon as the logits exist)
   Tensor lnf_, lnf_mean_, lnf_rstd_, logits_, losses_;
+  Tensor row_max_, row_sums_;  // the vocabulary-parallel cross-entropy's reductions (tensor parallelism)
   // backward scratch
   Tensor dres_, dres_op_, dln_, datty_, dqkv_, dfch_, att_scratch_;  // dres_op_: empty when activations are fp32
   std::vector<float> host_losses_;

@@ -78,4 +78,14 @@ void residual_forward(float* out, const float* a, const float* b, size_t n) {
   for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
+void bias_residual_add(float* out, const float* bias, const float* residual, int N, int C) {
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < N; i++) {
+    float* o = out + static_cast<size_t>(i) * C;
+    const float* r = residual + static_cast<size_t>(i) * C;
+#pragma omp simd
+    for (int c = 0; c < C; c++) o[c] += bias[c] + r[c];
+  }
+}
+
 }  // namespace yuan::ops

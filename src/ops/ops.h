@@ -11,10 +11,13 @@
 namespace yuan::ops {
 
 // encoder.cpp — out[b,t,:] = wte[tok[b,t],:] + wpe[t,:]
+// With tensor parallelism wte holds `vocab_rows` rows from id `vocab_begin` (its rank's part of the vocabulary):
+// other ids contribute zero, and only one rank adds wpe (null elsewhere), so that the ranks' outputs sum to the
+// embedding. Backward adds into the rows of the ids in range, and every rank into all of dwpe.
 void encoder_forward(float* out, const int32_t* tok, const float* wte, const float* wpe, int B, int T, int C,
-                     int tok_stride);
+                     int tok_stride, int vocab_begin = 0, int vocab_rows = INT32_MAX);
 void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tok, int B, int T, int C,
-                      int tok_stride);
+                      int tok_stride, int vocab_begin = 0, int vocab_rows = INT32_MAX);
 
 // layernorm.cpp — y = (x - mean) * rstd * w + b, rstd = 1/sqrt(var + 1e-5), biased variance over C.
 // mean and rstd ([N]) are saved for backward.
@@ -25,6 +28,8 @@ void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, co
                         const float* mean, const float* rstd, int N, int C);
 // out = a + b (the residual stream); its backward is dout flowing unchanged into both branches.
 void residual_forward(float* out, const float* a, const float* b, size_t n);
+// out[i, :] += bias + residual[i, :]: what a row-parallel layer adds once its ranks' partial products are summed.
+void bias_residual_add(float* out, const float* bias, const float* residual, int N, int C);
 
 // matmul.cpp — out[N,OC] = inp[N,C] @ w[OC,C]^T + bias[OC] (bias may be null). OpenBLAS sgemm underneath.
 void matmul_forward(float* out, const float* inp, const float* w, const float* bias, int N, int C, int OC);
@@ -49,5 +54,16 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n);
 // buffer is needed. Targets are read with `tgt_stride` between rows of T (tokens rows are T+1 long).
 void classifier_forward_backward(float* logits, float* losses, const int32_t* targets, int B, int T, int V,
                                  int tgt_stride, float dlogits_scale);
+// The same over a vocabulary cut between tensor-parallel ranks (Megatron's vocab-parallel cross-entropy): each
+// holds V columns of the logits from id `vocab_begin`, and the full rows are never gathered. Three passes, each
+// followed on the caller's side by an all-reduce over the ranks: the row maxima (MAX), then the sums of
+// exp(z - max) and the target's logit, 0 on ranks without the target (SUM, `sums` = [2, B*T]), then the losses
+// and, with dlogits_scale != 0, the gradient over the logits in place.
+void classifier_row_max(const float* logits, float* row_max, int N, int V);
+void classifier_row_sums(const float* logits, const float* row_max, const int32_t* targets, int B, int T, int V,
+                         int tgt_stride, int vocab_begin, float* sums);
+void classifier_parallel_finish(float* logits, float* losses, const float* row_max, const float* sums,
+                                const int32_t* targets, int B, int T, int V, int tgt_stride, int vocab_begin,
+                                float dlogits_scale);
 
 }  // namespace yuan::ops

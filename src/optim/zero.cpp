@@ -76,7 +76,10 @@ ZeroOptimizer::ZeroOptimizer(const OptimConfig& cfg, Backend& backend, Communica
                "backend's layout", modules.first, modules.end);
     range_n_ += spec.numel;
   }
-  global_off_ = ParamLayout(layout.config()).module(modules.first).offset;
+  // The model as this tensor rank holds it: every module, each tensor its part of (the whole model without tensor
+  // parallelism). Checkpoints place shards there.
+  global_off_ = ParamLayout(layout.config(), held_modules(layout.config(), all_modules(layout.config())),
+                            layout.tp()).module(modules.first).offset;
   const Shard mine = zero_shard(range_n_, comm.size(), comm.rank(), cfg.zero);
   stride_ = zero_shard(range_n_, comm.size(), 0, cfg.zero).count;
   shard_off_ = range_off_ + mine.offset;
@@ -281,9 +284,22 @@ double ZeroOptimizer::reduce_gradients() {
   micro_ = 0;
   reduce_in_backward_ = per_micro_;
   const double t0 = now_seconds();
-  double share = ops::sum_squares(grad_[cur_].as<float>(), shard_n_);
-  // At zero 0 every member holds the whole gradient: one of them speaks for the group.
-  if (cfg_.zero == 0 && comm_.rank() != 0) share = 0;
+  // At zero 0 every member holds the whole gradient: one of them speaks for the group. With tensor parallelism
+  // every tensor rank holds the replicated tensors whole (LayerNorms, the row-parallel layers' biases, wpe):
+  // tensor rank 0 counts them, the others only their own parts.
+  const TensorParallel& tp = backend_.layout().tp();
+  double share = 0;
+  if (cfg_.zero == 0 && comm_.rank() != 0) {
+    share = 0;
+  } else if (tp.size == 1 || tp.rank == 0) {
+    share = ops::sum_squares(grad_[cur_].as<float>(), shard_n_);
+  } else {
+    for (const TensorSpec& t : backend_.layout().tensors()) {
+      if (t.split == TpSplit::Replicated) continue;
+      const size_t lo = std::max(t.offset, shard_off_), hi = std::min(t.offset + t.numel, shard_off_ + shard_n_);
+      if (lo < hi) share += ops::sum_squares(grad_[cur_].as<float>() + (lo - shard_off_), hi - lo);
+    }
+  }
   optim_seconds_ += now_seconds() - t0;
   return share;
 }
@@ -354,7 +370,7 @@ void ZeroOptimizer::load_backend_params() {
 int ZeroOptimizer::stage() const { return cfg_.zero; }
 int ZeroOptimizer::group_rank() const { return comm_.rank(); }
 size_t ZeroOptimizer::shard_offset() const { return shard_off_; }
-size_t ZeroOptimizer::shard_global_offset() const { return global_off_ + (shard_off_ - range_off_); }
+size_t ZeroOptimizer::shard_model_offset() const { return global_off_ + (shard_off_ - range_off_); }
 size_t ZeroOptimizer::shard_size() const { return shard_n_; }
 float* ZeroOptimizer::master() {
   check_no_update_in_flight("master");

@@ -112,9 +112,12 @@ class ZeroOptimizer {
 
   int stage() const;
   int group_rank() const;
+  const TensorParallel& tensor_parallel() const { return backend_.layout().tp(); }
   const ModuleRange& modules() const { return modules_; }
   size_t shard_offset() const;         // in the backend's flat buffer
-  size_t shard_global_offset() const;  // in the whole model's flat buffer (checkpoints)
+  // In the model as this tensor rank holds it (every module, each tensor this rank's part; the whole model's flat
+  // buffer without tensor parallelism): where checkpoints place the shard.
+  size_t shard_model_offset() const;
   size_t shard_size() const;
   // Optimizer state of this rank's shard (shard_size() values each), for checkpoints; not while an update is in
   // flight (drain() first).
@@ -162,7 +165,7 @@ class ZeroOptimizer {
   size_t range_off_ = 0, range_n_ = 0;      // the modules' part of the backend's buffer
   size_t shard_off_ = 0, shard_n_ = 0;      // this rank's shard, in the backend's buffer
   size_t stride_ = 0;                        // S: shard r starts at range_off_ + r * S
-  size_t global_off_ = 0;                   // where the range starts in the whole model's buffer
+  size_t global_off_ = 0;                   // where the range starts in the model's buffer (shard_model_offset)
   bool bf16_ = false;  // the backend's working weights are bf16: AdamW writes them for upload
   HostArray<float> master_, m_, v_;
   Allocation grad_[2];     // fp32 gradient of the shard (full for zero 0); the second for delayed_update

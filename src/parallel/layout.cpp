@@ -202,8 +202,8 @@ namespace {
 std::vector<Pipeline> configured_pipelines(const Config& c) {
   const ParallelConfig& p = c.parallel;
   parse_schedule(p.schedule);
-  if (p.tp_size != 1)
-    fail(strf("parallel.tp_size = %d: tensor parallelism is not available in this version; use 1", p.tp_size));
+  if (p.tp_size < 1) fail(strf("parallel.tp_size must be at least 1 (got %d)", p.tp_size));
+  if (p.tp_size > 1) check_tensor_parallel(c.model, p.tp_size);
   if (trim(p.pipelines).empty()) return {};
   std::map<std::string, PipelineTemplate> templates;
   std::string names;
@@ -256,12 +256,18 @@ int layout_ranks(const Config& c) {
 Topology make_topology(const Config& c, int world) {
   const int n = module_count(c.model);
   std::vector<Pipeline> pipelines = configured_pipelines(c);
+  const int tp = c.parallel.tp_size;
   if (pipelines.empty()) {
-    const long per_step = static_cast<long>(world) * c.train.micro_batch;
+    // One one-stage pipeline per tp_size ranks: data parallelism over the replicas.
+    if (world % tp != 0)
+      fail(strf("parallel.tp_size = %d: the world size %d does not divide into replicas of %d ranks", tp, world, tp));
+    const int replicas = world / tp;
+    const long per_step = static_cast<long>(replicas) * c.train.micro_batch;
     if (c.train.global_batch % per_step != 0)
-      fail(strf("train.global_batch (%d) must be divisible by world size (%d) x train.micro_batch (%d) = %ld",
-                c.train.global_batch, world, c.train.micro_batch, per_step));
-    return Topology::data_parallel(world, n, static_cast<int>(c.train.global_batch / per_step));
+      fail(strf("train.global_batch (%d) must be divisible by %s (%d) x train.micro_batch (%d) = %ld",
+                c.train.global_batch, tp == 1 ? "world size" : "the replicas (world size / parallel.tp_size)",
+                replicas, c.train.micro_batch, per_step));
+    return Topology::data_parallel(replicas, n, static_cast<int>(c.train.global_batch / per_step), tp);
   }
   long ranks = 0;
   std::string counted;

@@ -34,10 +34,10 @@ Topology::Topology(std::vector<Pipeline> pipelines, int tp_size, int n_modules)
     }
 }
 
-Topology Topology::data_parallel(int world, int n_modules, int micro_batches) {
-  YUAN_CHECK(world >= 1, "topology: world size %d", world);
-  std::vector<Pipeline> p(static_cast<size_t>(world), Pipeline{"", {{0, n_modules}}, micro_batches});
-  return Topology(std::move(p), 1, n_modules);
+Topology Topology::data_parallel(int replicas, int n_modules, int micro_batches, int tp_size) {
+  YUAN_CHECK(replicas >= 1, "topology: %d replicas", replicas);
+  std::vector<Pipeline> p(static_cast<size_t>(replicas), Pipeline{"", {{0, n_modules}}, micro_batches});
+  return Topology(std::move(p), tp_size, n_modules);
 }
 
 const Place& Topology::place(int rank) const {

@@ -39,8 +39,9 @@ class Topology {
  public:
   // Throws Error when a pipeline's stages do not tile [0, n_modules) in order, or tp_size < 1.
   Topology(std::vector<Pipeline> pipelines, int tp_size, int n_modules);
-  // `world` pipelines of one stage holding every module, each running `micro_batches` per step.
-  static Topology data_parallel(int world, int n_modules, int micro_batches);
+  // `replicas` pipelines of one stage holding every module, each `tp_size` ranks wide and running `micro_batches`
+  // per step.
+  static Topology data_parallel(int replicas, int n_modules, int micro_batches, int tp_size = 1);
 
   int world_size() const { return static_cast<int>(places_.size()); }
   int tp_size() const { return tp_size_; }

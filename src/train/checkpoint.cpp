@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <optional>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -35,9 +37,12 @@ std::string read_text(const std::string& path) {
   return ss.str();
 }
 
+// One optimizer shard: `count` values from `offset` of the model as tensor rank tp_rank of tp_size holds it
+// (ZeroOptimizer::shard_model_offset; the whole model's flat buffer at tp_size 1).
 struct ShardFile {
   std::string name;
   size_t offset = 0, count = 0;
+  int tp_rank = 0, tp_size = 1;
 };
 
 struct State {
@@ -92,25 +97,47 @@ State read_state(const std::string& dir) {
     const std::string name = field<std::string>(f, "name", what);
     const std::string entry = what + ": file '" + name + "'";
     s.checksums.emplace_back(name, field<std::string>(f, "sha256", entry));
-    if (f.contains("offset"))
-      s.shards.push_back({name, field<size_t>(f, "offset", entry), field<size_t>(f, "count", entry)});
+    if (f.contains("offset")) {
+      ShardFile shard{name, field<size_t>(f, "offset", entry), field<size_t>(f, "count", entry)};
+      if (f.contains("tp_size")) {
+        shard.tp_rank = field<int>(f, "tp_rank", entry);
+        shard.tp_size = field<int>(f, "tp_size", entry);
+      }
+      s.shards.push_back(shard);
+    }
   }
   YUAN_CHECK(!s.shards.empty(), "checkpoint %s: state.json lists no optimizer shards", dir.c_str());
   return s;
 }
 
-// Copies [lo, hi) of tensor `name` of the flat buffer out of the shard files that cover it into dst
-// (dst[0] is element lo). Elements past the parameters (padding) are zero.
-void read_range(const std::string& dir, const State& s, const char* name, size_t lo, size_t hi, float* dst) {
-  std::fill(dst, dst + (hi - lo), 0.0f);
+// Fills dst with tensor `name` ("master", "exp_avg", "exp_avg_sq") of the runs `want` of the whole model's flat
+// buffer (Run::local indexes dst), out of the shard files that cover them, whatever tensor-parallel layout wrote
+// them. Values past the parameters (the padding of older checkpoints) are never read.
+void read_runs(const std::string& dir, const State& s, const GPTConfig& model, const char* name,
+               const std::vector<ParamLayout::Run>& want, float* dst) {
+  std::map<std::pair<int, int>, ParamLayout> layouts;  // the model as each tensor rank held it
   for (const ShardFile& f : s.shards) {
-    size_t a = std::max(lo, f.offset), b = std::min({hi, f.offset + f.count, s.n_params});
-    if (a >= b) continue;
-    SafetensorsReader r(dir + "/" + f.name);
-    const SafeTensorInfo& info = r.info(name);
-    YUAN_CHECK(info.dtype == "F32" && info.numel() == f.count, "checkpoint %s/%s: tensor '%s' is not F32[%zu]",
-               dir.c_str(), f.name.c_str(), name, f.count);
-    std::memcpy(dst + (a - lo), reinterpret_cast<const float*>(r.raw(name)) + (a - f.offset), (b - a) * sizeof(float));
+    auto it = layouts.find({f.tp_rank, f.tp_size});
+    if (it == layouts.end())
+      it = layouts.emplace(std::pair{f.tp_rank, f.tp_size},
+                           ParamLayout(model, held_modules(model, all_modules(model)), {f.tp_rank, f.tp_size}))
+               .first;
+    const size_t count = std::min(f.count, it->second.total() - std::min(f.offset, it->second.total()));
+    std::vector<ParamLayout::Run> have = it->second.global_runs(f.offset, count);
+    std::optional<SafetensorsReader> r;
+    for (const ParamLayout::Run& h : have)
+      for (const ParamLayout::Run& w : want) {
+        const size_t lo = std::max(h.global, w.global), hi = std::min(h.global + h.count, w.global + w.count);
+        if (lo >= hi) continue;
+        if (!r) {
+          r.emplace(dir + "/" + f.name);
+          const SafeTensorInfo& info = r->info(name);
+          YUAN_CHECK(info.dtype == "F32" && info.numel() == f.count, "checkpoint %s/%s: tensor '%s' is not F32[%zu]",
+                     dir.c_str(), f.name.c_str(), name, f.count);
+        }
+        const float* src = reinterpret_cast<const float*>(r->raw(name)) + (h.local - f.offset);
+        std::memcpy(dst + w.local + (lo - w.global), src + (lo - h.global), (hi - lo) * sizeof(float));
+      }
   }
 }
 
@@ -168,10 +195,11 @@ std::string save_checkpoint(const Config& cfg, const TrainState& st, ZeroOptimiz
     out.add_f32("exp_avg", shape, opt->exp_avg());
     out.add_f32("exp_avg_sq", shape, opt->exp_avg_sq());
     out.write(tmp + "/" + file);
-    mine.push_back({{"name", file},
-                    {"offset", opt->shard_global_offset()},
-                    {"count", opt->shard_size()},
-                    {"sha256", sha256_file(tmp + "/" + file)}});
+    ordered_json entry = {{"name", file}, {"offset", opt->shard_model_offset()}, {"count", opt->shard_size()}};
+    const TensorParallel& tp = opt->tensor_parallel();
+    if (tp.size > 1) entry["tp_rank"] = tp.rank, entry["tp_size"] = tp.size;
+    entry["sha256"] = sha256_file(tmp + "/" + file);
+    mine.push_back(std::move(entry));
   }
   // Each rank's files entries travel as JSON text; rank 0 assembles state.json.
   const std::vector<std::string> entries = parallel::gather_strings(mine.dump());
@@ -249,10 +277,13 @@ TrainState load_checkpoint(const std::string& dir, const Config& cfg, ZeroOptimi
   YUAN_CHECK(s.n_params == ParamLayout(cfg.model).total(), "checkpoint %s: %zu parameters, the model has %zu",
              dir.c_str(), s.n_params, ParamLayout(cfg.model).total());
   for (const auto& opt : opts.all()) {
-    const size_t lo = opt->shard_global_offset(), hi = lo + opt->shard_size();
-    read_range(dir, s, "master", lo, hi, opt->master());
-    read_range(dir, s, "exp_avg", lo, hi, opt->exp_avg());
-    read_range(dir, s, "exp_avg_sq", lo, hi, opt->exp_avg_sq());
+    // The shard's place in the whole model: pieces of tensors when it is a tensor rank's part.
+    const ParamLayout mine(cfg.model, held_modules(cfg.model, all_modules(cfg.model)), opt->tensor_parallel());
+    std::vector<ParamLayout::Run> want = mine.global_runs(opt->shard_model_offset(), opt->shard_size());
+    for (ParamLayout::Run& r : want) r.local -= opt->shard_model_offset();
+    read_runs(dir, s, cfg.model, "master", want, opt->master());
+    read_runs(dir, s, cfg.model, "exp_avg", want, opt->exp_avg());
+    read_runs(dir, s, cfg.model, "exp_avg_sq", want, opt->exp_avg_sq());
     opt->set_adam_step(s.adam_step);
     opt->load_backend_params();
   }
@@ -280,7 +311,7 @@ CheckpointModel load_checkpoint_model(const std::string& path) {
              "checkpoint %s: %zu parameters in state.json, config.ini describes %zu", m.dir.c_str(), s.n_params,
              ParamLayout(m.cfg.model).total());
   m.weights.resize(s.n_params);
-  read_range(m.dir, s, "master", 0, s.n_params, m.weights.data());
+  read_runs(m.dir, s, m.cfg.model, "master", {{0, 0, s.n_params}}, m.weights.data());
   if (!s.tokenizer.empty()) m.tokenizer = m.dir + "/" + s.tokenizer;
   return m;
 }

@@ -83,13 +83,18 @@ class Trainer {
 #ifdef YUAN_CUDA
     if (device_ == Device::Cuda) cuda_select_device(world_.local_rank);
 #endif
+    YUAN_CHECK(topo.tp_size() == 1 || device_ == Device::Cpu, "parallel.tp_size = %d: tensor parallelism runs on "
+               "the cpu backend in this version (train.device resolved to %s)", topo.tp_size(), device_name(device_));
     const ModuleRange stage = topo.stage_modules(world_.rank);
-    const BackendSpec bspec{cfg.model, held_modules(cfg.model, stage)};
-    const ProgramSpec pspec{stage, cfg.train.micro_batch, schedule_.slots(), cfg.train.recompute};
-    check_memory(device_, cfg.model, pspec, ParamLayout(cfg.model, bspec.modules).total(), device_free_bytes(device_));
+    const TensorParallel tp{place_.tp_rank, topo.tp_size()};
+    const BackendSpec bspec{cfg.model, held_modules(cfg.model, stage), tp};
+    const ProgramSpec pspec{stage, cfg.train.micro_batch, schedule_.slots(), cfg.train.recompute, tp.size};
+    check_memory(device_, cfg.model, pspec, ParamLayout(cfg.model, bspec.modules, tp).total(),
+                 device_free_bytes(device_));
     backend_ = make_backend(device_, bspec);
-    program_ = std::make_unique<Program>(*backend_, pspec);
     world_comm_ = &communicator(groups_.get(parallel::Group::World));
+    program_ = std::make_unique<Program>(
+        *backend_, pspec, tp.size > 1 ? &communicator(groups_.get(parallel::Group::Tensor)) : nullptr);
     runner_ = std::make_unique<StageRunner>(*program_, *backend_,
                                             stages_ > 1 ? &communicator(groups_.get(parallel::Group::Pipeline)) : nullptr,
                                             place_.stage, stages_, cfg.train.micro_batch);
@@ -198,7 +203,8 @@ class Trainer {
       YUAN_CHECK(!(world_.rank == faults_.fail_rank && step == faults_.fail_step),
                  "injected failure at step %d (YUANLM_FAIL_AT)", step);
       const float scale = step >= faults_.nan_from && step < faults_.nan_to ? NAN : 1.0f / micro_total_;
-      double loss = runner_->run(schedule_, scale, hooks);
+      // Every tensor rank of a last stage computes the same losses: its rank 0 reports them.
+      double loss = runner_->run(schedule_, scale, hooks) * (place_.tp_rank == 0);
       const double t_compute = now_seconds();
       if (world_.rank == 0 && step == faults_.kill_step) std::raise(SIGKILL);
       loss = parallel::allreduce_sum(loss) / micro_total_;
@@ -330,7 +336,8 @@ class Trainer {
     if (cfg_.data.val.empty()) return;
     opts_.drain();
     backend_->range_push("eval");
-    const double sum = runner_->evaluate(cfg_.train.eval_batches, [&](int i) { return val_->batch(i); });
+    const double sum = runner_->evaluate(cfg_.train.eval_batches, [&](int i) { return val_->batch(i); }) *
+                       (place_.tp_rank == 0);
     backend_->range_pop();
     const double val = parallel::allreduce_sum(sum) /
                        (static_cast<double>(cfg_.train.eval_batches) * groups_.topology().pipelines().size());

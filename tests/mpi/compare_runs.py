@@ -1,16 +1,21 @@
 """Compares two yuanlm runs: per-step losses (relative) and the weights of their newest checkpoints
-(max |a-b| / max |a| per tensor; 0 means bit-identical).
+(max |a-b| / max |a| over all of them; 0 means bit-identical).
 
 usage: compare_runs.py RUN_A RUN_B LOSS_RTOL PARAM_RTOL
 """
 import json
 import os
+import shutil
+import subprocess
 import sys
+import tempfile
 
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
 from safetensors_f32 import read_f32  # noqa: E402
+
+YUANLM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bin", "yuanlm")
 
 
 def losses(run):
@@ -23,20 +28,19 @@ def losses(run):
 
 
 def weights(run):
-    """The fp32 master weights of the newest checkpoint: the optimizer shards put back together."""
+    """The fp32 weights of the newest checkpoint, flat: `yuanlm export` puts the optimizer shards of any parallel
+    layout back together (tensor-parallel parts included), as one process."""
     with open(f"{run}/ckpt/latest") as f:
         ckpt = f"{run}/ckpt/{f.read().strip()}"
     with open(f"{ckpt}/state.json") as f:
-        state = json.load(f)
-    flat = np.zeros(state["n_params"], dtype=np.float32)
-    for entry in state["files"]:
-        if "offset" in entry:
-            master = read_f32(os.path.join(ckpt, entry["name"]))[0]["master"]
-            lo = entry["offset"]
-            hi = min(lo + entry["count"], state["n_params"])
-            if hi > lo:
-                flat[lo:hi] = master[:hi - lo]
-    return state["step"], flat
+        step = json.load(f)["step"]
+    out = tempfile.mkdtemp()
+    try:
+        subprocess.run([YUANLM, "export", "--checkpoint", ckpt, "--out", out], check=True, capture_output=True)
+        tensors, _ = read_f32(f"{out}/model.safetensors")
+    finally:
+        shutil.rmtree(out)
+    return step, np.concatenate([tensors[name].ravel() for name in sorted(tensors)])
 
 
 a, b, loss_tol, param_tol = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
