@@ -35,7 +35,7 @@ size_t workspace_bytes(int n_embd, int, int) { return gpu::ops_scratch_bytes(n_e
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(const ParamLayout& layout) : Backend(layout) {
+  CudaBackend(const ParamLayout& layout, std::optional<size_t> shards) : Backend(layout, shards) {
     const GPTConfig& c = layout.config();
     YUAN_CHECK(c.n_embd % 8 == 0, "cuda backend: n_embd = %d must be a multiple of 8 (16-byte bf16 vectors)",
                c.n_embd);
@@ -54,12 +54,14 @@ class CudaBackend final : public Backend {
     for (cudaStream_t& s : up_) CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     for (cudaEvent_t* e : {&ev_compute_, &ev_after_, &ev_d2h_, &ev_other_, &ev_up_[0], &ev_up_[1]})
       CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
-    const size_t n = layout.total();
+    const size_t n = size();
     weight_mem_ = gpu::device_allocation(n * sizeof(bf16));
-    grad_mem_ = gpu::device_allocation(n * sizeof(float));
     stage_ = gpu::device_allocation(kStageElems * sizeof(float));
     weights_ = Tensor(weight_mem_.as<bf16>(), DType::BF16, 1, static_cast<int64_t>(n));
-    grads_ = Tensor(grad_mem_.as<float>(), DType::F32, 1, static_cast<int64_t>(n));
+    if (!sharded()) {
+      grad_mem_ = gpu::device_allocation(n * sizeof(float));
+      grads_ = Tensor(grad_mem_.as<float>(), DType::F32, 1, static_cast<int64_t>(n));
+    }
     ops_ = gpu::make_cuda_ops(c.n_embd, stream_);
   }
 
@@ -101,12 +103,14 @@ class CudaBackend final : public Backend {
   }
   void zero_grads(size_t off, size_t n) override {
     check_range(off, n);
+    YUAN_CHECK(!sharded(), "cuda backend: no flat gradients under ZeRO-3");
     compute_after_transfers();
     CUDA_CHECK(cudaMemsetAsync(grads_.as<float>() + off, 0, n * sizeof(float), stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
   void grads_to_host(size_t off, size_t n, float* dst) override {
     check_range(off, n);
+    YUAN_CHECK(!sharded(), "cuda backend: no flat gradients under ZeRO-3");
     CUDA_CHECK(cudaMemcpyAsync(dst, grads_.as<float>() + off, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
@@ -115,11 +119,11 @@ class CudaBackend final : public Backend {
   Allocation alloc_transfer(size_t bytes, Mem cat) override { return gpu::pinned_allocation(bytes, cat); }
 
   DeviceStream stream() override { return stream_; }
-  void grads_to_host_async(size_t off, size_t n, float* dst, DeviceStream after) override {
-    check_range(off, n);
+  void to_host_async(float* dst, const Tensor& src, DeviceStream after) override {
+    YUAN_CHECK(src.dtype == DType::F32 && src.ld == src.cols, "cuda backend: to_host_async takes a dense fp32 tensor");
     wait_for(d2h_, stream_, ev_compute_);
     if (after) wait_for(d2h_, after, ev_after_);
-    CUDA_CHECK(cudaMemcpyAsync(dst, grads_.as<float>() + off, n * sizeof(float), cudaMemcpyDeviceToHost, d2h_));
+    CUDA_CHECK(cudaMemcpyAsync(dst, src.data, src.numel() * sizeof(float), cudaMemcpyDeviceToHost, d2h_));
   }
   void wait_transfers() override { CUDA_CHECK(cudaStreamSynchronize(d2h_)); }
   void compute_after_transfers() override { wait_for(stream_, d2h_, ev_d2h_); }
@@ -162,8 +166,10 @@ const TensorFormats& cuda_tensor_formats() {
 
 std::unique_ptr<Backend> make_cuda_backend(const BackendSpec& spec) {
   YUAN_CHECK(cuda_device_available(), "train.device=cuda: no CUDA device is visible to this process");
-  return std::make_unique<CudaBackend>(ParamLayout(
-      spec.model, spec.modules.empty() ? held_modules(spec.model, all_modules(spec.model)) : spec.modules, spec.tp));
+  return std::make_unique<CudaBackend>(
+      ParamLayout(spec.model, spec.modules.empty() ? held_modules(spec.model, all_modules(spec.model)) : spec.modules,
+                  spec.tp),
+      spec.shards);
 }
 
 }  // namespace yuan

@@ -200,7 +200,7 @@ TEST(ConfigValidate, Ranges) {
   EXPECT_EQ(validate_error([](Config& c) { c.optim.lr = 0; }), "optim.lr must be > 0 (got 0)");
   EXPECT_EQ(validate_error([](Config& c) { c.optim.min_lr = 1; }), "optim.min_lr (1) must be <= optim.lr (0.0006)");
   EXPECT_EQ(validate_error([](Config& c) { c.optim.beta2 = 1; }), "optim.beta2 must be in [0, 1) (got 1)");
-  EXPECT_EQ(validate_error([](Config& c) { c.optim.zero = 3; }), "optim.zero must be 0, 1 or 2 (got 3)");
+  EXPECT_EQ(validate_error([](Config& c) { c.optim.zero = 4; }), "optim.zero must be 0, 1, 2 or 3 (got 4)");
   EXPECT_EQ(validate_error([](Config& c) { c.train.device = "gpu"; }),
             "train.device must be cpu, cuda or auto (got 'gpu')");
   for (const char* bad : {"5", "0:3", "7:6", "3:4x"})

@@ -265,9 +265,8 @@ class DeferredBackend final : public QuadraticBackend {
     run(copies_);
     CpuBackend::zero_grads(off, n);
   }
-  void grads_to_host_async(size_t off, size_t n, float* dst, DeviceStream) override {
-    check_range(off, n);
-    copies_.push_back([this, off, n, dst] { std::memcpy(dst, grad_mem_.data() + off, n * sizeof(float)); });
+  void to_host_async(float* dst, const Tensor& src, DeviceStream) override {
+    copies_.push_back([dst, src] { std::memcpy(dst, src.data, src.numel() * sizeof(float)); });
   }
   void wait_transfers() override { run(copies_); }
   void params_from_host_async(const void* src, size_t off, size_t n, int lane) override {
@@ -523,11 +522,13 @@ TEST(MpiZero, OptimizerBytesShrinkWithWorld) {
     size_t before = mem_bytes(Mem::Optimizer);
     ZeroOptimizer opt(optim_config(stage, 0.001, 1.0), be, *comm, init.data());
     bytes[stage] = mem_bytes(Mem::Optimizer) - before;
-    EXPECT_EQ(bytes[stage], zero_optimizer_bytes(n, nranks(), rank(), stage)) << "zero " << stage;
     const Shard mine = zero_shard(n, nranks(), rank(), stage);
+    EXPECT_EQ(zero_shard_elements(layout, {}, nranks(), rank(), stage), mine.count);
+    EXPECT_EQ(bytes[stage], zero_optimizer_bytes(mine.count)) << "zero " << stage;
     EXPECT_EQ(opt.shard_size(), mine.count);
     EXPECT_EQ(opt.shard_offset(), mine.offset);
-    EXPECT_EQ(opt.shard_model_offset(), mine.offset);
+    ASSERT_EQ(opt.shard_pieces().size(), 1u);
+    EXPECT_EQ(opt.shard_pieces()[0].model_offset, mine.offset);
     // The shards tile the parameters: the next rank's starts where this one's ends.
     EXPECT_EQ(comm->sum(static_cast<double>(opt.shard_size())), stage == 0 ? n * nranks() : n) << "zero " << stage;
     if (stage > 0 && rank() + 1 < nranks() && mine.count > 0) {
@@ -537,15 +538,15 @@ TEST(MpiZero, OptimizerBytesShrinkWithWorld) {
   EXPECT_EQ(bytes[0], 16 * n);  // master, m, v, gradient: 4 fp32 arrays
   EXPECT_EQ(comm->sum(static_cast<double>(bytes[1])), bytes[0]);
   EXPECT_EQ(bytes[2], bytes[1]);
-  EXPECT_GE(zero_optimizer_bytes(n, nranks(), 0, 1), bytes[1]) << "rank 0's shard is the largest";
+  EXPECT_GE(zero_optimizer_bytes(zero_shard(n, nranks(), 0, 1).count), bytes[1]) << "rank 0's shard is the largest";
   OptimConfig delayed = optim_config(1, 0.001, 1.0);
   delayed.delayed_update = true;
   size_t before = mem_bytes(Mem::Optimizer);
   {
     ZeroOptimizer opt(delayed, be, *comm, init.data());
-    EXPECT_EQ(mem_bytes(Mem::Optimizer) - before, zero_optimizer_bytes(n, nranks(), rank(), 1, true));
+    EXPECT_EQ(mem_bytes(Mem::Optimizer) - before, zero_optimizer_bytes(opt.shard_size(), true));
   }
-  EXPECT_EQ(zero_optimizer_bytes(n, nranks(), rank(), 1, true), bytes[1] / 4 * 5);  // a second gradient buffer
+  EXPECT_EQ(zero_optimizer_bytes(zero_shard(n, nranks(), rank(), 1).count, true), bytes[1] / 4 * 5);  // 2 gradients
 }
 
 TEST(MpiZero, StateAccessWaitsForDrain) {

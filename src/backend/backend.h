@@ -6,7 +6,9 @@
 //
 // Memory contract: the weights and the gradients are flat, in ParamLayout order, layout().total() elements long.
 // The weights are in formats().weights (bf16 on CUDA), the gradients fp32; the optimizer keeps the fp32 master
-// copy on the host and moves ranges in and out.
+// copy on the host and moves ranges in and out. Under ZeRO-3 the flat weights hold only this rank's shards and
+// there are no flat gradients: the optimizer gathers each module into memory from alloc() while the program uses
+// it (ParamSource below).
 //
 // Work beside compute (the offload pipeline of optim/zero.h): a device backend runs its compute on stream() and
 // gradient copies and weight uploads on copy streams, ordered by events: a gradient copy runs after the compute
@@ -45,6 +47,25 @@ struct PeakFlops {
 // the rest of backward.
 using ModuleReadyFn = std::function<void(int module)>;
 
+// The [rows, cols] view (a vector: one row) of tensor `t` in memory `base` of dtype `dt`, which holds its layout's
+// flat buffer from element `origin` on.
+Tensor tensor_view(void* base, DType dt, const TensorSpec& t, size_t origin = 0);
+
+// Where the program (model/program.h) finds a module's weights and gradients. A Backend is one: its flat buffers
+// hold every module for the whole run. ZeRO-3 (optim/zero.h) holds shards only and gathers a module's weights for
+// the span between acquire and release.
+class ParamSource {
+ public:
+  virtual ~ParamSource() = default;
+  // The program reads module `module`'s weights until release(module); with `grads` it also adds into the
+  // module's gradients, which then stay until the ready hook has reported the module.
+  virtual void acquire(int module, bool grads) = 0;
+  virtual void release(int module) = 0;
+  // Shaped views of one tensor ([rows, cols]; a vector is one row), valid while its module is acquired.
+  virtual Tensor weight(const TensorSpec& t) const = 0;
+  virtual Tensor grad(const TensorSpec& t) const = 0;
+};
+
 // Memory a backend handed out, released by the backend's own function when this goes (move-only). Host memory is
 // accounted under its Mem category like a HostArray; device memory is not host memory and is not.
 class Allocation {
@@ -81,9 +102,10 @@ class Allocation {
 // Zeroed, 64-byte aligned host memory, accounted under `cat`.
 Allocation host_allocation(size_t bytes, Mem cat);
 
-class Backend {
+class Backend : public ParamSource {
  public:
-  explicit Backend(const ParamLayout& layout);
+  // `shards`: ZeRO-3, the flat weights hold this many elements (the rank's shards) and there are no gradients.
+  explicit Backend(const ParamLayout& layout, std::optional<size_t> shards = {});
   virtual ~Backend() = default;
   Backend(const Backend&) = delete;
   Backend& operator=(const Backend&) = delete;
@@ -98,12 +120,15 @@ class Backend {
 
   // ---- the flat parameter buffers ----
   const ParamLayout& layout() const { return layout_; }
-  size_t size() const { return layout_.total(); }  // elements of each flat buffer
-  // [1, size()] views of the whole buffers, and shaped views of one tensor ([rows, cols]; a vector is one row).
+  size_t size() const { return size_; }  // elements of each flat buffer
+  bool sharded() const { return sharded_; }  // ZeRO-3 shards, no gradients
+  // [1, size()] views of the whole buffers, and (ParamSource, not when sharded) of one tensor.
   const Tensor& weights() const { return weights_; }
   const Tensor& grads() const { return grads_; }
-  Tensor weight(const TensorSpec& t) const { return view(weights_, t); }
-  Tensor grad(const TensorSpec& t) const { return view(grads_, t); }
+  void acquire(int, bool) override {}
+  void release(int) override {}
+  Tensor weight(const TensorSpec& t) const override { return view(weights_, t); }
+  Tensor grad(const TensorSpec& t) const override { return view(grads_, t); }
   // fp32 values in and out of the working weights [offset, offset+count), converted; they return when done.
   virtual void set_params(const float* src, size_t offset, size_t count) = 0;
   virtual void get_params(float* dst, size_t offset, size_t count) = 0;
@@ -121,12 +146,15 @@ class Backend {
   // ---- streams and asynchronous transfers ----
   // The compute stream, or null when every call completes before returning.
   virtual DeviceStream stream() { return nullptr; }
-  // grads_to_host into transfer memory `dst`, after the compute enqueued so far and the work enqueued so far on
-  // `after` (may be null); dst is complete after wait_transfers().
-  virtual void grads_to_host_async(size_t offset, size_t count, float* dst, DeviceStream after) {
+  // The fp32 tensor `src` (memory from alloc(), or the gradients) into transfer memory `dst`, densely, after the
+  // compute enqueued so far and the work enqueued so far on `after` (may be null); dst is complete after
+  // wait_transfers().
+  virtual void to_host_async(float* dst, const Tensor& src, DeviceStream after) {
     (void)after;
-    grads_to_host(offset, count, dst);
+    ops().to_host_f32(dst, src);
   }
+  // The same for gradient range [offset, offset+count).
+  void grads_to_host_async(size_t offset, size_t count, float* dst, DeviceStream after);
   virtual void wait_transfers() {}
   // Compute enqueued from now on runs after every gradient copy enqueued so far (the program calls this before
   // accumulating into gradients that may still be on their way to the host).
@@ -149,12 +177,14 @@ class Backend {
 
  protected:
   void check_range(size_t offset, size_t count) const;
-  // The derived constructor points these at its buffers.
+  // The derived constructor points these at its buffers (grads_ stays empty when sharded).
   Tensor weights_, grads_;
 
  private:
-  static Tensor view(const Tensor& flat, const TensorSpec& t);
+  Tensor view(const Tensor& flat, const TensorSpec& t) const;
   ParamLayout layout_;
+  size_t size_ = 0;
+  bool sharded_ = false;
 };
 
 // ---- the registry: one entry per backend compiled in ----
@@ -176,6 +206,7 @@ struct BackendSpec {
   GPTConfig model;
   std::vector<int> modules;  // held modules (ParamLayout, model/gpt.h held_modules); empty: every module
   TensorParallel tp = {};    // the part of each tensor it holds
+  std::optional<size_t> shards = std::nullopt;  // ZeRO-3: elements of this rank's shards (optim/zero.h zero3_shard_elements)
 };
 // How `device` stores the program's tensors; needs no device.
 const TensorFormats& tensor_formats(Device device);

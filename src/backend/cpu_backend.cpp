@@ -4,11 +4,11 @@
 
 namespace yuan {
 
-CpuBackend::CpuBackend(const ParamLayout& layout)
-    : Backend(layout), param_mem_(layout.total(), Mem::Params), grad_mem_(layout.total(), Mem::Grads),
+CpuBackend::CpuBackend(const ParamLayout& layout, std::optional<size_t> shards)
+    : Backend(layout, shards), param_mem_(size(), Mem::Params), grad_mem_(sharded() ? 0 : size(), Mem::Grads),
       ops_(make_cpu_ops()) {
-  weights_ = Tensor(param_mem_.data(), DType::F32, 1, static_cast<int64_t>(layout.total()));
-  grads_ = Tensor(grad_mem_.data(), DType::F32, 1, static_cast<int64_t>(layout.total()));
+  weights_ = Tensor(param_mem_.data(), DType::F32, 1, static_cast<int64_t>(size()));
+  if (!sharded()) grads_ = Tensor(grad_mem_.data(), DType::F32, 1, static_cast<int64_t>(size()));
 }
 
 void CpuBackend::set_params(const float* src, size_t off, size_t n) {
@@ -23,17 +23,21 @@ void CpuBackend::get_params(float* dst, size_t off, size_t n) {
 
 void CpuBackend::zero_grads(size_t off, size_t n) {
   check_range(off, n);
+  YUAN_CHECK(!sharded(), "cpu backend: no flat gradients under ZeRO-3");
   std::memset(grad_mem_.data() + off, 0, n * sizeof(float));
 }
 
 void CpuBackend::grads_to_host(size_t off, size_t n, float* dst) {
   check_range(off, n);
+  YUAN_CHECK(!sharded(), "cpu backend: no flat gradients under ZeRO-3");
   std::memcpy(dst, grad_mem_.data() + off, n * sizeof(float));
 }
 
 std::unique_ptr<Backend> make_cpu_backend(const BackendSpec& spec) {
-  return std::make_unique<CpuBackend>(ParamLayout(
-      spec.model, spec.modules.empty() ? held_modules(spec.model, all_modules(spec.model)) : spec.modules, spec.tp));
+  return std::make_unique<CpuBackend>(
+      ParamLayout(spec.model, spec.modules.empty() ? held_modules(spec.model, all_modules(spec.model)) : spec.modules,
+                  spec.tp),
+      spec.shards);
 }
 
 }  // namespace yuan

@@ -7,7 +7,7 @@
 // activations, allocated by the programs that run on it (model/program.h).
 //
 // Every public call returns with its device work finished, so the buffers are safe to hand to anything, except
-// the ops (enqueued on stream()), the asynchronous transfers of backend.h (grads_to_host_async,
+// the ops (enqueued on stream()), the asynchronous transfers of backend.h (to_host_async,
 // params_from_host_async), which complete at wait_transfers / wait_upload, and the backward's ready hook, which
 // fires in stream order.
 #pragma once

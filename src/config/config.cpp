@@ -66,7 +66,9 @@ std::vector<Field> fields(Config& c) {
       {"optim.beta2", &c.optim.beta2, "Adam second-moment decay"},
       {"optim.eps", &c.optim.eps, "Adam epsilon"},
       {"optim.grad_clip", &c.optim.grad_clip, "clip the global gradient L2 norm to this; 0 disables"},
-      {"optim.zero", &c.optim.zero, "ZeRO stage: 0 replicated, 1 optimizer state sharded, 2 gradients too"},
+      {"optim.zero", &c.optim.zero,
+       "ZeRO stage: 0 replicated, 1 optimizer state sharded, 2 gradients too, 3 working weights too (gathered per "
+       "module as the passes use them)"},
       {"optim.bucket_mb", &c.optim.bucket_mb, "gradient communication bucket size in MiB"},
       {"optim.delayed_update", &c.optim.delayed_update,
        "run step t's host AdamW beside step t+1's forward/backward; gradients see weights one step stale"},
@@ -397,7 +399,7 @@ void validate(const Config& c, int world) {
     if (!(beta >= 0 && beta < 1)) throw Error(strf("%s must be in [0, 1) (got %g)", key, beta), true);
   above("optim.eps", o.eps, 0);
   at_least("optim.grad_clip", o.grad_clip, 0);
-  if (o.zero < 0 || o.zero > 2) throw Error(strf("optim.zero must be 0, 1 or 2 (got %d)", o.zero), true);
+  if (o.zero < 0 || o.zero > 3) throw Error(strf("optim.zero must be 0, 1, 2 or 3 (got %d)", o.zero), true);
   above("optim.bucket_mb", o.bucket_mb, 0);
   above("dist.nccl_timeout_s", c.dist.nccl_timeout_s, 0);
 
@@ -411,7 +413,14 @@ void validate(const Config& c, int world) {
     if (std::sscanf(c.profile.steps.c_str(), "%d:%d%c", &a, &b, &end) != 2 || a < 1 || b < a)
       throw Error(strf("profile.steps must be A:B with 1 <= A <= B (got '%s')", c.profile.steps.c_str()), true);
   }
-  parallel::make_topology(c, world);  // the [parallel] layout against the model, the batch and the world
+  // The [parallel] layout against the model, the batch and the world.
+  const parallel::Topology topo = parallel::make_topology(c, world);
+  for (const parallel::Pipeline& p : topo.pipelines())
+    if (o.zero == 3 && p.stages.size() > 1)
+      throw Error(strf("optim.zero = 3 needs one stage per pipeline (template '%s' has %zu): its gathers and "
+                       "reductions in every pass would make stages of different pipelines wait on each other",
+                       p.name.c_str(), p.stages.size()),
+                  true);
 }
 
 }  // namespace yuan

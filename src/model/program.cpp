@@ -130,25 +130,26 @@ std::string MemoryPlan::describe() const {
               grads / kGiB, activations / kGiB, buffers / kGiB);
 }
 
-MemoryPlan plan_memory(Device device, const GPTConfig& cfg, const ProgramSpec& spec, size_t n_params) {
+MemoryPlan plan_memory(Device device, const GPTConfig& cfg, const ProgramSpec& spec, const ParamMemory& params) {
   const TensorFormats& f = tensor_formats(device);
   const ProgramMemory p = Program::plan(cfg, f, spec);
   MemoryPlan m;
-  m.weights = n_params * dtype_size(f.weights);
-  m.grads = n_params * sizeof(float);
+  m.weights = params.weights * dtype_size(f.weights);
+  m.grads = params.grads * sizeof(float);
   m.activations = p.activations;
   m.buffers = p.buffers + f.workspace_bytes(cfg.n_embd, spec.micro_batch, cfg.seq_len);
   return m;
 }
 
-void check_memory(Device device, const GPTConfig& cfg, const ProgramSpec& spec, size_t n_params, size_t free_bytes) {
-  const MemoryPlan plan = plan_memory(device, cfg, spec, n_params);
+void check_memory(Device device, const GPTConfig& cfg, const ProgramSpec& spec, const ParamMemory& params,
+                  size_t free_bytes) {
+  const MemoryPlan plan = plan_memory(device, cfg, spec, params);
   if (plan.total() <= free_bytes) return;
   int fits = 0;  // the largest micro-batch below this one that fits as configured
   ProgramSpec smaller = spec;
   for (int b = spec.micro_batch - 1; b >= 1 && !fits; b--) {
     smaller.micro_batch = b;
-    if (plan_memory(device, cfg, smaller, n_params).total() <= free_bytes) fits = b;
+    if (plan_memory(device, cfg, smaller, params).total() <= free_bytes) fits = b;
   }
   std::string hint;
   if (fits && !spec.recompute)
@@ -163,8 +164,9 @@ void check_memory(Device device, const GPTConfig& cfg, const ProgramSpec& spec, 
                    device_name(device), free_bytes / (1024.0 * 1024.0 * 1024.0), hint.c_str()));
 }
 
-Program::Program(Backend& backend, const ProgramSpec& spec, Communicator* tensor)
-    : backend_(backend), ops_(backend.ops()), tensor_(tensor), cfg_(backend.layout().config()), spec_(spec) {
+Program::Program(Backend& backend, const ProgramSpec& spec, Communicator* tensor, ParamSource* params)
+    : backend_(backend), ops_(backend.ops()), params_(params ? *params : backend), tensor_(tensor),
+      cfg_(backend.layout().config()), spec_(spec) {
   const TensorParallel& tp = backend.layout().tp();
   YUAN_CHECK(tp.size == spec.tp_size && (tp.size == 1 || (tensor && tensor->size() == tp.size &&
                                                             tensor->rank() == tp.rank)),
@@ -267,11 +269,19 @@ void Program::run_forward(int slot, const int32_t* tokens, int B, int T, int str
     // Each tensor rank looks up the ids of its part of the vocabulary and one adds the positions: the sum is
     // the embedding.
     const bool positions = L.tp().rank == 0;
-    ops_.encoder_forward(rows(s.x0, slot), Tensor(s.tokens.data, DType::I32, B, stride), backend_.weight(L.wte()),
-                         positions ? backend_.weight(L.wpe()) : Tensor(), B, T, vocab_begin_);
+    params_.acquire(kWteModule, false);
+    params_.acquire(kWpeModule, false);
+    ops_.encoder_forward(rows(s.x0, slot), Tensor(s.tokens.data, DType::I32, B, stride), params_.weight(L.wte()),
+                         positions ? params_.weight(L.wpe()) : Tensor(), B, T, vocab_begin_);
+    params_.release(kWpeModule);
+    params_.release(kWteModule);
     if (tp()) tp_reduce(rows(s.x0, slot), ReduceOp::Sum);
   }
-  for (int l = first_layer_; l < end_layer_; l++) block_forward(slot, l, true);
+  for (int l = first_layer_; l < end_layer_; l++) {
+    params_.acquire(block_module(l), false);
+    block_forward(slot, l, true);
+    params_.release(block_module(l));
+  }
 }
 
 void Program::tp_reduce(const Tensor& t, ReduceOp op) {
@@ -282,7 +292,7 @@ void Program::tp_reduce(const Tensor& t, ReduceOp op) {
 void Program::block_forward(int slot, int l, bool keep_output) {
   const Slot& s = slots_[slot];
   const ParamLayout& L = backend_.layout();
-  auto W = [&](BlockTensor t) { return backend_.weight(L.block(l, t)); };
+  auto W = [&](BlockTensor t) { return params_.weight(L.block(l, t)); };
   const Block& a = acts(slot, l);
   const Tensor x = rows(block_input(slot, l), slot), res2 = rows(a.res2, slot);
   ops_.layernorm_forward(rows(a.ln1, slot), rows(a.ln1_mean, slot), rows(a.ln1_rstd, slot), x, W(kLn1W), W(kLn1B));
@@ -313,8 +323,8 @@ void Program::row_parallel(const Tensor& out, const Tensor& in, const Tensor& w,
 void Program::head_forward(int slot) {
   const ParamLayout& L = backend_.layout();
   ops_.layernorm_forward(rows(lnf_, slot), rows(lnf_mean_, slot), rows(lnf_rstd_, slot), output(slot),
-                         backend_.weight(L.ln_f_w()), backend_.weight(L.ln_f_b()));
-  ops_.matmul_forward(rows(logits_, slot), rows(lnf_, slot), backend_.weight(L.wte()), {}, {}, {});
+                         params_.weight(L.ln_f_w()), params_.weight(L.ln_f_b()));
+  ops_.matmul_forward(rows(logits_, slot), rows(lnf_, slot), params_.weight(L.wte()), {}, {}, {});
 }
 
 float Program::loss(int slot, float grad_scale) {
@@ -324,6 +334,10 @@ float Program::loss(int slot, float grad_scale) {
   Slot& s = slots_[slot];
   YUAN_CHECK(s.stride == s.T + 1, "program: loss needs targets (rows of T+1 ids)");
   const int BT = s.B * s.T;
+  // The head's backward follows at once, so its gradients are taken here (and reported with backward()).
+  const int lnf = ln_f_module(cfg_);
+  params_.acquire(lnf, grad_scale != 0.0f);
+  params_.acquire(kWteModule, grad_scale != 0.0f);
   head_forward(slot);
   const Tensor logits = rows(logits_, slot), losses = rows(losses_, slot);
   const Tensor tokens(s.tokens.data, DType::I32, s.B, s.stride);
@@ -345,13 +359,15 @@ float Program::loss(int slot, float grad_scale) {
     const ParamLayout& L = backend_.layout();
     const Tensor dy = rows(spec_.slots > 1 ? s.head_grad : dres_, slot);
     ops_.zero(dy);
-    ops_.matmul_backward(rows(dln_, slot), backend_.grad(L.wte()), {}, logits, rows(lnf_, slot),
-                         backend_.weight(L.wte()), {});
+    ops_.matmul_backward(rows(dln_, slot), params_.grad(L.wte()), {}, logits, rows(lnf_, slot),
+                         params_.weight(L.wte()), {});
     if (tp()) tp_reduce(rows(dln_, slot), ReduceOp::Sum);  // each rank's vocabulary gave part of it
-    ops_.layernorm_backward(dy, dres_operand(slot, true), backend_.grad(L.ln_f_w()),
-                            backend_.grad(L.ln_f_b()), rows(dln_, slot), output(slot), backend_.weight(L.ln_f_w()),
+    ops_.layernorm_backward(dy, dres_operand(slot, true), params_.grad(L.ln_f_w()),
+                            params_.grad(L.ln_f_b()), rows(dln_, slot), output(slot), params_.weight(L.ln_f_w()),
                             rows(lnf_mean_, slot), rows(lnf_rstd_, slot));
   }
+  params_.release(kWteModule);
+  params_.release(lnf);
   ops_.to_host_f32(host_losses_.data(), rows(losses_, slot));
   double sum = 0;
   for (int i = 0; i < BT; i++) sum += host_losses_[i];
@@ -381,15 +397,21 @@ void Program::backward(int slot, const Tensor& dout, const ModuleReadyFn& ready)
     if (!embeds_) notify(ready, kWteModule);  // the tied classifier's copy of wte is complete
   }
   for (int l = end_layer_ - 1; l >= first_layer_; l--) {
+    params_.acquire(block_module(l), true);
     // The recompute set still holds the block whose forward ran last; every other block runs again.
     if (spec_.recompute && !(scratch_slot_ == slot && scratch_layer_ == l)) block_forward(slot, l, false);
     block_backward(slot, l);
+    params_.release(block_module(l));
     notify(ready, block_module(l));
   }
   if (embeds_) {
     const ParamLayout& L = backend_.layout();
-    ops_.encoder_backward(backend_.grad(L.wte()), backend_.grad(L.wpe()), dres,
+    params_.acquire(kWteModule, true);
+    params_.acquire(kWpeModule, true);
+    ops_.encoder_backward(params_.grad(L.wte()), params_.grad(L.wpe()), dres,
                           Tensor(s.tokens.data, DType::I32, s.B, s.stride), s.B, s.T, vocab_begin_);
+    params_.release(kWpeModule);
+    params_.release(kWteModule);
     notify(ready, kWpeModule);
     notify(ready, kWteModule);
   }
@@ -397,8 +419,8 @@ void Program::backward(int slot, const Tensor& dout, const ModuleReadyFn& ready)
 
 void Program::block_backward(int slot, int l) {
   const ParamLayout& L = backend_.layout();
-  auto W = [&](BlockTensor t) { return backend_.weight(L.block(l, t)); };
-  auto G = [&](BlockTensor t) { return backend_.grad(L.block(l, t)); };
+  auto W = [&](BlockTensor t) { return params_.weight(L.block(l, t)); };
+  auto G = [&](BlockTensor t) { return params_.grad(L.block(l, t)); };
   const Slot& s = slots_[slot];
   const Block& a = acts(slot, l);
   const Tensor dres = rows(dres_, slot), dres_op = dres_operand(slot, false), dln = rows(dln_, slot);
@@ -441,7 +463,11 @@ void Program::forward_logits(const int32_t* ids, int len, float* logits) {
   YUAN_CHECK(len >= 1 && len <= cfg_.seq_len, "forward_logits: length %d outside [1, seq_len=%d]", len,
              cfg_.seq_len);
   run_forward(0, ids, 1, len, len);
+  params_.acquire(ln_f_module(cfg_), false);
+  params_.acquire(kWteModule, false);
   head_forward(0);
+  params_.release(kWteModule);
+  params_.release(ln_f_module(cfg_));
   ops_.to_host_f32(logits, rows(logits_, 0));
 }
 

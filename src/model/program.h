@@ -15,8 +15,10 @@
 // shared set before its backward: activations shrink from 16 values per token, channel and layer to 1, for about
 // one more forward pass of compute.
 //
-// Gradients accumulate into the backend's buffer; `ready` hooks report each module once its gradient for the
-// micro-batch is complete (in stream order), so that communication can overlap the rest of backward.
+// Weights and gradients come from a ParamSource (backend/backend.h): the backend's flat buffers, or ZeRO-3's
+// gathered modules, acquired around each module's use. Gradients accumulate there; `ready` hooks report each
+// module once its gradient for the micro-batch is complete (in stream order), so that communication can overlap
+// the rest of backward.
 //
 // With tensor parallelism (Megatron-LM) the backend holds this rank's part of each tensor (model/gpt.h TpSplit)
 // and the program its heads and its part of the MLP and of the vocabulary; the ranks of the tensor group sum
@@ -49,8 +51,16 @@ struct ProgramMemory {
   size_t buffers = 0;      // backward scratch and token buffers
 };
 
-// Device bytes of a backend and a program of `spec` on it, by purpose: what make_backend (flat buffers of
-// `n_params` parameters, its own workspace) and the Program allocate. Needs no device.
+// The parameters' device memory, in elements: working weights and fp32 gradients. A backend holding n parameters
+// whole has n of each; under ZeRO-3, the shards and the gathered modules (optim/zero.h zero_param_memory).
+struct ParamMemory {
+  size_t weights = 0, grads = 0;
+  ParamMemory(size_t n) : weights(n), grads(n) {}  // NOLINT(google-explicit-constructor): n whole parameters
+  ParamMemory(size_t w, size_t g) : weights(w), grads(g) {}
+};
+
+// Device bytes of a backend and a program of `spec` on it, by purpose: what make_backend (parameter memory
+// `params`, its own workspace) and the Program (or ZeRO-3's gathered modules) allocate. Needs no device.
 struct MemoryPlan {
   size_t weights = 0;      // working weights
   size_t grads = 0;        // fp32 gradients
@@ -59,16 +69,18 @@ struct MemoryPlan {
   size_t total() const { return weights + grads + activations + buffers; }
   std::string describe() const;  // "X GiB (weights ..., grads ..., activations ..., buffers ...)"
 };
-MemoryPlan plan_memory(Device device, const GPTConfig& cfg, const ProgramSpec& spec, size_t n_params);
+MemoryPlan plan_memory(Device device, const GPTConfig& cfg, const ProgramSpec& spec, const ParamMemory& params);
 // Before anything is allocated: throws the one-line Error "memory plan: needs X GiB on the cuda device (...),
 // device has Y GiB free; try ..." (a smaller train.micro_batch or train.recompute=true) when the plan does not
 // fit in `free_bytes`.
-void check_memory(Device device, const GPTConfig& cfg, const ProgramSpec& spec, size_t n_params, size_t free_bytes);
+void check_memory(Device device, const GPTConfig& cfg, const ProgramSpec& spec, const ParamMemory& params,
+                  size_t free_bytes);
 
 class Program {
  public:
-  // `tensor`: the tensor group's communicator, for spec.tp_size > 1.
-  Program(Backend& backend, const ProgramSpec& spec, Communicator* tensor = nullptr);
+  // `tensor`: the tensor group's communicator, for spec.tp_size > 1. `params`: where the weights and gradients
+  // are (null: the backend's buffers).
+  Program(Backend& backend, const ProgramSpec& spec, Communicator* tensor = nullptr, ParamSource* params = nullptr);
   Program(const Program&) = delete;
   Program& operator=(const Program&) = delete;
   // What a program of `spec` allocates on a backend storing tensors in `formats`; needs no backend.
@@ -141,6 +153,7 @@ class Program {
 
   Backend& backend_;
   Ops& ops_;
+  ParamSource& params_;
   Communicator* tensor_;
   const GPTConfig cfg_;
   ProgramSpec spec_;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "util/error.h"
 #include "util/log.h"
@@ -18,9 +19,51 @@ Shard zero_shard(size_t n, int ranks, int rank, int stage) {
   return {lo, hi - lo};
 }
 
-size_t zero_optimizer_bytes(size_t n_params, int ranks, int rank, int stage, bool delayed_update) {
+static ModuleRange whole(const ParamLayout& layout, ModuleRange modules) {
+  return modules.size() ? modules : ModuleRange{layout.modules().front().index, layout.modules().back().index + 1};
+}
+
+size_t zero_shard_elements(const ParamLayout& layout, ModuleRange modules, int ranks, int rank, int stage) {
+  modules = whole(layout, modules);
+  size_t n = 0;
+  if (stage < 3) {
+    for (int m = modules.first; m < modules.end; m++) n += layout.module(m).numel;
+    return zero_shard(n, ranks, rank, stage).count;
+  }
+  for (int m = modules.first; m < modules.end; m++) n += zero_shard(layout.module(m).numel, ranks, rank, 1).count;
+  return n;
+}
+
+size_t zero_optimizer_bytes(size_t shard, bool delayed_update) {
   // master, m, v, gradient(s)
-  return (delayed_update ? 5 : 4) * zero_shard(n_params, ranks, rank, stage).count * sizeof(float);
+  return (delayed_update ? 5 : 4) * shard * sizeof(float);
+}
+
+// One buffer for each module outside the blocks, two for the blocks (the largest block: all are the same size).
+static std::vector<size_t> zero3_buffers(const ParamLayout& layout, ModuleRange modules) {
+  std::vector<size_t> out;
+  size_t block = 0;
+  const GPTConfig& c = layout.config();
+  for (int m = modules.first; m < modules.end; m++) {
+    if (m >= block_module(0) && m < ln_f_module(c))
+      block = std::max(block, layout.module(m).numel);
+    else
+      out.push_back(layout.module(m).numel);
+  }
+  if (block) out.insert(out.end(), {block, block});
+  return out;
+}
+
+size_t zero3_buffer_elements(const ParamLayout& layout, ModuleRange modules) {
+  size_t n = 0;
+  for (size_t b : zero3_buffers(layout, whole(layout, modules))) n += b;
+  return n;
+}
+
+ParamMemory zero_param_memory(const ParamLayout& layout, std::optional<size_t> shards) {
+  if (!shards) return layout.total();
+  const size_t buffers = zero3_buffer_elements(layout, {});
+  return {*shards + buffers, buffers};
 }
 
 ops::AdamWHyper adamw_hyper(const OptimConfig& o, double lr, int64_t t, double grad_norm) {
@@ -57,11 +100,13 @@ static char* at(const Tensor& flat, size_t offset) {
 }
 
 ZeroOptimizer::ZeroOptimizer(const OptimConfig& cfg, Backend& backend, Communicator& comm, const float* init_params,
-                             ModuleRange modules, bool overlap)
-    : cfg_(cfg), backend_(backend), comm_(comm), overlap_(overlap), per_micro_(cfg.zero == 2 && overlap) {
-  YUAN_CHECK(cfg.zero >= 0 && cfg.zero <= 2, "optim.zero = %d: must be 0, 1 or 2", cfg.zero);
+                             ModuleRange modules, bool overlap, std::unique_ptr<Communicator> gathers)
+    : cfg_(cfg), backend_(backend), comm_(comm), overlap_(overlap), per_micro_(cfg.zero >= 2 && overlap) {
+  YUAN_CHECK(cfg.zero >= 0 && cfg.zero <= 3, "optim.zero = %d: must be 0, 1, 2 or 3", cfg.zero);
+  YUAN_CHECK(cfg.zero < 3 || overlap, "optim.zero = 3 gathers and reduces each module as the passes use it, so "
+             "every member of its group must run the same passes: it needs one stage per pipeline");
   const ParamLayout& layout = backend.layout();
-  if (modules.size() == 0) modules = {layout.modules().front().index, layout.modules().back().index + 1};
+  modules = whole(layout, modules);
   modules_ = modules;
   const DType wdt = backend.weights().dtype;
   YUAN_CHECK(wdt == DType::F32 || wdt == DType::BF16, "backend %s: working weights must be f32 or bf16",
@@ -80,16 +125,32 @@ ZeroOptimizer::ZeroOptimizer(const OptimConfig& cfg, Backend& backend, Communica
   // parallelism). Checkpoints place shards there.
   global_off_ = ParamLayout(layout.config(), held_modules(layout.config(), all_modules(layout.config())),
                             layout.tp()).module(modules.first).offset;
-  const Shard mine = zero_shard(range_n_, comm.size(), comm.rank(), cfg.zero);
-  stride_ = zero_shard(range_n_, comm.size(), 0, cfg.zero).count;
-  shard_off_ = range_off_ + mine.offset;
-  shard_n_ = mine.count;
-
-  // Buckets of whole modules, last module first (the order backward finishes them).
   const int n_all = module_count(layout.config());
+  if (cfg.zero < 3) {
+    YUAN_CHECK(!backend.sharded(), "ZeroOptimizer: optim.zero = %d with a backend made for ZeRO-3 shards", cfg.zero);
+    const Shard mine = zero_shard(range_n_, comm.size(), comm.rank(), cfg.zero);
+    stride_ = zero_shard(range_n_, comm.size(), 0, cfg.zero).count;
+    shard_off_ = range_off_ + mine.offset;
+    shard_n_ = mine.count;
+    pieces_.push_back({shard_off_, 0, shard_n_});
+  } else {
+    // Each module cut over the group on its own; the backend's flat weights are the pieces one after the other.
+    piece_of_module_.assign(static_cast<size_t>(n_all), -1);
+    for (int m = modules.first; m < modules.end; m++) {
+      const Shard mine = zero_shard(layout.module(m).numel, comm.size(), comm.rank(), 1);
+      piece_of_module_[m] = static_cast<int>(pieces_.size());
+      pieces_.push_back({layout.module(m).offset + mine.offset, shard_n_, mine.count});
+      shard_n_ += mine.count;
+    }
+    YUAN_CHECK(backend.sharded() && backend.size() == shard_n_, "ZeroOptimizer: optim.zero = 3 needs a backend "
+               "holding this rank's %zu shard elements (BackendSpec::shards), not %s", shard_n_,
+               backend.sharded() ? strf("%zu", backend.size()).c_str() : "the whole layout");
+  }
+
+  // Buckets of whole modules, last module first (the order backward finishes them); one module each at zero 3.
   bucket_of_module_.assign(static_cast<size_t>(n_all), -1);
   module_done_.assign(static_cast<size_t>(n_all), false);
-  const double limit = cfg.bucket_mb * 1048576.0;
+  const double limit = cfg.zero == 3 ? 0 : cfg.bucket_mb * 1048576.0;
   double bytes = 0;
   int last = modules.end - 1;
   for (int i = modules.end - 1; i >= modules.first; i--) {
@@ -107,19 +168,34 @@ ZeroOptimizer::ZeroOptimizer(const OptimConfig& cfg, Backend& backend, Communica
     bytes = 0;
   }
 
-  // Tiles: the buckets' parts of the shard, which tile it, each cut where weight decay changes.
-  const size_t lo = shard_off_, hi = shard_off_ + shard_n_;
+  // Tiles: the buckets' parts of the shard's pieces, which tile it, each cut where weight decay changes.
   size_t largest = 0;
-  for (const Bucket& b : buckets_) {
-    const size_t tlo = std::max(b.offset, lo), thi = std::min(b.offset + b.count, hi);
-    if (tlo >= thi) continue;
-    Tile t;
-    t.offset = tlo - lo;
-    t.count = thi - tlo;
-    t.pieces = decay_segments(layout, tlo, thi);
-    for (DecaySegment& p : t.pieces) p.offset -= lo;
-    largest = std::max(largest, t.count);
-    tiles_.push_back(std::move(t));
+  for (const Bucket& b : buckets_)
+    for (const Piece& p : pieces_) {
+      const size_t tlo = std::max(b.offset, p.layout), thi = std::min(b.offset + b.count, p.layout + p.count);
+      if (tlo >= thi) continue;
+      Tile t;
+      t.offset = p.host + (tlo - p.layout);
+      t.count = thi - tlo;
+      t.backend = cfg.zero == 3 ? t.offset : tlo;
+      t.pieces = decay_segments(layout, tlo, thi);
+      for (DecaySegment& d : t.pieces) d.offset = p.host + (d.offset - p.layout);
+      largest = std::max(largest, t.count);
+      tiles_.push_back(std::move(t));
+    }
+  if (cfg.zero == 3) {
+    const std::vector<size_t> sizes = zero3_buffers(layout, modules);
+    const size_t w = dtype_size(wdt);
+    for (size_t n : sizes) {
+      gathered_.push_back({backend.alloc(n * w, Mem::Params)});
+      grad_bufs_.push_back({backend.alloc(n * sizeof(float), Mem::Grads)});
+    }
+    if (gathers) {
+      YUAN_CHECK(!comm.stream() && !gathers->stream() && gathers->size() == comm.size() &&
+                     gathers->rank() == comm.rank(),
+                 "ZeroOptimizer: the gathers' communicator must be a host communicator over the group's ranks");
+      gather_thread_ = std::make_unique<parallel::CommThread>(std::move(gathers));
+    }
   }
 
   master_ = HostArray<float>(shard_n_, Mem::Optimizer);
@@ -131,7 +207,8 @@ ZeroOptimizer::ZeroOptimizer(const OptimConfig& cfg, Backend& backend, Communica
   if (bf16_ && cfg.delayed_update) bf16_shard_ = backend.alloc_transfer(shard_n_ * sizeof(uint16_t), Mem::Comm);
   if (bf16_ && !cfg.delayed_update)
     for (Allocation& s : stage_) s = backend.alloc_transfer(largest * sizeof(uint16_t), Mem::Comm);
-  if (shard_n_) std::memcpy(master_.data(), init_params + shard_off_, shard_n_ * sizeof(float));
+  for (const Piece& p : pieces_)
+    if (p.count) std::memcpy(master_.data() + p.host, init_params + p.layout, p.count * sizeof(float));
   reduce_in_backward_ = per_micro_;
   ready_ = [this](int module) { module_ready(module); };
   load_backend_params();
@@ -161,6 +238,10 @@ void ZeroOptimizer::module_ready(int module) {
   YUAN_CHECK(!module_done_[module], "ready hook: module %s reported twice in one micro-batch",
              backend_.layout().module(module).name.c_str());
   module_done_[module] = true;
+  if (cfg_.zero == 3) {  // reduced at the next acquire, once the compute that follows is enqueued
+    pending_.push_back(module);
+    return;
+  }
   Bucket& b = buckets_[bucket_of_module_[module]];
   if (--b.pending == 0 && reduce_in_backward_) reduce_bucket(b);
 }
@@ -173,6 +254,11 @@ void ZeroOptimizer::after_micro_batch() {
                backend_.name(), backend_.layout().module(m).name.c_str());
   module_done_.assign(module_done_.size(), false);
   for (Bucket& b : buckets_) b.pending = b.last_module - b.first_module + 1;
+  if (cfg_.zero == 3) {
+    flush_reductions();
+    for (const ModuleBuffer& w : gathered_)
+      YUAN_CHECK(w.pins == 0, "ZeroOptimizer: module %d acquired and not released in a micro-batch", w.module);
+  }
   if (per_micro_) {
     finish_reductions(micro_ > 0);
     for (Bucket& b : buckets_) b.reduced = false;
@@ -206,7 +292,7 @@ void ZeroOptimizer::finish_reductions(bool accumulate) {
   comm_.synchronize();
   backend_.wait_transfers();
   comm_seconds_ += now_seconds() - t0;
-  backend_.zero_grads(range_off_, range_n_);
+  if (cfg_.zero < 3) backend_.zero_grads(range_off_, range_n_);  // zero 3's buffers are zeroed as they are taken
   if (!accumulate) return;
   float* dst = grad_[cur_].as<float>();
   const float* src = incoming_.as<float>();
@@ -237,7 +323,7 @@ void ZeroOptimizer::update_and_upload(const float* g, const ops::AdamWHyper& h) 
     }
     update_tile(t, g, out, h);
     backend_.params_from_host_async(bf16_ ? static_cast<const void*>(out) : master_.data() + t.offset,
-                                    shard_off_ + t.offset, t.count, lane);
+                                    t.backend, t.count, lane);
   }
   for (int lane : {0, 1}) backend_.wait_upload(lane);
 }
@@ -247,12 +333,20 @@ void ZeroOptimizer::upload_shard() {
     const Tile& t = tiles_[k];
     const void* src =
         bf16_ ? static_cast<const void*>(bf16_shard_.as<uint16_t>() + t.offset) : master_.data() + t.offset;
-    backend_.params_from_host_async(src, shard_off_ + t.offset, t.count, static_cast<int>(k % 2));
+    backend_.params_from_host_async(src, t.backend, t.count, static_cast<int>(k % 2));
   }
   for (int lane : {0, 1}) backend_.wait_upload(lane);
 }
 
 void ZeroOptimizer::gather_params() {
+  if (cfg_.zero == 3) {  // gathered modules now hold old weights: they are gathered again where next used
+    for (ModuleBuffer& b : gathered_) {
+      YUAN_CHECK(b.pins == 0, "ZeroOptimizer: weights changed while module %d is acquired", b.module);
+      wait_gather(b);
+      b.module = -1;
+    }
+    return;
+  }
   if (cfg_.zero == 0) return;
   const Tensor& p = backend_.weights();
   const double t0 = now_seconds();
@@ -296,8 +390,10 @@ double ZeroOptimizer::reduce_gradients() {
   } else {
     for (const TensorSpec& t : backend_.layout().tensors()) {
       if (t.split == TpSplit::Replicated) continue;
-      const size_t lo = std::max(t.offset, shard_off_), hi = std::min(t.offset + t.numel, shard_off_ + shard_n_);
-      if (lo < hi) share += ops::sum_squares(grad_[cur_].as<float>() + (lo - shard_off_), hi - lo);
+      for (const Piece& p : pieces_) {
+        const size_t lo = std::max(t.offset, p.layout), hi = std::min(t.offset + t.numel, p.layout + p.count);
+        if (lo < hi) share += ops::sum_squares(grad_[cur_].as<float>() + p.host + (lo - p.layout), hi - lo);
+      }
     }
   }
   optim_seconds_ += now_seconds() - t0;
@@ -370,7 +466,11 @@ void ZeroOptimizer::load_backend_params() {
 int ZeroOptimizer::stage() const { return cfg_.zero; }
 int ZeroOptimizer::group_rank() const { return comm_.rank(); }
 size_t ZeroOptimizer::shard_offset() const { return shard_off_; }
-size_t ZeroOptimizer::shard_model_offset() const { return global_off_ + (shard_off_ - range_off_); }
+std::vector<ShardPiece> ZeroOptimizer::shard_pieces() const {
+  std::vector<ShardPiece> out;
+  for (const Piece& p : pieces_) out.push_back({global_off_ + (p.layout - range_off_), p.count});
+  return out;
+}
 size_t ZeroOptimizer::shard_size() const { return shard_n_; }
 float* ZeroOptimizer::master() {
   check_no_update_in_flight("master");
@@ -386,6 +486,148 @@ float* ZeroOptimizer::exp_avg_sq() {
 }
 int64_t ZeroOptimizer::adam_step() const { return t_; }
 void ZeroOptimizer::set_adam_step(int64_t s) { t_ = s; }
+
+// ---- ZeRO-3: the program's ParamSource ----
+
+void ZeroOptimizer::check_zero3(const char* what) const {
+  YUAN_CHECK(cfg_.zero == 3, "ZeroOptimizer::%s: the optimizer is a ParamSource at optim.zero = 3 only (it is %d)",
+             what, cfg_.zero);
+}
+
+std::vector<size_t> ZeroOptimizer::module_counts(int module) const {
+  const size_t n = backend_.layout().module(module).numel;
+  std::vector<size_t> counts(static_cast<size_t>(comm_.size()));
+  for (int r = 0; r < comm_.size(); r++) counts[r] = zero_shard(n, comm_.size(), r, 1).count;
+  return counts;
+}
+
+int ZeroOptimizer::held(const std::vector<ModuleBuffer>& pool, int module) {
+  for (size_t i = 0; i < pool.size(); i++)
+    if (pool[i].module == module) return static_cast<int>(i);
+  return -1;
+}
+
+// A module outside the blocks has the buffer of its own size; a block takes the blocks' buffer that is free (for
+// weights: not acquired, and the one used longer ago). -1 when none is.
+int ZeroOptimizer::buffer_for(std::vector<ModuleBuffer>& pool, int module, bool weights) const {
+  const GPTConfig& c = backend_.layout().config();
+  const bool block = module >= block_module(0) && module < ln_f_module(c);
+  int own = 0;  // the buffers of the other modules come first, in module order
+  for (int m = modules_.first; m < module; m++) own += !(m >= block_module(0) && m < ln_f_module(c));
+  if (!block) return own;
+  int best = -1;
+  const int first = static_cast<int>(pool.size()) - 2;
+  for (int i = first; i < first + 2; i++) {
+    const ModuleBuffer& b = pool[i];
+    const bool free = weights ? b.pins == 0 : b.module < 0;
+    if (free && (best < 0 || b.last_use < pool[best].last_use)) best = i;
+  }
+  return best;
+}
+
+// The module's weights: this rank's block copied from the backend's shard into its place, then all-gathered.
+void ZeroOptimizer::gather(int module) {
+  if (held(gathered_, module) >= 0) return;
+  const int i = buffer_for(gathered_, module, true);
+  YUAN_CHECK(i >= 0, "ZeroOptimizer: no buffer free to gather module %s (both blocks' buffers are acquired)",
+             backend_.layout().module(module).name.c_str());
+  ModuleBuffer& b = gathered_[i];
+  YUAN_CHECK(b.pins == 0, "ZeroOptimizer: module %d's buffer is acquired", b.module);
+  wait_gather(b);  // a prefetch that was never used may still be writing it
+  const Tensor& shard = backend_.weights();
+  const Piece& p = pieces_[piece_of_module_[module]];
+  const size_t w = dtype_size(shard.dtype), lo = p.layout - backend_.layout().module(module).offset;
+  const double t0 = now_seconds();
+  if (p.count)
+    backend_.ops().copy(Tensor(b.mem.as<char>() + lo * w, shard.dtype, 1, static_cast<int64_t>(p.count)),
+                        Tensor(at(shard, p.host), shard.dtype, 1, static_cast<int64_t>(p.count)));
+  if (gather_thread_)
+    b.ticket = gather_thread_->all_gather(b.mem.as<void>(), module_counts(module), shard.dtype);
+  else
+    comm_.all_gather(b.mem.as<void>(), module_counts(module), shard.dtype);
+  comm_seconds_ += now_seconds() - t0;
+  b.module = module;
+}
+
+void ZeroOptimizer::wait_gather(ModuleBuffer& b) {
+  if (!b.ticket) return;
+  const double t0 = now_seconds();
+  gather_thread_->wait(std::exchange(b.ticket, 0));
+  comm_seconds_ += now_seconds() - t0;
+}
+
+void ZeroOptimizer::reduce_module(int module) {
+  const int i = held(grad_bufs_, module);
+  YUAN_CHECK(i >= 0, "ZeroOptimizer: module %d reported ready without its gradient taken", module);
+  ModuleBuffer* g = &grad_bufs_[i];
+  const Piece& p = pieces_[piece_of_module_[module]];
+  const double t0 = now_seconds();
+  comm_.reduce_scatter(g->mem.as<void>(), module_counts(module), DType::F32);
+  comm_seconds_ += now_seconds() - t0;
+  if (p.count) {
+    float* dst = (micro_ > 0 ? incoming_ : grad_[cur_]).as<float>() + p.host;
+    const size_t lo = p.layout - backend_.layout().module(module).offset;
+    backend_.to_host_async(dst, Tensor(g->mem.as<float>() + lo, DType::F32, 1, static_cast<int64_t>(p.count)),
+                           comm_.stream());
+  }
+  g->module = -1;  // reused by a later acquire, whose compute waits for this copy (compute_after_transfers)
+}
+
+void ZeroOptimizer::flush_reductions() {
+  for (int m : pending_) reduce_module(m);
+  pending_.clear();
+}
+
+// The order on a device: compute waits for the gradient copies issued so far (a gradient buffer may be taken
+// again below) and for the gather of this module; then the reductions reported since the last acquire and the
+// gather of the module that comes next go out behind the compute already enqueued, and run beside this one's.
+void ZeroOptimizer::acquire(int module, bool grads) {
+  check_zero3("acquire");
+  YUAN_CHECK(modules_.contains(module), "ZeroOptimizer: module %d acquired, outside modules [%d, %d)", module,
+             modules_.first, modules_.end);
+  if (grads) backend_.compute_after_transfers();
+  gather(module);
+  backend_.compute_after(comm_.stream());
+  ModuleBuffer& b = gathered_[held(gathered_, module)];
+  wait_gather(b);
+  b.pins++;
+  b.last_use = ++uses_;
+  flush_reductions();
+  if (grads && held(grad_bufs_, module) < 0) {
+    const int i = buffer_for(grad_bufs_, module, false);
+    YUAN_CHECK(i >= 0 && grad_bufs_[i].module < 0, "ZeroOptimizer: no gradient buffer free for module %s",
+               backend_.layout().module(module).name.c_str());
+    ModuleBuffer& g = grad_bufs_[i];
+    g.module = module;
+    backend_.ops().zero(Tensor(g.mem.as<float>(), DType::F32, 1,
+                               static_cast<int64_t>(backend_.layout().module(module).numel)));
+  }
+  const int next = module + (grads ? -1 : 1);  // backward walks the modules down, forward up
+  if (modules_.contains(next) && held(gathered_, next) < 0 && buffer_for(gathered_, next, true) >= 0) gather(next);
+}
+
+void ZeroOptimizer::release(int module) {
+  check_zero3("release");
+  const int i = held(gathered_, module);
+  YUAN_CHECK(i >= 0 && gathered_[i].pins > 0, "ZeroOptimizer: module %d released without being acquired", module);
+  gathered_[i].pins--;
+}
+
+Tensor ZeroOptimizer::weight(const TensorSpec& t) const {
+  check_zero3("weight");
+  const int i = held(gathered_, t.module);
+  YUAN_CHECK(i >= 0 && gathered_[i].pins > 0, "ZeroOptimizer: weight %s read while its module is not acquired",
+             t.name.c_str());
+  return tensor_view(gathered_[i].mem.as<void>(), backend_.weights().dtype, t, backend_.layout().module(t.module).offset);
+}
+
+Tensor ZeroOptimizer::grad(const TensorSpec& t) const {
+  check_zero3("grad");
+  const int i = held(grad_bufs_, t.module);
+  YUAN_CHECK(i >= 0, "ZeroOptimizer: gradient of %s used while its module is not acquired for backward",
+             t.name.c_str());
+  return tensor_view(grad_bufs_[i].mem.as<void>(), DType::F32, t, backend_.layout().module(t.module).offset);
+}
 
 ZeroOptimizers::ZeroOptimizers() {
   ready_ = [this](int module) {
@@ -436,5 +678,12 @@ void ZeroOptimizers::drain() {
 }
 
 int ZeroOptimizers::stage() const { return opts_.empty() ? 0 : opts_.front()->stage(); }
+
+ParamSource* ZeroOptimizers::param_source() {
+  if (stage() < 3) return nullptr;
+  YUAN_CHECK(opts_.size() == 1, "optim.zero = 3 with %zu module groups on one rank: it needs one stage per pipeline",
+             opts_.size());
+  return opts_.front().get();
+}
 
 }  // namespace yuan

@@ -7,22 +7,36 @@
 //           and moments (1/N of the bytes), then the weights are all-gathered.
 //   zero 2: as 1, but each finished bucket is reduce-scattered during backward of every micro-batch and
 //           accumulated into the host gradient shard, so no rank keeps a full gradient across micro-batches.
+//   zero 3: as 2, and the working weights are sharded too: the backend holds 1/N of every module, and the
+//           optimizer, as the program's ParamSource, all-gathers a module where forward or backward uses it and
+//           reduce-scatters its gradient as soon as backward reports it ready (below).
 //
 // One optimizer covers a range of whole modules of the backend's flat buffer (a module group of the topology:
 // every module of the model for plain data parallelism) over one data-parallel group, the Communicator it is
 // given: the ranks that hold those modules. Of the range's n parameters, group rank r owns the shard
-// [r*S, min((r+1)*S, n)), S = ceil(n/N) (the last shards may be shorter, or empty). Communication goes bucket by
-// bucket (optim.bucket_mb, whole modules in reverse layout order, the order backward finishes them). Clipping
-// uses the exact global norm: reduce_gradients() gives this rank's share of its square, the caller sums the
-// shares of all optimizers over the world and passes the norm to step().
+// [r*S, min((r+1)*S, n)), S = ceil(n/N) (the last shards may be shorter, or empty); at zero 3 each module is cut
+// that way on its own, so that a module gathers from N blocks. Communication goes bucket by bucket
+// (optim.bucket_mb, whole modules in reverse layout order, the order backward finishes them; zero 3: one module).
+// Clipping uses the exact global norm: reduce_gradients() gives this rank's share of its square, the caller sums
+// the shares of all optimizers over the world and passes the norm to step().
 //
 // The pipeline, per bucket: reduce (Communicator, on its stream for NCCL) -> this rank's part copied into a
-// host gradient buffer (Backend::grads_to_host_async into transfer memory, on a copy stream) -> after backward: the global
-// norm, then OpenMP AdamW over the shard tile by tile (a tile is a bucket's part of the shard), each finished
-// tile's working weights uploaded on alternating copy lanes while the next tile updates -> all-gather.
-// At zero 2 the buckets go during every backward; at zero 0 and 1 during the step's last backward when the
-// caller announces it (before_last_micro_batch), else in reduce_gradients(). On host backends every transfer is a
-// copy.
+// host gradient buffer (Backend::to_host_async into transfer memory, on a copy stream) -> after backward: the
+// global norm, then OpenMP AdamW over the shard tile by tile (a tile is a bucket's part of the shard), each
+// finished tile's working weights uploaded on alternating copy lanes while the next tile updates -> all-gather
+// (zero 1 and 2; zero 3 gathers where the weights are next used). At zero 2 and 3 the buckets go during every
+// backward; at zero 0 and 1 during the step's last backward when the caller announces it
+// (before_last_micro_batch), else in reduce_gradients(). On host backends every transfer is a copy.
+//
+// ZeRO-3's gathered modules: wte, wpe and ln_f, used at both ends of every micro-batch, each have their own buffer
+// and stay gathered from their first use in a step until the weights change; the blocks share two buffers, so the
+// next block (forward: the following one, backward: the preceding one) is gathered while the current one computes
+// (on the communicator's stream; with host communicators on a thread of its own, parallel/comm_thread.h), and the
+// two blocks that end a forward are still there when backward starts. Gradients have the same buffers,
+// each zeroed when a module's backward takes it and free once its reduction has left. Per micro-batch that
+// moves every parameter three times (gathered for forward and for backward, reduce-scattered) against twice per
+// step at zero 1 and 2 (reduce-scatter, all-gather), for device memory of 1/N of the weights plus those buffers.
+// Every member of the group must run the same passes in the same order (one stage per pipeline).
 //
 // optim.delayed_update: step t's AdamW runs on a host thread while step t+1's forward and backward run, and its
 // weights reach the backend at the start of step t+2's. That is a different algorithm: the gradient of step t is
@@ -32,11 +46,14 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
 #include "backend/backend.h"
 #include "config/config.h"
+#include "model/program.h"
+#include "parallel/comm_thread.h"
 #include "parallel/communicator.h"
 #include "ops/adamw.h"
 #include "util/memory.h"
@@ -49,10 +66,18 @@ struct Shard {
   size_t offset = 0, count = 0;
 };
 Shard zero_shard(size_t n_params, int ranks, int rank, int stage);
-// Host bytes of optimizer state of rank `rank`: fp32 master weights, both moments and the fp32 gradient (two with
-// delayed_update) of its shard. Exactly what a ZeroOptimizer allocates as Mem::Optimizer; its transfer staging is
-// Mem::Comm. Rank 0's shard is the largest.
-size_t zero_optimizer_bytes(size_t n_params, int ranks, int rank, int stage, bool delayed_update = false);
+// Elements of rank `rank`'s shard of `modules` of `layout` (empty: all of them) at `stage`: at zero 3 the sum of
+// its block of each module, which is also the size of the backend's flat weights (BackendSpec::shards).
+size_t zero_shard_elements(const ParamLayout& layout, ModuleRange modules, int ranks, int rank, int stage);
+// Host bytes of optimizer state of a shard of `shard` elements: fp32 master weights, both moments and the fp32
+// gradient (two with delayed_update). Exactly what a ZeroOptimizer allocates as Mem::Optimizer; its transfer
+// staging is Mem::Comm. Rank 0's shard is the largest.
+size_t zero_optimizer_bytes(size_t shard, bool delayed_update = false);
+// ZeRO-3's module buffers (above) for `modules` of `layout`, in elements: as many working weights as gradients.
+size_t zero3_buffer_elements(const ParamLayout& layout, ModuleRange modules);
+// The device memory of a backend for `layout` (model/program.h ParamMemory): whole, or with `shards` (ZeRO-3's
+// BackendSpec::shards) those and the module buffers.
+ParamMemory zero_param_memory(const ParamLayout& layout, std::optional<size_t> shards);
 
 // The AdamW settings of `o` for step t (from 1) at learning rate lr, with the gradient scaled down to
 // o.grad_clip when the global norm exceeds it (torch.nn.utils.clip_grad_norm_). Weight decay is o's: callers
@@ -76,17 +101,26 @@ struct ZeroStepStats {
   bool skipped = false;           // no update: the norm was not finite, or the caller asked to skip
 };
 
-class ZeroOptimizer {
+// The part of a shard that lies in one run of the model as this tensor rank holds it (every module, each tensor
+// this rank's part; the whole model without tensor parallelism): checkpoints place shards by these.
+struct ShardPiece {
+  size_t model_offset = 0, count = 0;
+};
+
+class ZeroOptimizer : public ParamSource {
  public:
   // `modules`: whole modules held by the backend, contiguous in its layout and in the model's (empty: all of the
   // backend's). `init_params`: the backend layout's fp32 parameters (layout().total() values, identical on every
   // member of the group). Keeps this rank's shard as the master copy and loads the backend's working weights.
   // `overlap`: reduce each bucket as backward completes it (zero 2: in every micro-batch). Off, every reduction
   // waits for reduce_gradients() and zero 2 communicates as zero 1 does: for groups whose members run different
-  // numbers of micro-batches, or wait on each other through pipeline stages.
+  // numbers of micro-batches, or wait on each other through pipeline stages. Zero 3 needs it, and a backend made
+  // with BackendSpec::shards = zero_shard_elements(...); the program then takes this optimizer as its ParamSource.
+  // `gathers`: zero 3 with a host communicator, a duplicate of `comm` (parallel/groups.h) on which the gathers run
+  // on a thread of their own beside compute; without it they run in the calling thread.
   ZeroOptimizer(const OptimConfig& cfg, Backend& backend, Communicator& comm, const float* init_params,
-                ModuleRange modules = {}, bool overlap = true);
-  ~ZeroOptimizer();
+                ModuleRange modules = {}, bool overlap = true, std::unique_ptr<Communicator> gathers = nullptr);
+  ~ZeroOptimizer() override;
   ZeroOptimizer(const ZeroOptimizer&) = delete;  // the ready hook captures `this`
   ZeroOptimizer& operator=(const ZeroOptimizer&) = delete;
 
@@ -110,15 +144,20 @@ class ZeroOptimizer {
   // before reading the state below (checkpoints), evaluating, or at the end.
   void drain();
 
+  // ParamSource, at zero 3 (collective: the members of the group acquire the same modules in the same order).
+  void acquire(int module, bool grads) override;
+  void release(int module) override;
+  Tensor weight(const TensorSpec& t) const override;
+  Tensor grad(const TensorSpec& t) const override;
+
   int stage() const;
   int group_rank() const;
   const TensorParallel& tensor_parallel() const { return backend_.layout().tp(); }
   const ModuleRange& modules() const { return modules_; }
-  size_t shard_offset() const;         // in the backend's flat buffer
-  // In the model as this tensor rank holds it (every module, each tensor this rank's part; the whole model's flat
-  // buffer without tensor parallelism): where checkpoints place the shard.
-  size_t shard_model_offset() const;
+  size_t shard_offset() const;  // in the backend's flat buffer
   size_t shard_size() const;
+  // Where the shard's values (in master() order) belong in the model; one piece below zero 3, one per module at it.
+  std::vector<ShardPiece> shard_pieces() const;
   // Optimizer state of this rank's shard (shard_size() values each), for checkpoints; not while an update is in
   // flight (drain() first).
   float* master();
@@ -138,7 +177,20 @@ class ZeroOptimizer {
   };
   struct Tile {
     size_t offset = 0, count = 0;      // a bucket's part of this rank's shard
+    size_t backend = 0;                // where it is in the backend's flat weights
     std::vector<DecaySegment> pieces;  // the tile split where weight decay changes, offsets in the shard
+  };
+  // A run of this rank's shard: `count` elements from `layout` in the backend's layout, at `host` in the shard.
+  struct Piece {
+    size_t layout = 0, host = 0, count = 0;
+  };
+  // ZeRO-3: a buffer for one module's gathered weights or its gradient at a time.
+  struct ModuleBuffer {
+    Allocation mem;
+    int module = -1;           // whose values it holds (-1: none)
+    int pins = 0;              // weights: acquired and not yet released
+    uint64_t last_use = 0;     // weights: when last acquired, for the choice between the blocks' two buffers
+    uint64_t ticket = 0;       // weights: its gather on the communication thread, until waited for
   };
   void module_ready(int module);
   void reduce_bucket(Bucket& b);            // reduce b; start copying this rank's part into the host gradient
@@ -152,6 +204,15 @@ class ZeroOptimizer {
   void gather_params();
   void join_worker();   // the delayed update finished, its weights uploaded and gathered
   void check_no_update_in_flight(const char* what) const;
+  // ZeRO-3
+  void check_zero3(const char* what) const;
+  std::vector<size_t> module_counts(int module) const;  // each rank's block of the module
+  int buffer_for(std::vector<ModuleBuffer>& pool, int module, bool weights) const;  // a free buffer that fits
+  static int held(const std::vector<ModuleBuffer>& pool, int module);  // the buffer holding module, or -1
+  void gather(int module);          // into a buffer, unless it is there already
+  void wait_gather(ModuleBuffer& b);  // its gather on the communication thread is done
+  void reduce_module(int module);   // the module's gradient buffer: reduce-scatter, copy out, free
+  void flush_reductions();          // issue the reductions of the modules reported ready
 
   OptimConfig cfg_;
   Backend& backend_;
@@ -162,10 +223,11 @@ class ZeroOptimizer {
   std::vector<int> bucket_of_module_;  // by module index; -1 outside the range
   std::vector<bool> module_done_;      // by module index: reported ready in the current micro-batch
   std::vector<Tile> tiles_;
-  size_t range_off_ = 0, range_n_ = 0;      // the modules' part of the backend's buffer
-  size_t shard_off_ = 0, shard_n_ = 0;      // this rank's shard, in the backend's buffer
-  size_t stride_ = 0;                        // S: shard r starts at range_off_ + r * S
-  size_t global_off_ = 0;                   // where the range starts in the model's buffer (shard_model_offset)
+  size_t range_off_ = 0, range_n_ = 0;      // the modules' part of the backend's layout
+  size_t shard_off_ = 0, shard_n_ = 0;      // this rank's shard, in the backend's flat buffer
+  size_t stride_ = 0;                        // S: shard r starts at range_off_ + r * S (below zero 3)
+  size_t global_off_ = 0;                   // where the range starts in the model's buffer (shard_pieces)
+  std::vector<Piece> pieces_;               // the shard in the layout: one piece, or one per module at zero 3
   bool bf16_ = false;  // the backend's working weights are bf16: AdamW writes them for upload
   HostArray<float> master_, m_, v_;
   Allocation grad_[2];     // fp32 gradient of the shard (full for zero 0); the second for delayed_update
@@ -178,6 +240,12 @@ class ZeroOptimizer {
   bool reduce_in_backward_ = false;
   int64_t t_ = 0;
   double comm_seconds_ = 0, optim_seconds_ = 0;
+  // zero 3
+  std::vector<ModuleBuffer> gathered_, grad_bufs_;  // the module buffers (above)
+  std::vector<int> piece_of_module_;                // by module index
+  std::vector<int> pending_;                        // reported ready, reduction not yet issued
+  uint64_t uses_ = 0;
+  std::unique_ptr<parallel::CommThread> gather_thread_;
   // delayed_update
   std::thread worker_;
   std::exception_ptr worker_error_;
@@ -204,6 +272,9 @@ class ZeroOptimizers {
   ZeroStepStats step(double lr, double grad_norm, bool skip = false);  // times summed over the optimizers
   void drain();
   int stage() const;
+  // What the program reads its weights through: at zero 3 the optimizer (one module group), else null (the
+  // backend's buffers).
+  ParamSource* param_source();
 
  private:
   std::vector<std::unique_ptr<ZeroOptimizer>> opts_;

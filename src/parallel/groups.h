@@ -61,7 +61,10 @@ class ProcessGroups {
 std::unique_ptr<Communicator> make_communicator(const ProcessGroup& group, Device device, DeviceStream producer,
                                                 double nccl_timeout_s);
 // MPI over `group`, every MPI call limited to `max_count_per_call` elements (MPI counts are int; the tests use a
-// small limit to run the splitting paths that only counts above INT_MAX take in production).
-std::unique_ptr<Communicator> make_mpi_communicator(const ProcessGroup& group, size_t max_count_per_call);
+// small limit to run the splitting paths that only counts above INT_MAX take in production). With `duplicate`, on
+// a copy of the group's MPI communicator (MPI_Comm_dup, collective over the group), so that its collectives may
+// run on another thread at the same time as the group's own (WorldInfo::thread_multiple).
+std::unique_ptr<Communicator> make_mpi_communicator(const ProcessGroup& group, size_t max_count_per_call,
+                                                    bool duplicate = false);
 
 }  // namespace yuan::parallel

@@ -32,10 +32,15 @@ MPI_Datatype mpi_reduce_type(DType t, const char* what) {
 
 class MpiCommunicator final : public Communicator {
  public:
-  MpiCommunicator(const ProcessGroup& group, size_t max_count)
-      : comm_(group.comm()), name_(group.name()), max_count_(max_count), rank_(group.rank()), size_(group.size()) {
+  MpiCommunicator(const ProcessGroup& group, size_t max_count, bool duplicate)
+      : comm_(group.comm()), name_(group.name()), max_count_(max_count), rank_(group.rank()), size_(group.size()),
+        owned_(duplicate) {
     YUAN_CHECK(max_count_ >= 1 && max_count_ <= static_cast<size_t>(INT_MAX), "MPI communicator: bad chunk %zu",
                max_count_);
+    if (duplicate) MPI_CHECK(MPI_Comm_dup(group.comm(), &comm_));
+  }
+  ~MpiCommunicator() override {
+    if (owned_) MPI_Comm_free(&comm_);
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -142,12 +147,14 @@ class MpiCommunicator final : public Communicator {
   std::string name_;
   size_t max_count_;  // elements per MPI call (MPI counts are int)
   int rank_, size_;
+  bool owned_;  // comm_ is this communicator's duplicate of the group's
 };
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_mpi_communicator(const ProcessGroup& group, size_t max_count_per_call) {
-  return std::make_unique<MpiCommunicator>(group, max_count_per_call);
+std::unique_ptr<Communicator> make_mpi_communicator(const ProcessGroup& group, size_t max_count_per_call,
+                                                    bool duplicate) {
+  return std::make_unique<MpiCommunicator>(group, max_count_per_call, duplicate);
 }
 
 }  // namespace yuan::parallel

@@ -22,10 +22,11 @@ void init(int* argc, char*** argv) {
   MPI_Initialized(&already);
   if (!already) {
     int provided = 0;
-    MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+    // MULTIPLE lets ZeRO-3's gathers run on a thread of their own (parallel/comm_thread.h); everything else calls
+    // MPI from the main thread only (the loader thread never does), for which FUNNELED is enough. A library
+    // offering less cannot be trusted with OpenMP regions around MPI calls.
+    MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
     g_owns_mpi = true;
-    // The loader thread never calls MPI, so FUNNELED is all we need; a library offering less cannot be trusted
-    // with OpenMP regions around MPI calls.
     if (provided < MPI_THREAD_FUNNELED) {
       std::fprintf(stderr, "error: the MPI library provides thread level %d < MPI_THREAD_FUNNELED\n", provided);
       MPI_Abort(MPI_COMM_WORLD, 1);
@@ -33,6 +34,9 @@ void init(int* argc, char*** argv) {
   }
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   g_initialized = true;
+  int level = 0;
+  MPI_CHECK(MPI_Query_thread(&level));
+  g_world.thread_multiple = level == MPI_THREAD_MULTIPLE;
 
   MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &g_world.rank));
   MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &g_world.size));

@@ -14,9 +14,11 @@ struct WorldInfo {
   int rank = 0, size = 1;
   int local_rank = 0, local_size = 1;  // within the node (MPI_COMM_TYPE_SHARED)
   std::string host = "localhost";
+  bool thread_multiple = false;  // MPI may be called from several threads at once (MPI_THREAD_MULTIPLE)
 };
 
-void init(int* argc, char*** argv);  // MPI_Init_thread(FUNNELED); sets the process identity for messages
+// MPI_Init_thread, asking for MULTIPLE and accepting FUNNELED; sets the process identity for messages.
+void init(int* argc, char*** argv);
 void finalize();
 bool initialized();
 const WorldInfo& world();

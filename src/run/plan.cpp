@@ -7,6 +7,7 @@
 #include <boost/program_options.hpp>
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 
 #include "config/config.h"
 #include "model/program.h"
@@ -56,21 +57,23 @@ void print_layout(const Config& c, int world) {
     for (int s = 0; s < stages; s++) {
       const int rank = topo.rank_of({static_cast<int>(p), s, 0});
       const ModuleRange& range = pl.stages[s];
-      const ParamLayout held(c.model, held_modules(c.model, range));
+      const ParamLayout held(c.model, held_modules(c.model, range), {0, topo.tp_size()});
       const parallel::Schedule schedule(kind, s, stages, pl.micro_batches);
-      const MemoryPlan mem =
-          plan_memory(device, c.model, {range, c.train.micro_batch, schedule.slots(), c.train.recompute},
-                      held.total());
-      // Host optimizer state: this rank's shard of each module group it holds.
+      // Host optimizer state: this rank's shard of each module group it holds; ZeRO-3's shards on the device.
       size_t optimizer = 0;
+      std::optional<size_t> shards;
       for (const ModuleRange& g : topo.module_groups_of(rank)) {
         const std::vector<int> holders = topo.holders(g.first, 0);
-        size_t n = 0;
-        for (int m = g.first; m < g.end; m++) n += held.module(m).numel;
         const int group_rank = static_cast<int>(std::find(holders.begin(), holders.end(), rank) - holders.begin());
-        optimizer += zero_optimizer_bytes(n, static_cast<int>(holders.size()), group_rank, c.optim.zero,
-                                          c.optim.delayed_update);
+        const size_t shard =
+            zero_shard_elements(held, g, static_cast<int>(holders.size()), group_rank, c.optim.zero);
+        optimizer += zero_optimizer_bytes(shard, c.optim.delayed_update);
+        if (c.optim.zero == 3) shards = shard;  // one module group (validate)
       }
+      const MemoryPlan mem =
+          plan_memory(device, c.model, {range, c.train.micro_batch, schedule.slots(), c.train.recompute,
+                                        topo.tp_size()},
+                      zero_param_memory(held, shards));
       say("  stage %d, rank %d: %s", s, rank, parallel::range_name(c.model, range).c_str());
       say("      %zu parameters; device %s (weights %s, grads %s, activations %s of %d micro-batch%s in flight, "
           "buffers %s); host optimizer %s",

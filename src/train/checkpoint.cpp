@@ -37,11 +37,13 @@ std::string read_text(const std::string& path) {
   return ss.str();
 }
 
-// One optimizer shard: `count` values from `offset` of the model as tensor rank tp_rank of tp_size holds it
-// (ZeroOptimizer::shard_model_offset; the whole model's flat buffer at tp_size 1).
+// One optimizer shard: `count` values, the pieces of the model as tensor rank tp_rank of tp_size holds it one after
+// the other (ZeroOptimizer::shard_pieces; the whole model's flat buffer at tp_size 1). state.json gives one piece as
+// "offset", several (ZeRO-3: one per module) as "pieces": [[offset, count], ...].
 struct ShardFile {
   std::string name;
-  size_t offset = 0, count = 0;
+  size_t count = 0;
+  std::vector<ShardPiece> pieces;
   int tp_rank = 0, tp_size = 1;
 };
 
@@ -97,8 +99,21 @@ State read_state(const std::string& dir) {
     const std::string name = field<std::string>(f, "name", what);
     const std::string entry = what + ": file '" + name + "'";
     s.checksums.emplace_back(name, field<std::string>(f, "sha256", entry));
-    if (f.contains("offset")) {
-      ShardFile shard{name, field<size_t>(f, "offset", entry), field<size_t>(f, "count", entry)};
+    if (f.contains("offset") || f.contains("pieces")) {
+      ShardFile shard{name, field<size_t>(f, "count", entry), {}};
+      if (f.contains("offset")) {
+        shard.pieces.push_back({field<size_t>(f, "offset", entry), shard.count});
+      } else {
+        size_t total = 0;
+        for (const json& p : f["pieces"]) {
+          YUAN_CHECK(p.is_array() && p.size() == 2 && p[0].is_number_unsigned() && p[1].is_number_unsigned(),
+                     "%s: \"pieces\" must be a list of [offset, count] pairs", entry.c_str());
+          shard.pieces.push_back({p[0].get<size_t>(), p[1].get<size_t>()});
+          total += shard.pieces.back().count;
+        }
+        YUAN_CHECK(total == shard.count, "%s: its pieces hold %zu values, \"count\" says %zu", entry.c_str(), total,
+                   shard.count);
+      }
       if (f.contains("tp_size")) {
         shard.tp_rank = field<int>(f, "tp_rank", entry);
         shard.tp_size = field<int>(f, "tp_size", entry);
@@ -122,8 +137,18 @@ void read_runs(const std::string& dir, const State& s, const GPTConfig& model, c
       it = layouts.emplace(std::pair{f.tp_rank, f.tp_size},
                            ParamLayout(model, held_modules(model, all_modules(model)), {f.tp_rank, f.tp_size}))
                .first;
-    const size_t count = std::min(f.count, it->second.total() - std::min(f.offset, it->second.total()));
-    std::vector<ParamLayout::Run> have = it->second.global_runs(f.offset, count);
+    // Where each value of the file belongs in the whole model (Run::local: its position in the file).
+    std::vector<ParamLayout::Run> have;
+    size_t pos = 0;
+    for (const ShardPiece& p : f.pieces) {
+      const size_t total = it->second.total();
+      const size_t count = std::min(p.count, total - std::min(p.model_offset, total));
+      for (ParamLayout::Run run : it->second.global_runs(p.model_offset, count)) {
+        run.local = run.local - p.model_offset + pos;
+        have.push_back(run);
+      }
+      pos += p.count;
+    }
     std::optional<SafetensorsReader> r;
     for (const ParamLayout::Run& h : have)
       for (const ParamLayout::Run& w : want) {
@@ -135,7 +160,7 @@ void read_runs(const std::string& dir, const State& s, const GPTConfig& model, c
           YUAN_CHECK(info.dtype == "F32" && info.numel() == f.count, "checkpoint %s/%s: tensor '%s' is not F32[%zu]",
                      dir.c_str(), f.name.c_str(), name, f.count);
         }
-        const float* src = reinterpret_cast<const float*>(r->raw(name)) + (h.local - f.offset);
+        const float* src = reinterpret_cast<const float*>(r->raw(name)) + h.local;
         std::memcpy(dst + w.local + (lo - w.global), src + (lo - h.global), (hi - lo) * sizeof(float));
       }
   }
@@ -195,7 +220,15 @@ std::string save_checkpoint(const Config& cfg, const TrainState& st, ZeroOptimiz
     out.add_f32("exp_avg", shape, opt->exp_avg());
     out.add_f32("exp_avg_sq", shape, opt->exp_avg_sq());
     out.write(tmp + "/" + file);
-    ordered_json entry = {{"name", file}, {"offset", opt->shard_model_offset()}, {"count", opt->shard_size()}};
+    ordered_json entry = {{"name", file}};
+    const std::vector<ShardPiece> pieces = opt->shard_pieces();
+    if (pieces.size() == 1) {
+      entry["offset"] = pieces[0].model_offset;
+    } else {
+      entry["pieces"] = ordered_json::array();
+      for (const ShardPiece& p : pieces) entry["pieces"].push_back({p.model_offset, p.count});
+    }
+    entry["count"] = opt->shard_size();
     const TensorParallel& tp = opt->tensor_parallel();
     if (tp.size > 1) entry["tp_rank"] = tp.rank, entry["tp_size"] = tp.size;
     entry["sha256"] = sha256_file(tmp + "/" + file);
@@ -279,8 +312,15 @@ TrainState load_checkpoint(const std::string& dir, const Config& cfg, ZeroOptimi
   for (const auto& opt : opts.all()) {
     // The shard's place in the whole model: pieces of tensors when it is a tensor rank's part.
     const ParamLayout mine(cfg.model, held_modules(cfg.model, all_modules(cfg.model)), opt->tensor_parallel());
-    std::vector<ParamLayout::Run> want = mine.global_runs(opt->shard_model_offset(), opt->shard_size());
-    for (ParamLayout::Run& r : want) r.local -= opt->shard_model_offset();
+    std::vector<ParamLayout::Run> want;
+    size_t pos = 0;
+    for (const ShardPiece& p : opt->shard_pieces()) {
+      for (ParamLayout::Run run : mine.global_runs(p.model_offset, p.count)) {
+        run.local = run.local - p.model_offset + pos;
+        want.push_back(run);
+      }
+      pos += p.count;
+    }
     read_runs(dir, s, cfg.model, "master", want, opt->master());
     read_runs(dir, s, cfg.model, "exp_avg", want, opt->exp_avg());
     read_runs(dir, s, cfg.model, "exp_avg_sq", want, opt->exp_avg_sq());

@@ -11,6 +11,7 @@
 #include "train/train.h"
 
 #include <algorithm>
+#include <climits>
 #include <csignal>
 #include <cmath>
 #include <cstdio>
@@ -87,17 +88,16 @@ class Trainer {
                "the cpu backend in this version (train.device resolved to %s)", topo.tp_size(), device_name(device_));
     const ModuleRange stage = topo.stage_modules(world_.rank);
     const TensorParallel tp{place_.tp_rank, topo.tp_size()};
-    const BackendSpec bspec{cfg.model, held_modules(cfg.model, stage), tp};
+    BackendSpec bspec{cfg.model, held_modules(cfg.model, stage), tp};
+    const ParamLayout layout(cfg.model, bspec.modules, tp);
     const ProgramSpec pspec{stage, cfg.train.micro_batch, schedule_.slots(), cfg.train.recompute, tp.size};
-    check_memory(device_, cfg.model, pspec, ParamLayout(cfg.model, bspec.modules, tp).total(),
-                 device_free_bytes(device_));
+    if (cfg.optim.zero == 3) {  // one module group (validate): the data group holds the whole stage
+      const parallel::ProcessGroup& data = groups_.get(parallel::Group::Data);
+      bspec.shards = zero_shard_elements(layout, {}, data.size(), data.rank(), 3);
+    }
+    check_memory(device_, cfg.model, pspec, zero_param_memory(layout, bspec.shards), device_free_bytes(device_));
     backend_ = make_backend(device_, bspec);
     world_comm_ = &communicator(groups_.get(parallel::Group::World));
-    program_ = std::make_unique<Program>(
-        *backend_, pspec, tp.size > 1 ? &communicator(groups_.get(parallel::Group::Tensor)) : nullptr);
-    runner_ = std::make_unique<StageRunner>(*program_, *backend_,
-                                            stages_ > 1 ? &communicator(groups_.get(parallel::Group::Pipeline)) : nullptr,
-                                            place_.stage, stages_, cfg.train.micro_batch);
     n_params_ = ParamLayout(cfg.model).total();
     flops_per_token_ = flops_per_token(cfg.model, n_params_);
     {
@@ -106,13 +106,25 @@ class Trainer {
       bool overlap = true;
       for (const parallel::Pipeline& p : topo.pipelines())
         overlap = overlap && p.stages.size() == 1 && p.micro_batches == topo.pipelines()[0].micro_batches;
-      HostArray<float> init(backend_->size(), Mem::Params);
-      init_gpt2(backend_->layout(), cfg.train.seed, init.data());
-      for (size_t i = 0; i < groups_.data_modules().size(); i++)
-        opts_.add(std::make_unique<ZeroOptimizer>(
-            cfg.optim, *backend_, communicator(groups_.get(parallel::Group::Data, static_cast<int>(i))), init.data(),
-            groups_.data_modules()[i], overlap));
+      HostArray<float> init(layout.total(), Mem::Params);
+      init_gpt2(layout, cfg.train.seed, init.data());
+      for (size_t i = 0; i < groups_.data_modules().size(); i++) {
+        const parallel::ProcessGroup& data = groups_.get(parallel::Group::Data, static_cast<int>(i));
+        // ZeRO-3 on the host gathers on a thread of its own, over its own copy of the group's communicator.
+        std::unique_ptr<Communicator> gathers;
+        if (cfg.optim.zero == 3 && device_ == Device::Cpu && data.size() > 1 && world_.thread_multiple)
+          gathers = parallel::make_mpi_communicator(data, INT_MAX, true);
+        gather_thread_ = gathers != nullptr;
+        opts_.add(std::make_unique<ZeroOptimizer>(cfg.optim, *backend_, communicator(data), init.data(),
+                                                  groups_.data_modules()[i], overlap, std::move(gathers)));
+      }
     }
+    program_ = std::make_unique<Program>(
+        *backend_, pspec, tp.size > 1 ? &communicator(groups_.get(parallel::Group::Tensor)) : nullptr,
+        opts_.param_source());
+    runner_ = std::make_unique<StageRunner>(*program_, *backend_,
+                                            stages_ > 1 ? &communicator(groups_.get(parallel::Group::Pipeline)) : nullptr,
+                                            place_.stage, stages_, cfg.train.micro_batch);
     tokenizer_ = find_tokenizer_for(cfg.data.train);
     std::string resume = cfg.ckpt.resume == "auto"   ? find_resumable_checkpoint(cfg.run.dir)
                          : cfg.ckpt.resume == "none" ? ""
@@ -157,8 +169,12 @@ class Trainer {
         n_params_, n_params_ / 1e6, flops_per_token_, c.model.n_layer, c.model.n_head, c.model.n_embd,
         c.model.seq_len, c.model.vocab_size);
     describe_layout();
-    say("ZeRO stage %d, backend %s, optimizer on the host%s", opts_.stage(), backend_->name(),
-        c.optim.delayed_update ? " with a one-step delayed update" : "");
+    say("ZeRO stage %d, backend %s, optimizer on the host%s%s", opts_.stage(), backend_->name(),
+        c.optim.delayed_update ? " with a one-step delayed update" : "",
+        opts_.stage() < 3 || device_ != Device::Cpu ? ""
+        : gather_thread_                            ? "; modules gathered on a communication thread"
+                                                    : "; modules gathered in the compute thread (MPI has no "
+                                                      "MPI_THREAD_MULTIPLE, or one rank)");
     say("val: %s", !c.data.val.empty() ? strf("%d micro-batches per pipeline from %s", c.train.eval_batches,
                                                c.data.val.c_str()).c_str()
                                         : "none (data.val is empty)");
@@ -352,6 +368,7 @@ class Trainer {
   int stages_;
   parallel::Schedule schedule_;
   Device device_ = Device::Cpu;
+  bool gather_thread_ = false;  // ZeRO-3's gathers run on a communication thread
   FaultInjection faults_;
   int micro_total_ = 1;  // micro-batches per step over every pipeline
   size_t n_params_ = 0;

@@ -30,3 +30,5 @@ expect_error 2 "All pipelines must have a corresponding number of micro-batches:
   "$two" --parallel.pipelines=two
 expect_error 2 "the pipelines take 6 sequences per step" "$two" --parallel.pipelines=two --parallel.microbatches=two:3
 expect_error 2 "unknown template 'three'" "$two" --parallel.pipelines=three --parallel.microbatches=two:4
+expect_error 2 "optim.zero = 3 needs one stage per pipeline (template 'two' has 2)" \
+  "$two" --parallel.pipelines=two --parallel.microbatches=two:4 --optim.zero=3

@@ -1,6 +1,7 @@
 # Tensor parallelism changes nothing but speed and memory: 10 steps of global batch 8 on 1 rank equal the same
-# steps with tp 2 on 2 ranks, tp 2 x 2 replicas on 4 ranks, tp 2 x one 2-stage pipeline on 4 ranks, and tp 2 x a
-# 1-stage beside a 2-stage pipeline on 6 ranks; a tensor-parallel checkpoint resumes as pipelines without it.
+# steps with tp 2 on 2 ranks, tp 2 x 2 replicas on 4 ranks (ZeRO 2, and ZeRO 3 gathering each rank's parts), tp 2
+# x one 2-stage pipeline on 4 ranks, and tp 2 x a 1-stage beside a 2-stage pipeline on 6 ranks; a tensor-parallel
+# checkpoint resumes as pipelines without it.
 source "$(dirname "$0")/lib.sh"
 make_corpus "$WORK/corpus" 2 4000 64
 common=(--train.steps=10 --train.global_batch=8 --train.micro_batch=2)
@@ -18,6 +19,7 @@ check() {  # NP DESCRIPTION ARGS...
 }
 check 2 "tp 2" --parallel.tp_size=2
 check 4 "tp 2 x 2 replicas, ZeRO 2" --parallel.tp_size=2 --optim.zero=2
+check 4 "tp 2 x 2 replicas, ZeRO 3" --parallel.tp_size=2 --optim.zero=3
 check 4 "tp 2 x one 2-stage pipeline, GPipe" --parallel.tp_size=2 "$two" --parallel.pipelines=two \
   --parallel.microbatches=two:4 --parallel.schedule=gpipe
 check 6 "tp 2 x (1-stage + 2-stage pipelines), ZeRO 0" --parallel.tp_size=2 "$one" "$two" \

@@ -91,7 +91,7 @@ size_t mem_available_bytes() {
 // Host bytes the trainer needs for a model on one rank: the full fp32 init (freed after the optimizer took its
 // shard), the optimizer state, and the pinned bf16 staging of the delayed update.
 size_t host_plan_bytes(size_t n, bool delayed) {
-  return 4 * n + zero_optimizer_bytes(n, 1, 1, delayed) + (delayed ? 2 * n : 0);
+  return 4 * n + zero_optimizer_bytes(n, delayed) + (delayed ? 2 * n : 0);
 }
 
 // Device bytes of the model at micro-batch B (model/program.h's plan).
