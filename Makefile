@@ -127,7 +127,7 @@ EMU_TEST_OBJ := $(patsubst %.cu,build/emu/%.o,$(wildcard tests/cuda/*.cu))
 # Host files that list the backends are built again with the CUDA backend in; the others are shared with build/.
 EMU_HOST_SRC := $(shell grep -l 'YUAN_CUDA\|YUAN_BACKENDS' src/main.cpp src/*/*.cpp)
 emu_objs      = $(foreach o,$(1),$(if $(filter $(o:build/%.o=%.cpp),$(EMU_HOST_SRC)),build/emu/$(o:build/%=%),$(o)))
-EMU_LIBS     := -lboost_context -lgtest -lpthread
+EMU_LIBS     := -lboost_context -lpthread
 EMU_STAMP    := build/emu/.flags
 $(shell mkdir -p build/emu; [ "$$(cat $(EMU_STAMP) 2>/dev/null)" = '$(CXX) $(EMU_FLAGS) $(EMU_CUFLAGS)' ] || echo '$(CXX) $(EMU_FLAGS) $(EMU_CUFLAGS)' > $(EMU_STAMP))
 
@@ -135,7 +135,7 @@ emu: bin/test_cuda_emu bin/yuanlm_emu
 
 bin/test_cuda_emu: $(EMU_TEST_OBJ) $(EMU_CU_OBJ) $(EMU_RT_OBJ) $(call emu_objs,$(CORE_OBJ))
 	@mkdir -p $(@D)
-	$(CXX) $(LDFLAGS) -o $@ $^ $(BLAS_LIB) $(MPI_LIB) -lgtest_main $(EMU_LIBS)
+	$(CXX) $(LDFLAGS) -o $@ $^ $(BLAS_LIB) $(MPI_LIB) -lgtest_main -lgtest $(EMU_LIBS)
 
 bin/yuanlm_emu: build/emu/src/main.o $(call emu_objs,$(APP_OBJ) $(CORE_OBJ)) $(EMU_CU_OBJ) $(EMU_RT_OBJ)
 	@mkdir -p $(@D)

@@ -7,6 +7,7 @@ pkgs=(
   libopenmpi-dev openmpi-bin               # MPI: rendezvous, CPU collectives, mpirun
   libhdf5-dev hdf5-tools                   # sharded corpus; h5dump in the tests
   libboost-program-options-dev libboost-dev  # config decks and command line; property_tree JSON
+  libboost-context-dev                     # the CUDA emulator's thread switches (cuda/emu)
   libgtest-dev                             # tests
   libsentencepiece-dev sentencepiece       # tokenizer training and encoding
   libopenblas-openmp-dev                   # CPU GEMM (the OpenMP build: see src/ops/matmul.cpp)
