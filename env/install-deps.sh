@@ -14,6 +14,7 @@ pkgs=(
   fortunes-zh                              # the demo corpus (Tang poems, Song ci, quotations)
   python3-h5py python3-numpy               # test fixtures written by a second HDF5 writer
   python3-torch python3-matplotlib         # PyTorch reference fixtures, benchmarks' peer, plots
+  python3-pip                              # NVIDIA's compiler wheels for tests/cuda/test_codegen.sh without a toolkit
   slurm-wlm munge                          # the tests' one-node SLURM (tests/slurm/start.sh)
 )
 missing=()

@@ -12,6 +12,7 @@
 #include <sys/mman.h>
 
 #include <cstring>
+#include <type_traits>
 
 #include "emulator.h"
 
@@ -305,6 +306,11 @@ uint64_t atomic(void* p, AtomicType t, AtomicOp op, uint64_t operand, uint64_t c
   uint64_t old = 0;
   std::memcpy(&old, p, n);
   auto apply = [&](auto cur, auto v, auto cmp) -> decltype(cur) {
+    if constexpr (std::is_integral_v<decltype(cur)>) {  // bitwise atomics exist for integers only (cuda_runtime.h)
+      if (op == AtomicOp::And) return cur & v;
+      if (op == AtomicOp::Or) return cur | v;
+      if (op == AtomicOp::Xor) return cur ^ v;
+    }
     switch (op) {
       case AtomicOp::Add: return cur + v;
       case AtomicOp::Sub: return cur - v;
@@ -312,15 +318,8 @@ uint64_t atomic(void* p, AtomicType t, AtomicOp op, uint64_t operand, uint64_t c
       case AtomicOp::Max: return v > cur ? v : cur;
       case AtomicOp::Exch: return v;
       case AtomicOp::Cas: return cur == cmp ? v : cur;
-      default: break;
+      default: return cur;
     }
-    if constexpr (std::is_integral_v<decltype(cur)>) {
-      if (op == AtomicOp::And) return cur & v;
-      if (op == AtomicOp::Or) return cur | v;
-      if (op == AtomicOp::Xor) return cur ^ v;
-    }
-    fail(Check::Launch, a, "a bitwise atomic on a floating-point value", pc);
-    return cur;
   };
   auto typed = [&](auto zero) {
     using T = decltype(zero);

@@ -397,10 +397,22 @@ cudaError_t set_shared_opt_in(const void* kernel, int bytes) {
 // ---- what kernel threads ask ----
 
 uint3 thread_idx() { return current("threadIdx")->idx; }
-uint3 block_idx() { return current("blockIdx"), t_block->idx; }
-dim3 block_dim() { return current("blockDim"), t_block->kernel->cfg.block; }
-dim3 grid_dim() { return current("gridDim"), t_block->kernel->cfg.grid; }
-unsigned char* dynamic_shared() { return current("dynamic shared memory"), t_block->dynamic; }
+uint3 block_idx() {
+  current("blockIdx");
+  return t_block->idx;
+}
+dim3 block_dim() {
+  current("blockDim");
+  return t_block->kernel->cfg.block;
+}
+dim3 grid_dim() {
+  current("gridDim");
+  return t_block->kernel->cfg.grid;
+}
+unsigned char* dynamic_shared() {
+  current("dynamic shared memory");
+  return t_block->dynamic;
+}
 
 void sync_threads(const char* file, int line) {
   Lane* me = current("__syncthreads");

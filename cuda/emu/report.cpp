@@ -54,7 +54,7 @@ const char* check_name(Check c) {
     case Check::WarpDivergence: return "warp divergence";
     case Check::HostMemory: return "host/device memory mix-up";
     case Check::Launch: return "invalid launch";
-    case Check::Library: return "library call";
+    case Check::Library: return "refused call";
   }
   return "?";
 }

@@ -41,9 +41,11 @@ cudaError_t done(cudaError_t e) {
   return e;
 }
 
-// A call's argument CUDA would refuse: reported (the caller's CUDA_CHECK then throws with the message).
-cudaError_t refuse(const char* call, const std::string& why, cudaError_t e = cudaErrorInvalidValue) {
-  report(Check::HostMemory, Where{}, 0, std::string(call) + ": " + why, false, e);
+// A call's argument CUDA would refuse: reported (the caller's CUDA_CHECK then throws with the message). Memory a
+// copy or memset would reach outside its allocation is an out-of-bounds access; anything else a refused call.
+cudaError_t refuse(const char* call, const std::string& why, cudaError_t e = cudaErrorInvalidValue,
+                   Check c = Check::Library) {
+  report(c, Where{}, 0, std::string(call) + ": " + why, false, e);
   return done(e);
 }
 
@@ -72,7 +74,7 @@ cudaError_t copy(const char* call, void* dst, const void* src, size_t width, siz
     const size_t dspan = (height - 1) * dpitch + width, sspan = (height - 1) * spitch + width;
     std::string bad = check_side(dst, dspan, dst_dev);
     if (bad.empty()) bad = check_side(src, sspan, src_dev);
-    if (!bad.empty()) return refuse(call, bad);
+    if (!bad.empty()) return refuse(call, bad, cudaErrorInvalidValue, Check::OutOfBounds);
   }
   auto run = [=] {
     for (size_t r = 0; r < height; r++) {
@@ -101,7 +103,7 @@ cudaError_t memset_on(const char* call, void* p, int value, size_t n, cudaStream
   if (sticky_error()) return done(sticky_error());
   if (!valid_stream(stream)) return refuse(call, "not a live stream", cudaErrorInvalidResourceHandle);
   const std::string bad = check_range(Space::Device, p, n, false);
-  if (!bad.empty()) return refuse(call, bad);
+  if (!bad.empty()) return refuse(call, bad, cudaErrorInvalidValue, Check::OutOfBounds);
   enqueue(async ? stream : cudaStreamLegacy, [=](bool) {
     std::memset(p, value, n);
     mark_initialised(p, n);
@@ -333,6 +335,8 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned) {
 }
 
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  Lock lock(mutex());
+  if (!event) return refuse("cudaEventDestroy", "a null event", cudaErrorInvalidResourceHandle);
   delete reinterpret_cast<Event*>(event);
   return cudaSuccess;
 }
@@ -347,6 +351,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   Lock lock(mutex());
+  if (!event) return refuse("cudaEventSynchronize", "a null event", cudaErrorInvalidResourceHandle);
   run_until(reinterpret_cast<Event*>(event)->point, true);
   return done(sticky_error());
 }
@@ -355,6 +360,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
 // something outside the process (a peer's MPI transfer).
 cudaError_t cudaEventQuery(cudaEvent_t event) {
   Lock lock(mutex());
+  if (!event) return refuse("cudaEventQuery", "a null event", cudaErrorInvalidResourceHandle);
   const bool complete = run_until(reinterpret_cast<Event*>(event)->point, false);
   if (sticky_error()) return done(sticky_error());
   return complete ? cudaSuccess : cudaErrorNotReady;

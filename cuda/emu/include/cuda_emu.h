@@ -75,7 +75,7 @@ enum class Check {
   WarpDivergence,    // a warp collective whose mask leaves out the caller or names a lane that does not come
   HostMemory,        // a kernel touched host memory, or host code device memory
   Launch,            // a launch CUDA refuses: block or grid size, shared memory beyond the kernel's limit
-  Library,           // a cuBLASLt or NCCL call the device library would refuse or that the emulator does not model
+  Library,           // a CUDA, cuBLASLt or NCCL call the library would refuse or that the emulator does not model
 };
 const char* check_name(Check c);
 

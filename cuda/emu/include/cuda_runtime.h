@@ -134,11 +134,11 @@ template <typename T>
 T atomicMax(T* p, T v) { return ::yuan::emu::detail::atomic(p, ::yuan::emu::AtomicOp::Max, v); }
 template <typename T>
 T atomicExch(T* p, T v) { return ::yuan::emu::detail::atomic(p, ::yuan::emu::AtomicOp::Exch, v); }
-template <typename T>
+template <typename T, typename = std::enable_if_t<std::is_integral_v<T>>>
 T atomicAnd(T* p, T v) { return ::yuan::emu::detail::atomic(p, ::yuan::emu::AtomicOp::And, v); }
-template <typename T>
+template <typename T, typename = std::enable_if_t<std::is_integral_v<T>>>
 T atomicOr(T* p, T v) { return ::yuan::emu::detail::atomic(p, ::yuan::emu::AtomicOp::Or, v); }
-template <typename T>
+template <typename T, typename = std::enable_if_t<std::is_integral_v<T>>>
 T atomicXor(T* p, T v) { return ::yuan::emu::detail::atomic(p, ::yuan::emu::AtomicOp::Xor, v); }
 template <typename T>
 T atomicCAS(T* p, T compare, T v) { return ::yuan::emu::detail::atomic(p, ::yuan::emu::AtomicOp::Cas, v, compare); }
