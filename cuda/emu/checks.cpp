@@ -26,7 +26,7 @@ thread_local const ThreadSite* t_running = nullptr;
 namespace {
 
 constexpr size_t kDynamicWindow = 256 << 10;  // the dynamic shared memory buffer: the largest opt-in (227 KiB) and more
-constexpr int16_t kNobody = -1, kSeveral = -2;
+constexpr int16_t kSeveral = -2;  // Cell::reader when more than one thread read
 
 // The race and initialisation state of one byte of shared memory. Epochs number the intervals between barriers
 // of all blocks (a new block starts a new one), so that nothing needs clearing between them.
@@ -41,7 +41,7 @@ struct Cell {
 };
 
 struct Shared {
-  alignas(128) unsigned char* dynamic = nullptr;  // kDynamicWindow bytes
+  unsigned char* dynamic = nullptr;  // kDynamicWindow bytes
   Cell* dynamic_cells = nullptr;
   Cell* section_cells = nullptr;
   uintptr_t section_begin = 0, section_end = 0;
@@ -106,7 +106,7 @@ std::string describe_device(uintptr_t a, size_t n, bool write, uint8_t state) {
     where = head + format(": %zu bytes past the end of a %zu-byte%s allocation at 0x%zx", a - (al->begin + al->bytes),
                           al->bytes, al->live ? "" : " (freed)", al->begin);
   const Allocation* next = allocation_near(a + (size_t(1) << 20));  // a following allocation within 1 MiB
-  if (next && next->begin > a && (!al || al == next || next->begin - a < a - (al->begin + al->bytes)))
+  if (next && next->begin > a && (!al || next->begin - a < a - (al->begin + al->bytes)))
     where = head + format(": %zu bytes before a %zu-byte allocation at 0x%zx", next->begin - a, next->bytes,
                           next->begin);
   return where;
@@ -125,8 +125,8 @@ void device_access(uintptr_t a, size_t n, bool write, bool natural, const void* 
   }
   uint8_t* sh = ar.shadow + (a - ar.device);
   for (size_t i = 0; i < n; i++) {
-    const uint8_t want_ok = write ? (sh[i] != kNoAccess) : (sh[i] == kInitialised);
-    if (!want_ok) {
+    const bool ok = write ? sh[i] != kNoAccess : sh[i] == kInitialised;
+    if (!ok) {
       const bool freed = [&] {
         const Allocation* al = allocation_near(a + i);
         return al && !al->live && a + i < al->begin + al->bytes;

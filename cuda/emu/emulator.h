@@ -82,9 +82,8 @@ const Arenas& arenas();
 size_t device_bytes_in_use();
 constexpr size_t kDeviceBytes = size_t(16) << 30;  // the emulated device's memory
 
-// Per-byte state of the device arena.
+// Per-byte state of the device arena (Arenas::shadow).
 enum : uint8_t { kNoAccess = 0, kUninitialised = 2, kInitialised = 3 };
-uint8_t* device_shadow(uintptr_t p);
 // For host-side operations on device memory (copies, memsets, libraries): empty when [p, p + n) lies in one live
 // allocation of `s` (and, for reads of device memory with check_init, is initialised), else why not.
 std::string check_range(Space s, const void* p, size_t n, bool check_init);
@@ -116,8 +115,6 @@ struct ThreadSite {
 extern thread_local const ThreadSite* t_running;
 // threadIdx of thread `tid` (linear index) of the running block.
 uint3 thread_index(int tid);
-// The running kernel thread as a report's Where (host code when none).
-Where here();
 // A failed check inside a kernel: reported, and the launch ends like a faulting kernel on a GPU (no further
 // thread or block of it runs). Does not return when called from a kernel thread.
 [[noreturn]] void kernel_fault(Check c, uintptr_t address, const std::string& what);
@@ -152,8 +149,7 @@ void complete_warp_op(LaneCall* const* lanes, unsigned mask,
 // may return false (still in flight, e.g. a pending MPI transfer) and is asked again later.
 using Step = std::function<bool(bool block)>;
 struct StreamState;
-// Null and cudaStreamLegacy are the legacy default stream; null for a handle that is not a live stream.
-StreamState* stream_state(cudaStream_t s);
+// Null and cudaStreamLegacy are the legacy default stream; false for a handle that is not a live stream.
 bool valid_stream(cudaStream_t s);
 cudaStream_t create_stream(bool blocking);
 void destroy_stream(cudaStream_t s);  // runs its remaining work first

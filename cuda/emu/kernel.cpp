@@ -106,6 +106,9 @@ const char* op_name(WarpOp op) {
 
 Where where_of(const Block& b, const Lane& l) { return Where{b.kernel->name, b.idx, l.idx}; }
 
+// The running thread, for a report; ldmatrix's checks run as the lane that gave the address (t_running).
+Where here() { return Where{t_block->kernel->name, t_block->idx, thread_index(t_running->tid)}; }
+
 std::string site_of(const Lane& l) {
   return l.file ? format("%s:%d", l.file, l.line) : std::string("(no source line)");
 }
@@ -473,11 +476,6 @@ void kernel_fault(Check c, uintptr_t address, const std::string& what) {
   b.aborted = true;
   fc::jump_fcontext(t_lane->sched, nullptr);  // the scheduler sees `aborted` and never resumes this thread
   __builtin_unreachable();
-}
-
-Where here() {
-  if (!t_block || !t_running) return Where{};
-  return Where{t_block->kernel->name, t_block->idx, thread_index(t_running->tid)};
 }
 
 uint3 thread_index(int tid) {

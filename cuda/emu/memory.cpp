@@ -50,6 +50,8 @@ Memory& memory() {
   return *m;
 }
 
+uint8_t* device_shadow(uintptr_t p) { return memory().shadow + (p - memory().arena[0].base); }
+
 }  // namespace
 
 const Arenas& arenas() {
@@ -58,8 +60,6 @@ const Arenas& arenas() {
 }
 
 bool in_arena(Space s, uintptr_t p) { return p - memory().arena[static_cast<int>(s)].base < kReserve; }
-
-uint8_t* device_shadow(uintptr_t p) { return memory().shadow + (p - memory().arena[0].base); }
 
 size_t device_bytes_in_use() { return memory().device_in_use; }
 

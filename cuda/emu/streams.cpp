@@ -69,14 +69,14 @@ Step wait_for(StreamState& other, uint64_t upto) {
   return [&other, upto](bool block) { return run_until(other, upto, block); };
 }
 
-}  // namespace
-
 StreamState* stream_state(cudaStream_t s) {
   Streams& all = streams();
   if (s == nullptr || s == cudaStreamLegacy) return &all.legacy;
   StreamState* st = reinterpret_cast<StreamState*>(s);
   return all.live.count(st) ? st : nullptr;
 }
+
+}  // namespace
 
 bool valid_stream(cudaStream_t s) { return stream_state(s) != nullptr; }
 
