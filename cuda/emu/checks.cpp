@@ -80,9 +80,11 @@ cudaError_t error_of(Check c) {
 // A failed check: inside a kernel the launch ends here; in host code it is reported (once while the error is
 // pending, so that a loop over device memory does not print a line per element) and the access goes ahead.
 void fail(Check c, uintptr_t a, const std::string& what, const void* pc) {
-  const std::string where = what + " (in " + function_name(pc) + ")";
-  if (t_running) kernel_fault(c, a, where);
-  if (sticky_error() == cudaSuccess) report(c, Where{}, a, where, true, error_of(c));
+  // A kernel runs inside an API call, which holds the lock; kernel_fault leaves the thread's stack for good, so
+  // nothing on it may hold the lock.
+  if (t_running) kernel_fault(c, a, what + " (in " + function_name(pc) + ")");
+  Lock lock(mutex());
+  if (sticky_error() == cudaSuccess) report(c, Where{}, a, what + " (in " + function_name(pc) + ")", true, error_of(c));
 }
 
 const char* verb(bool write) { return write ? "write" : "read"; }
