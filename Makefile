@@ -119,6 +119,7 @@ build/%.o: %.cu $(FLAGS_STAMP)
 # cuda/emu/include and run on the CPU, every access checked; no nvcc needed. bin/test_cuda_emu is the GPU test suite
 # on it, bin/yuanlm_emu the program whose cuda device it is. Its objects live in build/emu. -fsanitize=thread only
 # instruments here: each load and store calls a hook that cuda/emu/checks.cpp defines (no ThreadSanitizer runtime).
+# nvcc's #pragma unroll means nothing to g++; the toolkit's include directory stays out of the way of cuda/emu's.
 EMU_FLAGS    := -std=c++17 -O2 -fopenmp -Wall -Wextra -MMD -MP -DYUAN_EMU -DYUAN_CUDA -Isrc -Icuda -Icuda/emu/include
 EMU_CUFLAGS  := -x c++ -Wno-unknown-pragmas -fsanitize=thread --param=tsan-instrument-func-entry-exit=0
 EMU_RT_OBJ   := $(patsubst %.cpp,build/emu/%.o,$(wildcard cuda/emu/*.cpp))

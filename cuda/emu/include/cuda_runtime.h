@@ -13,7 +13,8 @@
 
 // Function and variable qualifiers. A __shared__ variable is one object for all blocks, which the emulator runs
 // one at a time; it lives in its own section, 64 KiB apart from the next, so that the checks know each array's
-// extent (from the symbol table) and an overrun lands in a gap rather than in a neighbour.
+// extent (from the symbol table) and an overrun lands in a gap rather than in a neighbour. `extern __shared__`
+// does not compile here ("extern static"): dynamic shared memory is gpu::dynamic_smem<T>() (cuda/launch.cuh).
 #define __global__
 #define __device__
 #define __host__
