@@ -68,9 +68,10 @@ void report(Check c, const Where& where, uintptr_t address, const std::string& w
   rep.thread = where.thread;
   rep.address = address;
   rep.message = std::string("cuda emulator: ") + check_name(c);
-  if (!where.kernel.empty())
-    rep.message += format(" in kernel %s, block (%u,%u,%u), thread (%u,%u,%u)", where.kernel.c_str(), where.block.x,
-                          where.block.y, where.block.z, where.thread.x, where.thread.y, where.thread.z);
+  if (!where.kernel.empty()) rep.message += " in kernel " + where.kernel;
+  if (!where.kernel.empty() && c != Check::Launch)  // a refused launch has no thread running yet
+    rep.message += format(", block (%u,%u,%u), thread (%u,%u,%u)", where.block.x, where.block.y, where.block.z,
+                          where.thread.x, where.thread.y, where.thread.z);
   rep.message += ": " + what;
   std::fprintf(stderr, "========= %s\n", rep.message.c_str());
   std::fflush(stderr);
