@@ -55,12 +55,13 @@ endif
 JSON_INC  := $(if $(JSON_HOME),-I$(JSON_HOME)/include)
 
 CPPFLAGS += -DOMPI_SKIP_MPICXX $(MPI_INC) $(HDF5_INC) $(BOOST_INC) $(SPM_INC) $(BLAS_INC) $(CRYPTO_INC) $(JSON_INC)
-LIBS      = $(MPI_LIB) $(HDF5_LIB) $(BOOST_LIB) $(SPM_LIB) $(BLAS_LIB) $(CRYPTO_LIB) -lpthread
+HOST_LIBS = $(MPI_LIB) $(HDF5_LIB) $(BOOST_LIB) $(SPM_LIB) $(BLAS_LIB) $(CRYPTO_LIB) -lpthread
+LIBS      = $(HOST_LIBS)
 
 # core: the model program, the backend registry with the CPU backend, the ZeRO-Offload optimizer and its one-rank
 # communicator, with no MPI/HDF5/Boost, so GPU machines can link kernel tests and single-GPU benchmarks.
 CORE_SRC := $(wildcard src/util/*.cpp src/model/*.cpp src/ops/*.cpp src/backend/*.cpp src/optim/*.cpp) \
-            src/parallel/communicator.cpp
+            src/parallel/communicator.cpp src/parallel/comm_thread.cpp
 APP_SRC  := $(filter-out src/main.cpp $(CORE_SRC),$(wildcard src/*/*.cpp))
 TEST_SRC := $(wildcard tests/*.cpp)
 BENCH_SRC:= $(wildcard tools/bench/*.cpp)
@@ -90,7 +91,7 @@ $(shell mkdir -p build; [ "$$(cat $(FLAGS_STAMP) 2>/dev/null)" = '$(FLAGS_NOW)' 
 # Keep every object (make would delete the benchmarks' as intermediates and relink them each time).
 .SECONDARY:
 
-.PHONY: all deps test bench bench-gpu run clean
+.PHONY: all emu deps test bench bench-gpu run clean
 all: bin/yuanlm bin/test_yuanlm $(BENCH_BIN) $(if $(CU_OBJ),bin/test_cuda)
 	@echo "built backends: $(BACKENDS)"
 
@@ -123,11 +124,50 @@ build/%.o: %.cu $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(NVCC) $(filter -I% -D%,$(CPPFLAGS)) $(NVCCFLAGS) -c -o $@ $<
 
+# The CUDA emulator (cuda/emu, docs/EMULATOR.md): the same .cu files built by g++ against the headers of
+# cuda/emu/include and run on the CPU, every access checked; no nvcc needed. bin/test_cuda_emu is the GPU test suite
+# on it, bin/yuanlm_emu the program whose cuda device it is. Its objects live in build/emu. -fsanitize=thread only
+# instruments here: each load and store calls a hook that cuda/emu/checks.cpp defines (no ThreadSanitizer runtime).
+# nvcc's #pragma unroll means nothing to g++; the toolkit's include directory stays out of the way of cuda/emu's.
+EMU_FLAGS    := -std=c++17 -O2 -fopenmp -Wall -Wextra -MMD -MP -DYUAN_EMU -DYUAN_CUDA -Isrc -Icuda -Icuda/emu/include
+EMU_CUFLAGS  := -x c++ -Wno-unknown-pragmas -fsanitize=thread --param=tsan-instrument-func-entry-exit=0
+EMU_RT_OBJ   := $(patsubst %.cpp,build/emu/%.o,$(wildcard cuda/emu/*.cpp))
+EMU_CU_OBJ   := $(patsubst %.cu,build/emu/%.o,$(wildcard cuda/*.cu))
+EMU_TEST_OBJ := $(patsubst %.cu,build/emu/%.o,$(wildcard tests/cuda/*.cu))
+# Host files that list the backends are built again with the CUDA backend in; the others are shared with build/.
+EMU_HOST_SRC := $(shell grep -l 'YUAN_CUDA\|YUAN_BACKENDS' src/main.cpp src/*/*.cpp)
+emu_objs      = $(foreach o,$(1),$(if $(filter $(o:build/%.o=%.cpp),$(EMU_HOST_SRC)),build/emu/$(o:build/%=%),$(o)))
+EMU_LIBS     := -lboost_context -lpthread
+EMU_STAMP    := build/emu/.flags
+$(shell mkdir -p build/emu; [ "$$(cat $(EMU_STAMP) 2>/dev/null)" = '$(CXX) $(EMU_FLAGS) $(EMU_CUFLAGS)' ] || echo '$(CXX) $(EMU_FLAGS) $(EMU_CUFLAGS)' > $(EMU_STAMP))
+
+emu: bin/test_cuda_emu bin/yuanlm_emu
+
+bin/test_cuda_emu: $(EMU_TEST_OBJ) $(EMU_CU_OBJ) $(EMU_RT_OBJ) $(call emu_objs,$(CORE_OBJ))
+	@mkdir -p $(@D)
+	$(CXX) $(LDFLAGS) -o $@ $^ $(BLAS_LIB) $(CRYPTO_LIB) $(MPI_LIB) -lgtest_main -lgtest $(EMU_LIBS)
+
+bin/yuanlm_emu: build/emu/src/main.o $(call emu_objs,$(APP_OBJ) $(CORE_OBJ)) $(EMU_CU_OBJ) $(EMU_RT_OBJ)
+	@mkdir -p $(@D)
+	$(CXX) $(LDFLAGS) -o $@ $^ $(HOST_LIBS) $(EMU_LIBS)
+
+build/emu/%.o: %.cu $(EMU_STAMP)
+	@mkdir -p $(@D)
+	$(CXX) $(EMU_FLAGS) $(EMU_CUFLAGS) $(filter-out -I$(CUDA_HOME)/include,$(filter -I% -D%,$(CPPFLAGS))) -c -o $@ $<
+
+build/emu/cuda/emu/%.o: cuda/emu/%.cpp $(EMU_STAMP)
+	@mkdir -p $(@D)
+	$(CXX) $(EMU_FLAGS) -DOMPI_SKIP_MPICXX $(MPI_INC) -c -o $@ $<
+
+build/emu/src/%.o: src/%.cpp $(FLAGS_STAMP)
+	@mkdir -p $(@D)
+	$(CXX) $(CPPFLAGS) -DYUAN_CUDA -DYUAN_BACKENDS='"cpu cuda (emulated)"' $(CXXFLAGS) -c -o $@ $<
+
 deps:
 	env/install-deps.sh
 
 test: deps
-	$(MAKE) -j$(JOBS) all
+	$(MAKE) -j$(JOBS) all emu
 	tests/run_tests.sh
 
 bench: deps

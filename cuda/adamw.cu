@@ -42,8 +42,7 @@ void adamw_update(float* p, float* m, float* v, const float* g, bf16* p_bf16, si
   k.inv_bc2_sqrt = static_cast<float>(1.0 / std::sqrt(bc2));
   k.eps = static_cast<float>(h.eps);
   k.scale = static_cast<float>(h.grad_scale);
-  adamw_kernel<<<grid_for(n, 256), 256, 0, s>>>(p, m, v, g, p_bf16, n, k);
-  CUDA_CHECK(cudaGetLastError());
+  launch(adamw_kernel, grid_for(n, 256), 256, 0, s, p, m, v, g, p_bf16, n, k);
 }
 
 }  // namespace yuan::gpu

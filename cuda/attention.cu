@@ -25,6 +25,7 @@
 #include <cmath>
 
 #include "attention.cuh"
+#include "ptx.cuh"
 
 namespace yuan::gpu {
 namespace {
@@ -40,24 +41,6 @@ constexpr int kStride = D + 8;
 template <int D>
 constexpr int kBackwardQStep = D <= 64 ? 64 : 32;
 
-__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const bf16* p) {
-  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(p));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const bf16* p) {
-  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(p));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // lo in the low half: the lower column
   uint32_t u;
@@ -92,8 +75,8 @@ __device__ __forceinline__ void mma_rows(float (&acc)[NT][4], const bf16* tile_a
     for (int j = 0; j < NT / 2; j++) {
       uint32_t b[4];
       ldmatrix_x4(b, tile_b + (n0 + j * 16 + (lane / 16) * 8 + lane % 8) * kStride<D> + kk * 16 + ((lane / 8) % 2) * 8);
-      mma(acc[2 * j], a, b[0], b[1]);
-      mma(acc[2 * j + 1], a, b[2], b[3]);
+      mma_m16n8k16_bf16(acc[2 * j], a, b[0], b[1]);
+      mma_m16n8k16_bf16(acc[2 * j + 1], a, b[2], b[3]);
     }
   }
 }
@@ -111,8 +94,8 @@ __device__ __forceinline__ void mma_acc(float (&acc)[D / 8][4], const float (&p)
     for (int dp = 0; dp < D / 16; dp++) {
       uint32_t b[4];
       ldmatrix_x4_trans(b, tile_b + (j * 16 + lane % 8 + ((lane / 8) % 2) * 8) * kStride<D> + dp * 16 + (lane / 16) * 8);
-      mma(acc[2 * dp], a, b[0], b[1]);
-      mma(acc[2 * dp + 1], a, b[2], b[3]);
+      mma_m16n8k16_bf16(acc[2 * dp], a, b[0], b[1]);
+      mma_m16n8k16_bf16(acc[2 * dp + 1], a, b[2], b[3]);
     }
   }
 }
@@ -139,8 +122,7 @@ __device__ __forceinline__ void store_rows(bf16* dst, size_t ld, const float (&a
 template <int D>
 __global__ void __launch_bounds__(kThreads) attention_forward_kernel(bf16* out, float* lse, const bf16* qkv, int T,
                                                                      int C, int NH, float scale_log2) {
-  extern __shared__ __align__(16) unsigned char smem[];
-  bf16* Qs = reinterpret_cast<bf16*>(smem);
+  bf16* Qs = dynamic_smem<bf16>();
   bf16* Ks = Qs + kTile * kStride<D>;
   bf16* Vs = Ks + kTile * kStride<D>;
   const int hs = C / NH, qb = gridDim.x - 1 - blockIdx.x, b = blockIdx.y / NH, h = blockIdx.y % NH;
@@ -232,8 +214,7 @@ __global__ void __launch_bounds__(kThreads) attention_backward_kv_kernel(bf16* d
                                                                          const float* lse, const float* delta, int T,
                                                                          int C, int NH, float scale, float scale_log2) {
   constexpr int BQ = kBackwardQStep<D>;
-  extern __shared__ __align__(16) unsigned char smem[];
-  bf16* Ks = reinterpret_cast<bf16*>(smem);
+  bf16* Ks = dynamic_smem<bf16>();
   bf16* Vs = Ks + kTile * kStride<D>;
   bf16* Qs = Vs + kTile * kStride<D>;
   bf16* dOs = Qs + BQ * kStride<D>;
@@ -286,8 +267,7 @@ template <int D>
 __global__ void __launch_bounds__(kThreads) attention_backward_q_kernel(bf16* dqkv, const bf16* qkv, const bf16* dout,
                                                                         const float* lse, const float* delta, int T,
                                                                         int C, int NH, float scale, float scale_log2) {
-  extern __shared__ __align__(16) unsigned char smem[];
-  bf16* Qs = reinterpret_cast<bf16*>(smem);
+  bf16* Qs = dynamic_smem<bf16>();
   bf16* dOs = Qs + kTile * kStride<D>;
   bf16* Ks = dOs + kTile * kStride<D>;
   bf16* Vs = Ks + kTile * kStride<D>;
@@ -362,9 +342,8 @@ void forward_impl(bf16* out, float* lse, const bf16* qkv, int B, int T, int C, i
   static const bool init = (allow_smem(attention_forward_kernel<D>, forward_smem<D>()), true);
   (void)init;
   const float scale = 1.0f / std::sqrt(static_cast<float>(C / NH));
-  attention_forward_kernel<D><<<tile_grid(B, T, NH), kThreads, forward_smem<D>(), s>>>(
-      out, lse, qkv, T, C, NH, scale * kLog2e);
-  CUDA_CHECK(cudaGetLastError());
+  launch(attention_forward_kernel<D>, tile_grid(B, T, NH), kThreads, forward_smem<D>(), s, out, lse, qkv, T, C, NH,
+         scale * kLog2e);
 }
 
 template <int D>
@@ -375,12 +354,10 @@ void backward_impl(bf16* dqkv, const float* delta, const bf16* dout, const bf16*
   (void)init;
   const float scale = 1.0f / std::sqrt(static_cast<float>(C / NH));
   const dim3 grid = tile_grid(B, T, NH);
-  attention_backward_kv_kernel<D><<<grid, kThreads, backward_kv_smem<D>(), s>>>(dqkv, qkv, dout, lse, delta, T, C, NH,
-                                                                                scale, scale * kLog2e);
-  CUDA_CHECK(cudaGetLastError());
-  attention_backward_q_kernel<D><<<grid, kThreads, backward_q_smem<D>(), s>>>(dqkv, qkv, dout, lse, delta, T, C, NH,
-                                                                              scale, scale * kLog2e);
-  CUDA_CHECK(cudaGetLastError());
+  launch(attention_backward_kv_kernel<D>, grid, kThreads, backward_kv_smem<D>(), s, dqkv, qkv, dout, lse, delta, T, C,
+         NH, scale, scale * kLog2e);
+  launch(attention_backward_q_kernel<D>, grid, kThreads, backward_q_smem<D>(), s, dqkv, qkv, dout, lse, delta, T, C, NH,
+         scale, scale * kLog2e);
 }
 
 int padded_head_size(int C, int NH) {
@@ -404,8 +381,8 @@ void attention_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int
 void attention_backward(bf16* dqkv, float* delta, const bf16* dout, const bf16* qkv, const bf16* out,
                         const float* lse, int B, int T, int C, int NH, cudaStream_t s) {
   const int D = padded_head_size(C, NH);
-  attention_delta_kernel<<<grid_for(static_cast<size_t>(B) * T * NH, 256), 256, 0, s>>>(delta, dout, out, B, T, C, NH);
-  CUDA_CHECK(cudaGetLastError());
+  launch(attention_delta_kernel, grid_for(static_cast<size_t>(B) * T * NH, 256), 256, 0, s, delta, dout, out, B, T, C,
+         NH);
   switch (D) {
     case 16: return backward_impl<16>(dqkv, delta, dout, qkv, lse, B, T, C, NH, s);
     case 32: return backward_impl<32>(dqkv, delta, dout, qkv, lse, B, T, C, NH, s);

@@ -19,14 +19,12 @@ __global__ void bf16_to_f32_kernel(float* out, const bf16* in, size_t n) {
 
 void f32_to_bf16(bf16* out, const float* in, size_t n, cudaStream_t s) {
   if (n == 0) return;
-  f32_to_bf16_kernel<<<grid_for(n, 256), 256, 0, s>>>(out, in, n);
-  CUDA_CHECK(cudaGetLastError());
+  launch(f32_to_bf16_kernel, grid_for(n, 256), 256, 0, s, out, in, n);
 }
 
 void bf16_to_f32(float* out, const bf16* in, size_t n, cudaStream_t s) {
   if (n == 0) return;
-  bf16_to_f32_kernel<<<grid_for(n, 256), 256, 0, s>>>(out, in, n);
-  CUDA_CHECK(cudaGetLastError());
+  launch(bf16_to_f32_kernel, grid_for(n, 256), 256, 0, s, out, in, n);
 }
 
 }  // namespace yuan::gpu

@@ -80,8 +80,7 @@ void classifier_forward_backward(bf16* logits, float* losses, const int32_t* tar
                                  int tgt_stride, float dlogits_scale, cudaStream_t s) {
   YUAN_CHECK(ld % PackBf16::kN == 0 && ld >= V, "classifier: row stride %d must be >= V = %d and a multiple of %d",
              ld, V, PackBf16::kN);
-  classifier_kernel<<<B * T, kThreads, 0, s>>>(logits, losses, targets, T, V, ld, tgt_stride, dlogits_scale);
-  CUDA_CHECK(cudaGetLastError());
+  launch(classifier_kernel, B * T, kThreads, 0, s, logits, losses, targets, T, V, ld, tgt_stride, dlogits_scale);
 }
 
 }  // namespace yuan::gpu

@@ -7,6 +7,8 @@
 //     ADDED into; activation gradients are written, not added, unless a function says otherwise;
 //   - every launcher takes the stream it runs on and returns without waiting, unless it returns a value;
 //   - C % 8 == 0 and 16-byte aligned tensors (one 16-byte vector = 8 bf16 is the unit of every access).
+// Kernels start through launch() and find their dynamic shared memory through dynamic_smem() (launch.cuh), their
+// inline PTX is in ptx.cuh: the same sources build for the GPU and for the emulator (cuda/emu).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -16,6 +18,7 @@
 #include <cstring>
 
 #include "cuda_check.h"
+#include "launch.cuh"
 
 namespace yuan::gpu {
 

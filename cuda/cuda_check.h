@@ -1,12 +1,12 @@
 // One error check per library, in the style of nccl-tests: the failing call, file:line, this process's rank and
 // host, and the library's own words for the error, thrown as yuan::Error so that main() reports it like any other
-// failure and no rank is left waiting. Kernel launches are checked with CUDA_CHECK(cudaGetLastError()).
+// failure and no rank is left waiting. Kernel launches are checked by launch() (launch.cuh). CUBLAS_CHECK and
+// NCCL_CHECK name their library's types: the files that use them include cublasLt.h or nccl.h, so that the kernels
+// build with the CUDA runtime's headers alone.
 //
 // There is no CUDNN_CHECK: nothing here calls cuDNN (cuda/attention.cu says why).
 #pragma once
-#include <cublasLt.h>
 #include <cuda_runtime.h>
-#include <nccl.h>
 
 #include "util/error.h"
 

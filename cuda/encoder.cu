@@ -70,9 +70,8 @@ __global__ void wpe_backward_kernel(float* dwpe, const float* dout, int B, int T
 void encoder_forward(bf16* out, const int32_t* tok, const bf16* wte, const bf16* wpe, int B, int T, int C,
                      int tok_stride, cudaStream_t s) {
   const int threads = 256;
-  encoder_forward_kernel<<<grid_for(static_cast<size_t>(B) * T * C / PackBf16::kN, threads), threads, 0, s>>>(
-      out, tok, wte, wpe, B, T, C, tok_stride);
-  CUDA_CHECK(cudaGetLastError());
+  launch(encoder_forward_kernel, grid_for(static_cast<size_t>(B) * T * C / PackBf16::kN, threads), threads, 0, s, out,
+         tok, wte, wpe, B, T, C, tok_stride);
 }
 
 size_t token_groups_max_size(int B, int T) {
@@ -112,10 +111,8 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t
                       int C, cudaStream_t s) {
   const int threads = 128;
   const dim3 grid(n_groups, ceil_div(C / PackF32::kN, threads));
-  wte_backward_kernel<<<grid, threads, 0, s>>>(dwte, dout, groups, n_groups, C);
-  CUDA_CHECK(cudaGetLastError());
-  wpe_backward_kernel<<<grid_for(static_cast<size_t>(T) * C / PackF32::kN, 256), 256, 0, s>>>(dwpe, dout, B, T, C);
-  CUDA_CHECK(cudaGetLastError());
+  launch(wte_backward_kernel, grid, threads, 0, s, dwte, dout, groups, n_groups, C);
+  launch(wpe_backward_kernel, grid_for(static_cast<size_t>(T) * C / PackF32::kN, 256), 256, 0, s, dwpe, dout, B, T, C);
 }
 
 }  // namespace yuan::gpu

@@ -40,14 +40,12 @@ __global__ void gelu_backward_kernel(bf16* dinp, const bf16* inp, const bf16* do
 
 void gelu_forward(bf16* out, const bf16* inp, size_t n, cudaStream_t s) {
   YUAN_CHECK(n % PackBf16::kN == 0, "gelu_forward: %zu elements, not a multiple of %d", n, PackBf16::kN);
-  gelu_forward_kernel<<<grid_for(n / PackBf16::kN, 256), 256, 0, s>>>(out, inp, n / PackBf16::kN);
-  CUDA_CHECK(cudaGetLastError());
+  launch(gelu_forward_kernel, grid_for(n / PackBf16::kN, 256), 256, 0, s, out, inp, n / PackBf16::kN);
 }
 
 void gelu_backward(bf16* dinp, const bf16* inp, const bf16* dout, size_t n, cudaStream_t s) {
   YUAN_CHECK(n % PackBf16::kN == 0, "gelu_backward: %zu elements, not a multiple of %d", n, PackBf16::kN);
-  gelu_backward_kernel<<<grid_for(n / PackBf16::kN, 256), 256, 0, s>>>(dinp, inp, dout, n / PackBf16::kN);
-  CUDA_CHECK(cudaGetLastError());
+  launch(gelu_backward_kernel, grid_for(n / PackBf16::kN, 256), 256, 0, s, dinp, inp, dout, n / PackBf16::kN);
 }
 
 }  // namespace yuan::gpu

@@ -34,10 +34,8 @@ size_t sum_squares_partials_size() { return kMaxBlocks + 1; }
 
 double sum_squares(const float* x, size_t n, double* partials, cudaStream_t s) {
   const unsigned blocks = std::min<unsigned>(grid_for(n, kThreads), kMaxBlocks);
-  sum_squares_partial_kernel<<<blocks, kThreads, 0, s>>>(partials, x, n);
-  CUDA_CHECK(cudaGetLastError());
-  sum_squares_final_kernel<<<1, kThreads, 0, s>>>(partials + kMaxBlocks, partials, static_cast<int>(blocks));
-  CUDA_CHECK(cudaGetLastError());
+  launch(sum_squares_partial_kernel, blocks, kThreads, 0, s, partials, x, n);
+  launch(sum_squares_final_kernel, 1, kThreads, 0, s, partials + kMaxBlocks, partials, static_cast<int>(blocks));
   double result = 0;
   CUDA_CHECK(cudaMemcpyAsync(&result, partials + kMaxBlocks, sizeof(double), cudaMemcpyDeviceToHost, s));
   CUDA_CHECK(cudaStreamSynchronize(s));

@@ -135,23 +135,19 @@ size_t layernorm_partials_size(int C) { return static_cast<size_t>(kChunks) * 2 
 
 void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, const bf16* w, const bf16* b, int N,
                        int C, cudaStream_t s) {
-  layernorm_forward_kernel<<<ceil_div(N, kRowsPerBlock), kRowsPerBlock * kWarpSize, 0, s>>>(out, mean, rstd, inp, w,
-                                                                                           b, N, C);
-  CUDA_CHECK(cudaGetLastError());
+  launch(layernorm_forward_kernel, ceil_div(N, kRowsPerBlock), kRowsPerBlock * kWarpSize, 0, s, out, mean, rstd, inp, w,
+         b, N, C);
 }
 
 void layernorm_backward(float* dres, bf16* dres_bf16, float* dw, float* db, float* partials, const bf16* dout,
                         const bf16* inp, const bf16* w, const float* mean, const float* rstd, int N, int C,
                         cudaStream_t s) {
-  layernorm_backward_input_kernel<<<ceil_div(N, kRowsPerBlock), kRowsPerBlock * kWarpSize, 0, s>>>(
-      dres, dres_bf16, dout, inp, w, mean, rstd, N, C);
-  CUDA_CHECK(cudaGetLastError());
+  launch(layernorm_backward_input_kernel, ceil_div(N, kRowsPerBlock), kRowsPerBlock * kWarpSize, 0, s, dres, dres_bf16,
+         dout, inp, w, mean, rstd, N, C);
   const int threads = 128;
-  layernorm_backward_params_kernel<<<dim3(ceil_div(C / 2, threads), kChunks), threads, 0, s>>>(partials, dout, inp,
-                                                                                             mean, rstd, N, C);
-  CUDA_CHECK(cudaGetLastError());
-  layernorm_backward_reduce_kernel<<<ceil_div(2 * C, 256), 256, 0, s>>>(dw, db, partials, C);
-  CUDA_CHECK(cudaGetLastError());
+  launch(layernorm_backward_params_kernel, dim3(ceil_div(C / 2, threads), kChunks), threads, 0, s, partials, dout, inp,
+         mean, rstd, N, C);
+  launch(layernorm_backward_reduce_kernel, ceil_div(2 * C, 256), 256, 0, s, dw, db, partials, C);
 }
 
 }  // namespace yuan::gpu

@@ -246,15 +246,14 @@ void Matmul::backward(bf16* dinp, float* dw, float* dbias, const bf16* dout, con
     b.epilogue = CUBLASLT_EPILOGUE_BGRADB;
     b.bias = bias_scratch_;
     if (run(b, s)) {
-      add_kernel<<<ceil_div(OC, 256), 256, 0, s>>>(dbias, bias_scratch_, OC);
-      CUDA_CHECK(cudaGetLastError());
+      launch(add_kernel, ceil_div(OC, 256), 256, 0, s, dbias, bias_scratch_, OC);
       return;
     }
   }
   RUN_OR_THROW(g, s);
   if (dbias) {
-    bias_backward_kernel<<<ceil_div(OC, kWarpSize), dim3(kWarpSize, kBiasWarps), 0, s>>>(dbias, dout, N, OC, ld_dout);
-    CUDA_CHECK(cudaGetLastError());
+    launch(bias_backward_kernel, ceil_div(OC, kWarpSize), dim3(kWarpSize, kBiasWarps), 0, s, dbias, dout, N, OC,
+           ld_dout);
   }
 }
 

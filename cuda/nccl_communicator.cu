@@ -6,6 +6,8 @@
 // included, can block the host indefinitely; every wait (initialisation, enqueueing, synchronize, finalize) polls
 // ncclCommGetAsyncError and a deadline. A dead or stuck peer therefore ends as an Error on every surviving rank
 // within dist.nccl_timeout_s, after ncclCommAbort has released the GPU side, instead of a hang.
+#include <nccl.h>
+
 #include <chrono>
 #include <cstring>
 #include <exception>

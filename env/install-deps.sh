@@ -9,12 +9,14 @@ pkgs=(
   libboost-program-options-dev             # config decks and command line
   nlohmann-json3-dev                       # JSON: safetensors headers, state.json, manifest, metrics
   libssl-dev                               # sha256 checksums (libcrypto)
+  libboost-context-dev                     # the CUDA emulator's thread switches (cuda/emu)
   libgtest-dev                             # tests
   libsentencepiece-dev sentencepiece       # tokenizer training and encoding
   libopenblas-openmp-dev                   # CPU GEMM (the OpenMP build: see src/ops/matmul.cpp)
   fortunes-zh                              # the demo corpus (Tang poems, Song ci, quotations)
   python3-h5py python3-numpy               # test fixtures written by a second HDF5 writer
   python3-torch python3-matplotlib         # PyTorch reference fixtures, benchmarks' peer, plots
+  python3-pip                              # NVIDIA's compiler wheels for tests/cuda/test_codegen.sh without a toolkit
   slurm-wlm munge                          # the tests' one-node SLURM (tests/slurm/start.sh)
 )
 missing=()

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Every test yuanlm has, in one run: the GoogleTest suites in one process; the Mpi* suites under mpirun with
-# 1, 2, 3 and 4 ranks; each end-to-end script in tests/mpi/ (a real `yuanlm` job under mpirun, one test each);
-# the CUDA kernel tests when they were built. A script exiting 77 counts as skipped. Ends with the line
-# "N passed, N failed", alone, and exits non-zero when a test failed.
+# 1, 2, 3 and 4 ranks; the CUDA tests on a GPU when they were built (they skip without one) and on the CPU
+# emulator (cuda/emu, make emu), where nothing skips; each end-to-end script in tests/mpi/ (a real `yuanlm` job
+# under mpirun, one test each) and each check of the GPU compiler's output in tests/cuda/. A script exiting 77
+# counts as skipped. Ends with the line "N passed, N failed", alone, and exits non-zero when a test failed.
 set -u
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
@@ -41,8 +42,12 @@ if [ -x bin/test_cuda ]; then
   echo "== CUDA kernel tests"
   gtest cuda bin/test_cuda
 fi
-echo "== end-to-end jobs (tests/mpi)"
-for t in tests/mpi/test_*.sh; do
+if [ -x bin/test_cuda_emu ]; then
+  echo "== CUDA tests on the emulator"
+  gtest cuda-emu bin/test_cuda_emu
+fi
+echo "== end-to-end jobs (tests/mpi) and GPU code checks (tests/cuda)"
+for t in tests/mpi/test_*.sh tests/cuda/test_*.sh; do
   [ -e "$t" ] || continue
   name=$(basename "$t" .sh)
   start=$(date +%s)

@@ -581,6 +581,7 @@ void ZeroOptimizer::flush_reductions() {
 // The order on a device: compute waits for the gradient copies issued so far (a gradient buffer may be taken
 // again below) and for the gather of this module; then the reductions reported since the last acquire and the
 // gather of the module that comes next go out behind the compute already enqueued, and run beside this one's.
+// The emulator's lazy streams (cuda/emu) turn any missing wait here into wrong weights in its training test.
 void ZeroOptimizer::acquire(int module, bool grads) {
   check_zero3("acquire");
   YUAN_CHECK(modules_.contains(module), "ZeroOptimizer: module %d acquired, outside modules [%d, %d)", module,
@@ -592,7 +593,8 @@ void ZeroOptimizer::acquire(int module, bool grads) {
   wait_gather(b);
   b.pins++;
   b.last_use = ++uses_;
-  flush_reductions();
+  // The gradient buffer is taken before the pending reductions go out: theirs are still busy, and the free ones'
+  // copies are behind the compute_after_transfers above.
   if (grads && held(grad_bufs_, module) < 0) {
     const int i = buffer_for(grad_bufs_, module, false);
     YUAN_CHECK(i >= 0 && grad_bufs_[i].module < 0, "ZeroOptimizer: no gradient buffer free for module %s",
@@ -602,6 +604,7 @@ void ZeroOptimizer::acquire(int module, bool grads) {
     backend_.ops().zero(Tensor(g.mem.as<float>(), DType::F32, 1,
                                static_cast<int64_t>(backend_.layout().module(module).numel)));
   }
+  flush_reductions();
   const int next = module + (grads ? -1 : 1);  // backward walks the modules down, forward up
   if (modules_.contains(next) && held(gathered_, next) < 0 && buffer_for(gathered_, next, true) >= 0) gather(next);
 }

@@ -111,9 +111,18 @@ TEST(CudaBackend, AccumulatesDeterministicallyAndReportsModulesInBackwardOrder) 
   const auto g2 = grads_of(be);
   EXPECT_EQ(l1, l2);
   EXPECT_EQ(l1, m.program->forward_loss(tok.data(), 2));
-  size_t diff = 0;
-  for (size_t i = 0; i < g1.size(); i++) diff += g2[i] != 2 * g1[i];
-  EXPECT_EQ(diff, 0u) << "a second identical micro-batch must add exactly the same gradient";
+  // A second identical micro-batch adds the same gradient: exactly 2 g1 where one op adds into a tensor per
+  // micro-batch. The tied wte takes two additions, the head's GEMM then the embedding backward, and
+  // ((A + E) + A) + E rounds differently from 2 (A + E), so it is held to fp32 rounding instead.
+  for (const yuan::TensorSpec& t : L.tensors()) {
+    std::vector<float> twice(g1.begin() + t.offset, g1.begin() + t.offset + t.numel);
+    for (float& x : twice) x *= 2;
+    if (t.name == "wte.weight")
+      EXPECT_LT(rel_err(g2.data() + t.offset, twice.data(), t.numel), 1e-6) << t.name;
+    else
+      EXPECT_EQ(std::memcmp(g2.data() + t.offset, twice.data(), t.numel * sizeof(float)), 0)
+          << t.name << ": a second identical micro-batch must add exactly the same gradient";
+  }
 
   const int n = static_cast<int>(L.modules().size());  // wte, wpe, h.0 .. h.{L-1}, ln_f
   std::vector<int> expect = {n - 1};

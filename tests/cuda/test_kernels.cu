@@ -148,7 +148,9 @@ TEST_P(CudaMatmul, ForwardAndBackwardMatchCpu) {
   std::vector<float> out(N * OC);
   for (size_t i = 0; i < N; i++) std::copy_n(out_all.begin() + i * ld, OC, out.begin() + i * OC);
   EXPECT_LT(rel_err(out, ref), 1e-2) << "forward";
-  if (k.gelu) EXPECT_LT(rel_err(from_bf16(d_pre.download()), pre), 1e-2) << "GELU input kept for backward";
+  if (k.gelu) {
+    EXPECT_LT(rel_err(from_bf16(d_pre.download()), pre), 1e-2) << "GELU input kept for backward";
+  }
 
   // Backward: dout in the [N, ld] layout; dw and dbias start random because they are added to.
   const auto dout = round_bf16(randn(N * OC, 1.0f, 34));
@@ -160,7 +162,7 @@ TEST_P(CudaMatmul, ForwardAndBackwardMatchCpu) {
   ops::matmul_backward(dinp.data(), dw.data(), k.bias ? db.data() : nullptr, dout.data(), inp.data(), w.data(), k.N,
                        k.C, k.OC);
   DevArray<uint16_t> d_dout(to_bf16(dout_ld)), d_dinp(N * C);
-  DevArray<float> d_dw(dw), d_db(db);
+  DevArray<float> d_dw(dw0), d_db(db0);  // the start values: the CPU reference has added to dw, db already
   // GELU backward pairs with an input whose size is the GEMM's C: use a layer whose input is the GELU output.
   if (k.gelu) {
     const auto pre_in = round_bf16(randn(N * C, 1.0f, 37));

@@ -1,0 +1,176 @@
+// How the parts of the CUDA emulator talk to each other (docs/EMULATOR.md has the design):
+//   memory.cpp   device and pinned memory: arenas, allocations, the initialisation shadow of device memory
+//   checks.cpp   the instrumentation hooks every access of a .cu file calls; shared memory's race and init shadow
+//   kernel.cpp   launches: blocks of fibers, barriers, warp collectives, the built-in variables
+//   warp.cpp     what a completed warp collective computes (shuffles, votes, mma.sync, ldmatrix)
+//   streams.cpp  streams and events: work runs when the host needs its result, in an order CUDA allows
+//   report.cpp   reports, the sticky error, names of kernels and shared arrays (symbols.cpp reads them)
+//   runtime.cpp, cublaslt.cpp, nccl.cpp: the library APIs on top of those
+// Nothing here is thread-safe on its own: runtime entry points take the emulator's lock (Lock).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+
+#include "cuda_emu.h"
+#include "cuda_runtime_api.h"
+
+namespace yuan::emu {
+
+// The emulator's one lock: every API entry point holds it, so that kernels, copies and library calls of
+// several host threads do not interleave (kernels run on the thread that needs their result).
+using Lock = std::lock_guard<std::recursive_mutex>;
+std::recursive_mutex& mutex();
+
+// ---- report.cpp ----
+
+std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+// Where a report happened: a kernel's thread, or host code (kernel empty).
+struct Where {
+  std::string kernel;
+  uint3 block{}, thread{};
+};
+// Records and prints a report. `sticky`: CUDA calls fail with `error` from now on, as after a faulting kernel,
+// until take_reports(); otherwise `error` is only what the failing call returns, and cudaGetErrorString(error)
+// gives the report's message.
+void report(Check c, const Where& where, uintptr_t address, const std::string& what, bool sticky, cudaError_t error);
+cudaError_t sticky_error();
+// The message of the latest report that returned `e`, for cudaGetErrorString; null when none.
+const char* report_message(cudaError_t e);
+// symbols.cpp: the demangled name of the function containing `pc` (a return address or a kernel's entry), without
+// its parameter list, or "?".
+std::string function_name(const void* pc);
+// The __shared__ array containing p: its name and extent; false when p is in the shared section but in none.
+struct SharedArray {
+  uintptr_t begin = 0;
+  size_t bytes = 0;
+  const char* name = "";
+};
+bool shared_array(uintptr_t p, SharedArray* out);
+// The section holding every __shared__ variable (cuda_runtime.h), empty when the program has none.
+uintptr_t shared_section_begin();
+uintptr_t shared_section_end();
+
+// ---- memory.cpp ----
+
+enum class Space { Device, Pinned };
+struct Allocation {
+  uintptr_t begin = 0;
+  size_t bytes = 0;
+  Space space = Space::Device;
+  bool live = false;
+};
+// Page-aligned memory in the space's arena, followed by at least one page that belongs to no allocation; null when
+// the emulated device is full. Device memory starts uninitialised; pinned memory is host memory (always
+// initialised for the checks).
+void* allocate(Space s, size_t bytes);
+// False when p is not the start of a live allocation of that space. The addresses are never handed out again,
+// so a later access through a stale pointer is a use after free, not a silent hit in a new allocation.
+bool release(Space s, void* p);
+// The allocation (live or freed) containing p, else the nearest one before it; null when none.
+const Allocation* allocation_near(uintptr_t p);
+bool in_arena(Space s, uintptr_t p);
+constexpr size_t kArenaBytes = size_t(1) << 40;  // address space reserved per arena
+// The arenas' starts and the device shadow's, fixed once memory is first used (the access hooks keep copies).
+struct Arenas {
+  uintptr_t device = 0, pinned = 0;
+  uint8_t* shadow = nullptr;  // shadow[p - device] is device byte p's state
+};
+const Arenas& arenas();
+size_t device_bytes_in_use();
+constexpr size_t kDeviceBytes = size_t(16) << 30;  // the emulated device's memory
+
+// Per-byte state of the device arena (Arenas::shadow).
+enum : uint8_t { kNoAccess = 0, kUninitialised = 2, kInitialised = 3 };
+// For host-side operations on device memory (copies, memsets, libraries): empty when [p, p + n) lies in one live
+// allocation of `s` (and, for reads of device memory with check_init, is initialised), else why not.
+std::string check_range(Space s, const void* p, size_t n, bool check_init);
+void mark_initialised(const void* p, size_t n);
+void copy_shadow(void* dst, const void* src, size_t n);  // device to device copies carry the state along
+
+// ---- checks.cpp ----
+
+// A kernel's access of shared memory by thread `tid` (ldmatrix reads on behalf of its address lanes).
+void check_shared(uintptr_t p, size_t n, bool write, int tid);
+// Shared memory of a new block: nothing in it is initialised, the dynamic part (returned) is filled with a NaN
+// pattern.
+unsigned char* begin_block_shared(size_t dynamic_bytes);
+// A barrier separates accesses: what came before no longer races with what comes after.
+void barrier_shared();
+// Where kernel code may touch memory that is neither device nor shared memory.
+struct HostWindows {
+  uintptr_t stacks_begin = 0, stacks_end = 0;  // the fibers' stacks: thread-local variables
+  uintptr_t params_begin = 0, params_end = 0;  // the running kernel's parameters
+};
+void set_host_windows(const HostWindows& w);
+
+// ---- kernel.cpp ----
+
+// The thread of a kernel that is running on this OS thread, or null.
+struct ThreadSite {
+  int tid, warp, lane;
+};
+extern thread_local const ThreadSite* t_running;
+// threadIdx of thread `tid` (linear index) of the running block.
+uint3 thread_index(int tid);
+// A failed check inside a kernel: reported, and the launch ends like a faulting kernel on a GPU (no further
+// thread or block of it runs). Does not return when called from a kernel thread.
+[[noreturn]] void kernel_fault(Check c, uintptr_t address, const std::string& what);
+// For the race checks: the number of warp collectives warp `warp` completed, and whether one completed since
+// `seq` had all of `lanes` in its mask (they synchronised, as __syncwarp would).
+uint32_t warp_sync_count(int warp);
+bool warp_synced(int warp, uint32_t seq, unsigned lanes);
+
+// ---- warp.cpp ----
+
+struct LaneCall {  // one lane's part of a warp collective
+  WarpOp op;
+  unsigned mask;
+  int arg, width;
+  uint64_t value;     // shuffle value, vote predicate
+  uint32_t in[10];    // mma: a[4] b[2] c[4] (c as float bits)
+  const void* addr;   // ldmatrix row address
+  int matrices;       // ldmatrix
+  bool trans;         // ldmatrix
+  uint32_t out[4];    // results
+  const char* file;
+  int line;
+};
+// Computes every participating lane's `out` from the calls of the lanes in `mask` (lanes[i] null when lane i is not
+// in it). For ldmatrix, `read` checks each row's shared-memory read on behalf of the lane that named it.
+void complete_warp_op(LaneCall* const* lanes, unsigned mask,
+                      const std::function<void(const void* row, int lane)>& read);
+
+// ---- streams.cpp ----
+
+// One operation on a stream. `step(block)` advances it and returns true once it is complete; with block false it
+// may return false (still in flight, e.g. a pending MPI transfer) and is asked again later.
+using Step = std::function<bool(bool block)>;
+struct StreamState;
+// Null and cudaStreamLegacy are the legacy default stream; false for a handle that is not a live stream.
+bool valid_stream(cudaStream_t s);
+cudaStream_t create_stream(bool blocking);
+void destroy_stream(cudaStream_t s);  // runs its remaining work first
+void enqueue(cudaStream_t s, Step step);
+// A point in a stream's order: after everything enqueued on it so far (an event's record).
+struct StreamPoint {
+  StreamState* stream = nullptr;  // null: never recorded, always complete
+  uint64_t seq = 0;
+};
+StreamPoint stream_point(cudaStream_t s);
+// Runs the work up to a point, or all of a stream's; with block false stops at an operation still in flight and
+// returns false.
+bool run_until(const StreamPoint& p, bool block);
+bool run_stream(cudaStream_t s, bool block);
+void run_all_streams();
+
+// ---- runtime.cpp ----
+
+// The error cudaGetLastError returns next (launch errors and failed calls), unless a sticky error takes its place.
+cudaError_t& last_error();
+// kernel.cpp: cudaFuncSetAttribute(MaxDynamicSharedMemorySize), checked at each launch of the kernel.
+cudaError_t set_shared_opt_in(const void* kernel, int bytes);
+
+}  // namespace yuan::emu

@@ -1,0 +1,95 @@
+// The CUDA emulator's own interface (cuda/emu, docs/EMULATOR.md): what the shadow headers of this directory, the
+// launch helper (cuda/launch.cuh) and the PTX wrappers (cuda/ptx.cuh) call, and the reports tests read.
+//
+// A kernel runs on the host, one block at a time, each of its threads a fiber that switches only where CUDA
+// threads wait for each other: __syncthreads, warp collectives (shuffles, votes, mma.sync, ldmatrix). Every
+// memory access of the code in .cu files reaches the emulator's checks through compiler instrumentation (the
+// -fsanitize=thread hooks, implemented by cuda/emu/checks.cpp instead of ThreadSanitizer's runtime).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cuda_runtime_api.h"
+
+namespace yuan::emu {
+
+// ---- launches (cuda/launch.cuh) ----
+
+struct Launch {
+  const void* kernel;  // the __global__ function: its name in reports, its attributes
+  dim3 grid, block;
+  size_t shared_bytes;  // dynamic shared memory per block
+  cudaStream_t stream;
+};
+// Enqueues the kernel on l.stream: every thread of the grid runs entry(params). `params` is the kernel's
+// parameter memory (its by-value arguments), kept alive until the kernel has run. A configuration CUDA would
+// refuse is returned, and kept for cudaGetLastError, as a launch does.
+cudaError_t launch(const Launch& l, std::shared_ptr<const void> params, size_t params_bytes,
+                   void (*entry)(const void*));
+
+// ---- built-in variables and block-wide operations of the running thread ----
+
+uint3 thread_idx() __attribute__((const));
+uint3 block_idx() __attribute__((const));
+dim3 block_dim() __attribute__((const));
+dim3 grid_dim() __attribute__((const));
+void sync_threads(const char* file, int line);
+// This block's dynamic shared memory (the launch's shared_bytes).
+unsigned char* dynamic_shared();
+
+// ---- warp collectives: a thread waits in them until every lane its mask names has arrived ----
+
+enum class WarpOp { ShflIdx, ShflUp, ShflDown, ShflXor, Ballot, All, Any, SyncWarp, Mma, Ldmatrix };
+// The value of lane `arg`'s `value` (ShflIdx), or of the lane `arg` below / above / xor this one; 64-bit values
+// move whole.
+uint64_t shuffle(WarpOp op, unsigned mask, uint64_t value, int arg, int width, const char* file, int line);
+// The ballot of `pred` over the mask's lanes (op Ballot, All or Any: the caller reduces the bits).
+unsigned vote(WarpOp op, unsigned mask, bool pred, const char* file, int line);
+void sync_warp(unsigned mask, const char* file, int line);
+// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 d, a, b, c (PTX ISA, "Matrix fragments for mma.m16n8k16"):
+// the whole warp's fragments in, this lane's accumulators out.
+void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2], const float (&c)[4]);
+// ldmatrix.sync.aligned.m8n8.x{1,2,4}{.trans}.shared.b16 (PTX ISA): lanes 8i..8i+7 give the row addresses of
+// matrix i; this lane receives its fragment of each of the `matrices` matrices.
+void ldmatrix(uint32_t* r, int matrices, bool trans, const void* row);
+
+// ---- atomics: read-modify-write of device or shared memory, checked as one access ----
+
+enum class AtomicType { I32, U32, U64, F32, F64 };
+enum class AtomicOp { Add, Sub, Min, Max, Exch, Cas, And, Or, Xor };
+// The old value; `operand` and the result are the bits of an AtomicType value (Cas also takes `compare`).
+uint64_t atomic(void* p, AtomicType t, AtomicOp op, uint64_t operand, uint64_t compare = 0);
+
+// ---- reports ----
+
+enum class Check {
+  OutOfBounds,       // outside every live allocation, shared array or the block's dynamic shared memory
+  UseAfterFree,      // device memory already freed
+  Misaligned,        // an access not aligned to its size (a GPU faults on it)
+  Uninitialised,     // a read of device or shared memory that nothing wrote
+  SharedRace,        // two threads, one of them writing, touch a shared byte between two barriers
+  BarrierDivergence, // __syncthreads not reached by every thread of the block, or different ones
+  WarpDivergence,    // a warp collective whose mask leaves out the caller or names a lane that does not come
+  HostMemory,        // a kernel touched host memory, or host code device memory
+  Launch,            // a launch CUDA refuses: block or grid size, shared memory beyond the kernel's limit
+  Library,           // a CUDA, cuBLASLt or NCCL call the library would refuse or that the emulator does not model
+};
+const char* check_name(Check c);
+
+struct Report {
+  Check check;
+  std::string kernel;  // empty outside kernels
+  uint3 block{}, thread{};
+  uintptr_t address = 0;
+  std::string message;  // one line naming all of the above
+};
+// The reports made since the last call, oldest first. Taking them also clears the error CUDA calls return after a
+// failed kernel, so that a test can plant a bug and go on.
+std::vector<Report> take_reports();
+// Reports made so far and not taken.
+size_t pending_reports();
+
+}  // namespace yuan::emu

@@ -1,0 +1,376 @@
+// The CUDA runtime API of the emulator: one device (device 0, sm_90, 16 GiB, 2 SMs so that grid-stride loops
+// loop), its memory in the arenas of memory.cpp, streams and events (streams.cpp), copies that check their ranges
+// as the driver does and carry device memory's initialisation state along.
+//
+// Copies follow CUDA's synchronisation rules ("API synchronization behavior"): cudaMemcpy waits for the legacy
+// stream's work; cudaMemcpyAsync runs in stream order when the host side is pinned memory, and otherwise, like
+// the driver's staged copies of pageable memory, completes before it returns, after the stream's earlier work.
+#include <cstring>
+#include <utility>
+
+#include "emulator.h"
+
+namespace yuan::emu {
+namespace {
+
+struct Event {
+  StreamPoint point;
+};
+
+const char* default_message(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInitializationError: return "initialization error";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorNotReady: return "device not ready";
+    case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
+    case cudaErrorLaunchOutOfResources: return "too many resources requested for launch";
+    case cudaErrorMisalignedAddress: return "misaligned address";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
+  }
+  return "unknown error";
+}
+
+// Every API call: a sticky error fails it; a failure is remembered for cudaGetLastError.
+cudaError_t done(cudaError_t e) {
+  if (e != cudaSuccess) last_error() = e;
+  return e;
+}
+
+// A call's argument CUDA would refuse: reported (the caller's CUDA_CHECK then throws with the message). Memory a
+// copy or memset would reach outside its allocation is an out-of-bounds access; anything else a refused call.
+cudaError_t refuse(const char* call, const std::string& why, cudaError_t e = cudaErrorInvalidValue,
+                   Check c = Check::Library) {
+  report(c, Where{}, 0, std::string(call) + ": " + why, false, e);
+  return done(e);
+}
+
+bool pinned(const void* p) { return in_arena(Space::Pinned, reinterpret_cast<uintptr_t>(p)); }
+bool device(const void* p) { return in_arena(Space::Device, reinterpret_cast<uintptr_t>(p)); }
+
+// One side of a copy: device memory must lie in one live allocation (uninitialised bytes may be copied: their state
+// travels with them), pinned memory too; other host memory is the caller's business.
+std::string check_side(const void* p, size_t n, bool is_device) {
+  if (is_device) return check_range(Space::Device, p, n, false);
+  if (device(p)) return "a device pointer where the copy's kind says host memory";
+  if (pinned(p)) return check_range(Space::Pinned, p, n, false);
+  return {};
+}
+
+cudaError_t copy(const char* call, void* dst, const void* src, size_t width, size_t height, size_t dpitch,
+                 size_t spitch, cudaMemcpyKind kind, cudaStream_t stream, bool async) {
+  if (sticky_error()) return done(sticky_error());
+  if (!valid_stream(stream)) return refuse(call, "not a live stream", cudaErrorInvalidResourceHandle);
+  if (kind == cudaMemcpyDefault)
+    kind = device(src) ? (device(dst) ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost)
+                       : (device(dst) ? cudaMemcpyHostToDevice : cudaMemcpyHostToHost);
+  const bool src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+  const bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+  if (height && width) {
+    const size_t dspan = (height - 1) * dpitch + width, sspan = (height - 1) * spitch + width;
+    std::string bad = check_side(dst, dspan, dst_dev);
+    if (bad.empty()) bad = check_side(src, sspan, src_dev);
+    if (!bad.empty()) return refuse(call, bad, cudaErrorInvalidValue, Check::OutOfBounds);
+  }
+  auto run = [=] {
+    for (size_t r = 0; r < height; r++) {
+      char* d = static_cast<char*>(dst) + r * dpitch;
+      const char* s = static_cast<const char*>(src) + r * spitch;
+      std::memmove(d, s, width);
+      if (dst_dev) copy_shadow(d, s, width);
+    }
+  };
+  // Host memory that is not pinned is copied when the call returns, after the stream's work so far.
+  const bool deferred = async && (src_dev || pinned(src)) && (dst_dev || pinned(dst));
+  if (deferred) {
+    enqueue(stream, [run](bool) {
+      run();
+      return true;
+    });
+    return cudaSuccess;
+  }
+  run_until(stream_point(async ? stream : cudaStreamLegacy), true);
+  if (sticky_error()) return done(sticky_error());
+  run();
+  return cudaSuccess;
+}
+
+cudaError_t memset_on(const char* call, void* p, int value, size_t n, cudaStream_t stream, bool async) {
+  if (sticky_error()) return done(sticky_error());
+  if (!valid_stream(stream)) return refuse(call, "not a live stream", cudaErrorInvalidResourceHandle);
+  const std::string bad = check_range(Space::Device, p, n, false);
+  if (!bad.empty()) return refuse(call, bad, cudaErrorInvalidValue, Check::OutOfBounds);
+  enqueue(async ? stream : cudaStreamLegacy, [=](bool) {
+    std::memset(p, value, n);
+    mark_initialised(p, n);
+    return true;
+  });
+  return cudaSuccess;
+}
+
+}  // namespace
+
+cudaError_t& last_error() {
+  static cudaError_t e = cudaSuccess;
+  return e;
+}
+
+}  // namespace yuan::emu
+
+using namespace yuan::emu;
+
+// ---- device ----
+
+cudaError_t cudaGetDeviceCount(int* count) {
+  *count = 1;
+  return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int device) {
+  Lock lock(mutex());
+  return device == 0 ? cudaSuccess : done(cudaErrorInvalidDevice);
+}
+
+cudaError_t cudaGetDevice(int* device) {
+  *device = 0;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+  if (device != 0) return done(cudaErrorInvalidDevice);
+  std::memset(prop, 0, sizeof *prop);
+  std::strcpy(prop->name, "yuanlm CUDA emulator");
+  prop->totalGlobalMem = kDeviceBytes;
+  prop->sharedMemPerBlock = 48 << 10;
+  prop->sharedMemPerBlockOptin = 227 << 10;
+  prop->warpSize = 32;
+  prop->maxThreadsPerBlock = 1024;
+  prop->maxThreadsDim[0] = prop->maxThreadsDim[1] = 1024;
+  prop->maxThreadsDim[2] = 64;
+  prop->maxGridSize[0] = 0x7fffffff;
+  prop->maxGridSize[1] = prop->maxGridSize[2] = 65535;
+  prop->clockRate = 1000000;
+  prop->major = 9;
+  prop->minor = 0;
+  prop->multiProcessorCount = 2;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+  cudaDeviceProp p;
+  if (cudaGetDeviceProperties(&p, device) != cudaSuccess) return done(cudaErrorInvalidDevice);
+  switch (attr) {
+    case cudaDevAttrMaxThreadsPerBlock: *value = p.maxThreadsPerBlock; break;
+    case cudaDevAttrMaxSharedMemoryPerBlock: *value = static_cast<int>(p.sharedMemPerBlock); break;
+    case cudaDevAttrWarpSize: *value = p.warpSize; break;
+    case cudaDevAttrClockRate: *value = p.clockRate; break;
+    case cudaDevAttrMultiProcessorCount: *value = p.multiProcessorCount; break;
+    case cudaDevAttrComputeCapabilityMajor: *value = p.major; break;
+    case cudaDevAttrComputeCapabilityMinor: *value = p.minor; break;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = static_cast<int>(p.sharedMemPerBlockOptin); break;
+  }
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize() {
+  Lock lock(mutex());
+  run_all_streams();
+  return done(sticky_error());
+}
+
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  Lock lock(mutex());
+  *total_bytes = kDeviceBytes;
+  *free_bytes = kDeviceBytes - device_bytes_in_use();
+  return done(sticky_error());
+}
+
+// ---- errors ----
+
+cudaError_t cudaGetLastError() {
+  Lock lock(mutex());
+  if (sticky_error()) return sticky_error();
+  return std::exchange(last_error(), cudaSuccess);
+}
+
+cudaError_t cudaPeekAtLastError() {
+  Lock lock(mutex());
+  return sticky_error() ? sticky_error() : last_error();
+}
+
+const char* cudaGetErrorString(cudaError_t error) {
+  Lock lock(mutex());
+  const char* m = report_message(error);
+  return m ? m : default_message(error);
+}
+
+const char* cudaGetErrorName(cudaError_t error) {
+  switch (error) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
+    case cudaErrorMisalignedAddress: return "cudaErrorMisalignedAddress";
+    case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    default: return "cudaError";
+  }
+}
+
+// ---- memory ----
+
+cudaError_t cudaMalloc(void** ptr, size_t bytes) {
+  Lock lock(mutex());
+  if (sticky_error()) return done(sticky_error());
+  *ptr = nullptr;
+  if (bytes == 0) return cudaSuccess;
+  *ptr = allocate(Space::Device, bytes);
+  return *ptr ? cudaSuccess : done(cudaErrorMemoryAllocation);
+}
+
+// cudaFree waits for the device: work still queued may use the memory.
+cudaError_t cudaFree(void* ptr) {
+  Lock lock(mutex());
+  if (!ptr) return cudaSuccess;
+  run_all_streams();
+  if (!release(Space::Device, ptr))
+    return refuse("cudaFree", format("%p is not the start of a live device allocation", ptr));
+  return done(sticky_error());
+}
+
+cudaError_t cudaHostAlloc(void** ptr, size_t bytes, unsigned) {
+  Lock lock(mutex());
+  *ptr = bytes ? allocate(Space::Pinned, bytes) : nullptr;
+  return *ptr || !bytes ? cudaSuccess : done(cudaErrorMemoryAllocation);
+}
+
+cudaError_t cudaMallocHost(void** ptr, size_t bytes) { return cudaHostAlloc(ptr, bytes, cudaHostAllocDefault); }
+
+cudaError_t cudaFreeHost(void* ptr) {
+  Lock lock(mutex());
+  if (!ptr) return cudaSuccess;
+  run_all_streams();
+  if (!release(Space::Pinned, ptr))
+    return refuse("cudaFreeHost", format("%p is not the start of a live pinned allocation", ptr));
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
+  Lock lock(mutex());
+  return memset_on("cudaMemset", ptr, value, bytes, cudaStreamLegacy, false);
+}
+
+cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t stream) {
+  Lock lock(mutex());
+  return memset_on("cudaMemsetAsync", ptr, value, bytes, stream, true);
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  Lock lock(mutex());
+  return copy("cudaMemcpy", dst, src, bytes, 1, bytes, bytes, kind, cudaStreamLegacy, false);
+}
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
+  Lock lock(mutex());
+  return copy("cudaMemcpyAsync", dst, src, bytes, 1, bytes, bytes, kind, stream, true);
+}
+
+cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
+                              cudaMemcpyKind kind, cudaStream_t stream) {
+  Lock lock(mutex());
+  if (width > dpitch || width > spitch) return refuse("cudaMemcpy2DAsync", "width larger than a pitch");
+  return copy("cudaMemcpy2DAsync", dst, src, width, height, dpitch, spitch, kind, stream, true);
+}
+
+// ---- streams and events ----
+
+cudaError_t cudaStreamCreate(cudaStream_t* stream) { return cudaStreamCreateWithFlags(stream, cudaStreamDefault); }
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags) {
+  Lock lock(mutex());
+  *stream = create_stream(!(flags & cudaStreamNonBlocking));
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  Lock lock(mutex());
+  if (!stream || stream == cudaStreamLegacy || !valid_stream(stream))
+    return refuse("cudaStreamDestroy", "not a stream this program created", cudaErrorInvalidResourceHandle);
+  destroy_stream(stream);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  Lock lock(mutex());
+  if (!valid_stream(stream)) return refuse("cudaStreamSynchronize", "not a live stream", cudaErrorInvalidResourceHandle);
+  run_stream(stream, true);
+  return done(sticky_error());
+}
+
+cudaError_t cudaStreamQuery(cudaStream_t stream) {
+  Lock lock(mutex());
+  if (!valid_stream(stream)) return refuse("cudaStreamQuery", "not a live stream", cudaErrorInvalidResourceHandle);
+  const bool complete = run_stream(stream, false);
+  if (sticky_error()) return done(sticky_error());
+  return complete ? cudaSuccess : cudaErrorNotReady;
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned) {
+  Lock lock(mutex());
+  if (!valid_stream(stream) || !event)
+    return refuse("cudaStreamWaitEvent", "not a live stream and event", cudaErrorInvalidResourceHandle);
+  const StreamPoint p = reinterpret_cast<Event*>(event)->point;  // the record the wait sees now, not a later one
+  enqueue(stream, [p](bool block) { return run_until(p, block); });
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, cudaEventDefault); }
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned) {
+  *event = reinterpret_cast<cudaEvent_t>(new Event);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  Lock lock(mutex());
+  if (!event) return refuse("cudaEventDestroy", "a null event", cudaErrorInvalidResourceHandle);
+  delete reinterpret_cast<Event*>(event);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  Lock lock(mutex());
+  if (!valid_stream(stream) || !event)
+    return refuse("cudaEventRecord", "not a live stream and event", cudaErrorInvalidResourceHandle);
+  reinterpret_cast<Event*>(event)->point = stream_point(stream);
+  return done(sticky_error());
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  Lock lock(mutex());
+  if (!event) return refuse("cudaEventSynchronize", "a null event", cudaErrorInvalidResourceHandle);
+  run_until(reinterpret_cast<Event*>(event)->point, true);
+  return done(sticky_error());
+}
+
+// The emulated device has no progress of its own: a query runs the work it asks about, unless that waits for
+// something outside the process (a peer's MPI transfer).
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+  Lock lock(mutex());
+  if (!event) return refuse("cudaEventQuery", "a null event", cudaErrorInvalidResourceHandle);
+  const bool complete = run_until(reinterpret_cast<Event*>(event)->point, false);
+  if (sticky_error()) return done(sticky_error());
+  return complete ? cudaSuccess : cudaErrorNotReady;
+}
+
+cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {
+  Lock lock(mutex());
+  if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize)
+    return refuse("cudaFuncSetAttribute", "only cudaFuncAttributeMaxDynamicSharedMemorySize is emulated");
+  if (set_shared_opt_in(func, value) != cudaSuccess)
+    return refuse("cudaFuncSetAttribute", format("%d bytes of dynamic shared memory, above the device's 227 KiB", value));
+  return cudaSuccess;
+}

@@ -1,0 +1,128 @@
+// Streams: a queue of operations each, run when the host needs their result (a synchronize, an event query, a
+// blocking copy, a free, an operation of another stream that waits for them) and not before. This is one of the
+// executions CUDA allows: work on a stream is ordered, and across streams only the waits (events, the legacy
+// stream's implicit ones) order it. Running late is also the adversarial choice: work that should have waited for
+// another stream but does not reads memory before that stream has written it, so a missing wait shows as a wrong
+// result here rather than as a rare one on a GPU.
+//
+// The legacy default stream (0, cudaStreamLegacy) waits for all work enqueued before on blocking streams, and they
+// for its (CUDA's implicit synchronisation); cudaStreamNonBlocking streams do neither.
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <set>
+#include <vector>
+
+#include "emulator.h"
+
+namespace yuan::emu {
+
+struct StreamState {
+  bool blocking = true;
+  bool running = false;
+  std::deque<Step> queue;
+  uint64_t enqueued = 0, done = 0;  // operations so far; done + queue.size() == enqueued
+};
+
+namespace {
+
+struct Streams {
+  StreamState legacy;
+  std::set<StreamState*> live;  // created and not destroyed; destroyed ones stay allocated for events' sake
+};
+
+Streams& streams() {
+  static Streams* s = new Streams;
+  return *s;
+}
+
+// Runs s's operations up to number `upto`.
+bool run_until(StreamState& s, uint64_t upto, bool block) {
+  if (s.done >= upto) return true;
+  if (s.running) {  // an operation waiting for a later one of its own stream: recorded events cannot ask that
+    std::fprintf(stderr, "cuda emulator: a stream waits for itself\n");
+    std::abort();
+  }
+  s.running = true;
+  bool complete = true;
+  while (s.done < upto) {
+    // After a failed kernel the context is gone: what was enqueued behind it never runs.
+    Step step = std::move(s.queue.front());
+    s.queue.pop_front();
+    if (sticky_error() == cudaSuccess && !step(block)) {
+      s.queue.push_front(std::move(step));
+      complete = false;
+      break;
+    }
+    s.done++;
+  }
+  s.running = false;
+  return complete;
+}
+
+void push(StreamState& s, Step step) {
+  s.queue.push_back(std::move(step));
+  s.enqueued++;
+}
+
+Step wait_for(StreamState& other, uint64_t upto) {
+  return [&other, upto](bool block) { return run_until(other, upto, block); };
+}
+
+StreamState* stream_state(cudaStream_t s) {
+  Streams& all = streams();
+  if (s == nullptr || s == cudaStreamLegacy) return &all.legacy;
+  StreamState* st = reinterpret_cast<StreamState*>(s);
+  return all.live.count(st) ? st : nullptr;
+}
+
+}  // namespace
+
+bool valid_stream(cudaStream_t s) { return stream_state(s) != nullptr; }
+
+cudaStream_t create_stream(bool blocking) {
+  auto* st = new StreamState;
+  st->blocking = blocking;
+  streams().live.insert(st);
+  return reinterpret_cast<cudaStream_t>(st);
+}
+
+void destroy_stream(cudaStream_t s) {
+  StreamState* st = stream_state(s);
+  run_until(*st, st->enqueued, true);  // CUDA finishes a destroyed stream's work before releasing it
+  streams().live.erase(st);
+}
+
+void enqueue(cudaStream_t s, Step step) {
+  Streams& all = streams();
+  StreamState& st = *stream_state(s);
+  if (&st == &all.legacy) {
+    for (StreamState* b : all.live)
+      if (b->blocking && b->enqueued > b->done) push(st, wait_for(*b, b->enqueued));
+  } else if (st.blocking && all.legacy.enqueued > all.legacy.done) {
+    push(st, wait_for(all.legacy, all.legacy.enqueued));
+  }
+  push(st, std::move(step));
+}
+
+StreamPoint stream_point(cudaStream_t s) {
+  enqueue(s, [](bool) { return true; });  // a marker, so that the legacy stream's implicit waits come before it
+  StreamState* st = stream_state(s);
+  return StreamPoint{st, st->enqueued};
+}
+
+bool run_until(const StreamPoint& p, bool block) { return !p.stream || run_until(*p.stream, p.seq, block); }
+
+bool run_stream(cudaStream_t s, bool block) {
+  StreamState& st = *stream_state(s);
+  return run_until(st, st.enqueued, block);
+}
+
+void run_all_streams() {
+  Streams& all = streams();
+  run_until(all.legacy, all.legacy.enqueued, true);
+  for (StreamState* s : std::vector<StreamState*>(all.live.begin(), all.live.end()))
+    run_until(*s, s->enqueued, true);
+}
+
+}  // namespace yuan::emu

@@ -1,0 +1,614 @@
+// The CUDA emulator's own tests (bin/test_cuda_emu; the file is empty in the GPU build). Each kind of bug the
+// emulator checks for (yuan::emu::Check) is planted in a small kernel and must come back as exactly one report
+// naming the kernel, block, thread and address, with the CUDA error a faulting kernel leaves; correct code of the
+// same shape must raise none. Then what the emulated instructions compute, against the PTX ISA's definitions
+// written out again here; the conversions' rounding against cuda_bf16.h / cuda_fp16.h's documented results; the
+// cuBLASLt and NCCL argument checks; and the stream order, in which a missing wait shows.
+#ifdef YUAN_EMU
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+#include <nccl.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gpu_test.h"
+#include "launch.cuh"
+#include "ptx.cuh"
+
+namespace {
+
+using yuan::emu::Check;
+using yuan::emu::Report;
+using yuan::gpu::dynamic_smem;
+using yuan::gpu::launch;
+
+// Exactly n elements of device memory (the tests' DevArray keeps 16 spare bytes, which would hide an overrun),
+// zeroed unless asked not to; the legacy stream's memset is finished, since non-blocking streams do not wait for it.
+template <typename T>
+struct Exact {
+  T* p = nullptr;
+  explicit Exact(size_t n, bool zero = true) {
+    CUDA_CHECK(cudaMalloc(&p, n * sizeof(T)));
+    if (zero) CUDA_CHECK(cudaMemset(p, 0, n * sizeof(T)));
+    CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  ~Exact() { cudaFree(p); }
+  std::vector<T> download(size_t n) const {
+    std::vector<T> h(n);
+    CUDA_CHECK(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
+    return h;
+  }
+};
+
+std::string all(const std::vector<Report>& reps) {
+  std::string s;
+  for (const Report& r : reps) s += "\n  " + r.message;
+  return s;
+}
+
+// The kernels ran (and the planted one failed with `error`); its one report is of check `c` by `thread` of `block`
+// in `kernel`, about `address` (0: any), and says `says`.
+void expect_report(cudaError_t error, Check c, const char* kernel, uint3 block, uint3 thread, const void* address,
+                   const char* says) {
+  EXPECT_EQ(cudaDeviceSynchronize(), error);
+  const std::vector<Report> reps = yuan::emu::take_reports();
+  ASSERT_EQ(reps.size(), 1u) << all(reps);
+  const Report& r = reps[0];
+  EXPECT_EQ(r.check, c) << r.message;
+  EXPECT_NE(r.kernel.find(kernel), std::string::npos) << r.message;
+  EXPECT_EQ(r.block.x, block.x) << r.message;
+  EXPECT_EQ(r.block.y, block.y) << r.message;
+  EXPECT_EQ(r.thread.x, thread.x) << r.message;
+  EXPECT_EQ(r.thread.y, thread.y) << r.message;
+  if (address) {
+    EXPECT_EQ(r.address, reinterpret_cast<uintptr_t>(address)) << r.message;
+  }
+  EXPECT_NE(r.message.find(says), std::string::npos) << r.message;
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess) << "taking the reports clears the error";
+}
+
+void expect_no_report() {
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(yuan::emu::take_reports().size(), 0u);
+}
+
+// ---- device memory ----
+
+__global__ void copy_upto(float* out, const float* in, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i <= n) out[i] = in[i];  // the planted bug: <= n
+}
+
+TEST(EmulatorChecks, ReadPastTheEndOfAnAllocation) {
+  const int n = 100;
+  Exact<float> in(n), out(n + 1);
+  launch(copy_upto, 2, 64, 0, 0, out.p, in.p, n);
+  expect_report(cudaErrorIllegalAddress, Check::OutOfBounds, "copy_upto", {1, 0, 0}, {36, 0, 0}, in.p + n,
+                "0 bytes past the end of a 400-byte allocation");
+}
+
+TEST(EmulatorChecks, WritePastTheEndOfAnAllocation) {
+  const int n = 100;
+  Exact<float> in(n + 1), out(n);
+  launch(copy_upto, 2, 64, 0, 0, out.p, in.p, n);
+  expect_report(cudaErrorIllegalAddress, Check::OutOfBounds, "copy_upto", {1, 0, 0}, {36, 0, 0}, out.p + n, "write");
+}
+
+TEST(EmulatorChecks, UseAfterFree) {
+  float* in = nullptr;
+  Exact<float> out(65);
+  CUDA_CHECK(cudaMalloc(&in, 65 * sizeof(float)));
+  CUDA_CHECK(cudaMemset(in, 0, 65 * sizeof(float)));
+  CUDA_CHECK(cudaFree(in));
+  launch(copy_upto, 1, 64, 0, 0, out.p, in, 64);
+  expect_report(cudaErrorIllegalAddress, Check::UseAfterFree, "copy_upto", {0, 0, 0}, {0, 0, 0}, in, "freed");
+}
+
+TEST(EmulatorChecks, ReadOfUninitialisedDeviceMemory) {
+  Exact<float> in(65, false), out(65);
+  launch(copy_upto, 1, 64, 0, 0, out.p, in.p, 64);
+  expect_report(cudaErrorLaunchFailure, Check::Uninitialised, "copy_upto", {0, 0, 0}, {0, 0, 0}, in.p,
+                "was never written");
+}
+
+__global__ void load_double_at(double* out, const char* in, int offset) {
+  *out = *reinterpret_cast<const double*>(in + offset);
+}
+
+TEST(EmulatorChecks, MisalignedAccess) {
+  Exact<char> in(64);
+  Exact<double> out(1);
+  launch(load_double_at, 1, 1, 0, 0, out.p, in.p, 8);
+  expect_no_report();
+  launch(load_double_at, 1, 1, 0, 0, out.p, in.p, 4);
+  expect_report(cudaErrorMisalignedAddress, Check::Misaligned, "load_double_at", {0, 0, 0}, {0, 0, 0}, in.p + 4,
+                "not a multiple of 8");
+}
+
+TEST(EmulatorChecks, KernelReadingHostMemory) {
+  std::vector<float> host(65, 1.0f);
+  Exact<float> out(65);
+  launch(copy_upto, 1, 64, 0, 0, out.p, host.data(), 64);
+  expect_report(cudaErrorIllegalAddress, Check::HostMemory, "copy_upto", {0, 0, 0}, {0, 0, 0}, host.data(),
+                "host memory");
+}
+
+TEST(EmulatorChecks, HostCodeReadingDeviceMemory) {
+  Exact<float> d(4);
+  volatile float sink = d.p[1];  // compiled in this (instrumented) file: a segfault on a GPU machine
+  (void)sink;
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorIllegalAddress);
+  const std::vector<Report> reps = yuan::emu::take_reports();
+  ASSERT_EQ(reps.size(), 1u) << all(reps);
+  EXPECT_EQ(reps[0].check, Check::HostMemory);
+  EXPECT_TRUE(reps[0].kernel.empty());
+  EXPECT_EQ(reps[0].address, reinterpret_cast<uintptr_t>(d.p + 1));
+  EXPECT_NE(reps[0].message.find("host code reads"), std::string::npos) << reps[0].message;
+}
+
+// ---- shared memory ----
+
+__global__ void fill_dynamic(float* out) {
+  float* s = dynamic_smem<float>();
+  s[threadIdx.x] = 1.0f;
+  out[threadIdx.x] = s[threadIdx.x];
+}
+
+TEST(EmulatorChecks, DynamicSharedMemoryOverrun) {
+  Exact<float> out(65);
+  launch(fill_dynamic, 1, 64, 64 * sizeof(float), 0, out.p);
+  expect_no_report();
+  launch(fill_dynamic, 1, 65, 64 * sizeof(float), 0, out.p);
+  expect_report(cudaErrorIllegalAddress, Check::OutOfBounds, "fill_dynamic", {0, 0, 0}, {64, 0, 0}, nullptr,
+                "offset 256 of dynamic shared memory, which is 256 bytes");
+}
+
+__global__ void shift_into_array(float* out) {
+  __shared__ float tile[32];
+  tile[threadIdx.x + 1] = 1.0f;  // the planted bug: thread 31 writes tile[32]
+  __syncthreads();
+  out[threadIdx.x] = tile[threadIdx.x];
+}
+
+TEST(EmulatorChecks, StaticSharedArrayOverrun) {
+  Exact<float> out(32);
+  launch(shift_into_array, 1, 32, 0, 0, out.p);
+  expect_report(cudaErrorIllegalAddress, Check::OutOfBounds, "shift_into_array", {0, 0, 0}, {31, 0, 0}, nullptr,
+                "0 bytes past the end of shared array (anonymous namespace)::shift_into_array::tile (128 bytes)");
+}
+
+__global__ void read_unwritten_shared(float* out) {
+  __shared__ float s[64];
+  if (threadIdx.x % 2 == 0) s[threadIdx.x] = 1.0f;
+  __syncthreads();
+  out[threadIdx.x] = s[threadIdx.x];
+}
+
+TEST(EmulatorChecks, ReadOfUninitialisedSharedMemory) {
+  Exact<float> out(64);
+  launch(read_unwritten_shared, 1, 64, 0, 0, out.p);
+  // The last thread at the barrier opens it and runs on first: thread 63 reads before thread 1 does.
+  expect_report(cudaErrorLaunchFailure, Check::Uninitialised, "read_unwritten_shared", {0, 0, 0}, {63, 0, 0},
+                nullptr, "which no thread of this block wrote");
+}
+
+// mode 0: neighbours swap through shared memory after a barrier (correct); 1: without it (a race); 2: every
+// thread writes s[0] (a write-write race); 3: a warp swaps after __syncwarp (correct: lanes of a warp that
+// synchronised).
+__global__ void swap_neighbours(float* out, int mode) {
+  __shared__ float s[64];
+  const int t = threadIdx.x;
+  s[t] = 0.0f;
+  __syncthreads();
+  if (mode == 2) {
+    s[0] = static_cast<float>(t);
+    return;
+  }
+  s[t] = static_cast<float>(t);
+  if (mode == 0) __syncthreads();
+  if (mode == 3) __syncwarp();
+  out[t] = s[t ^ 1];
+}
+
+TEST(EmulatorChecks, SharedMemoryRaces) {
+  Exact<float> out(64);
+  for (int mode : {0, 3}) {
+    launch(swap_neighbours, 1, 64, 0, 0, out.p, mode);
+    expect_no_report();
+    const std::vector<float> got = out.download(64);
+    for (int t = 0; t < 64; t++) ASSERT_EQ(got[t], static_cast<float>(t ^ 1)) << "mode " << mode;
+  }
+  launch(swap_neighbours, 1, 64, 0, 0, out.p, 1);
+  expect_report(cudaErrorLaunchFailure, Check::SharedRace, "swap_neighbours", {0, 0, 0}, {1, 0, 0}, nullptr,
+                "write of shared array (anonymous namespace)::swap_neighbours::s at offset 4, which thread (0,0,0) "
+                "read since the last barrier");
+  launch(swap_neighbours, 2, 64, 0, 0, out.p, 2);  // thread 63 opened the barrier and wrote first
+  expect_report(cudaErrorLaunchFailure, Check::SharedRace, "swap_neighbours", {0, 0, 0}, {0, 0, 0}, nullptr,
+                "write of shared array (anonymous namespace)::swap_neighbours::s at offset 0, which thread (63,0,0) "
+                "wrote since the last barrier");
+}
+
+// ---- barriers and warps ----
+
+__global__ void early_return(float* out) {
+  if (threadIdx.x < 32) return;  // the planted bug: half the block leaves before the barrier
+  __syncthreads();
+  out[threadIdx.x] = 1.0f;
+}
+
+TEST(EmulatorChecks, BarrierNotReachedByEveryThread) {
+  Exact<float> out(64);
+  launch(early_return, 1, 64, 0, 0, out.p);
+  expect_report(cudaErrorLaunchFailure, Check::BarrierDivergence, "early_return", {0, 0, 0}, {63, 0, 0}, nullptr,
+                "thread (0,0,0) exited without reaching the __syncthreads at tests/cuda/test_emulator.cu");
+}
+
+__global__ void two_barriers(float* out) {
+  if (threadIdx.x % 2)
+    __syncthreads();
+  else
+    __syncthreads();
+  out[threadIdx.x] = 1.0f;
+}
+
+TEST(EmulatorChecks, ThreadsWaitingAtDifferentBarriers) {
+  Exact<float> out(64);
+  launch(two_barriers, 1, 64, 0, 0, out.p);
+  expect_report(cudaErrorLaunchFailure, Check::BarrierDivergence, "two_barriers", {0, 0, 0}, {63, 0, 0}, nullptr,
+                "at the one at tests/cuda/test_emulator.cu");
+}
+
+// mode 0: a full-warp shuffle (correct); 1: lanes 16-31 call with a mask of lanes 0-15; 2: lanes 16-31 return
+// first; 3: lanes 0-15 wait at a barrier the others never reach while those shuffle.
+__global__ void shuffle_modes(float* out, int mode) {
+  const int lane = threadIdx.x % 32;
+  float v = static_cast<float>(threadIdx.x);
+  if (mode == 1) v = __shfl_xor_sync(0x0000ffffu, v, 1);
+  if (mode == 2 && lane >= 16) return;
+  if (mode == 3 && lane < 16) __syncthreads();
+  if (mode != 1) v = __shfl_xor_sync(0xffffffffu, v, 1);
+  out[threadIdx.x] = v;
+}
+
+TEST(EmulatorChecks, ShuffleMasks) {
+  Exact<float> out(32);
+  launch(shuffle_modes, 1, 32, 0, 0, out.p, 0);
+  expect_no_report();
+  const std::vector<float> got = out.download(32);
+  for (int t = 0; t < 32; t++) ASSERT_EQ(got[t], static_cast<float>(t ^ 1));
+  launch(shuffle_modes, 1, 32, 0, 0, out.p, 1);
+  expect_report(cudaErrorLaunchFailure, Check::WarpDivergence, "shuffle_modes", {0, 0, 0}, {16, 0, 0}, nullptr,
+                "with mask 0x0000ffff, which leaves out the calling lane 16");
+  launch(shuffle_modes, 1, 32, 0, 0, out.p, 2);
+  expect_report(cudaErrorLaunchFailure, Check::WarpDivergence, "shuffle_modes", {0, 0, 0}, {16, 0, 0}, nullptr,
+                "exited while lane 0 waits in __shfl_xor_sync (mask 0xffffffff)");
+  launch(shuffle_modes, 1, 32, 0, 0, out.p, 3);
+  expect_report(cudaErrorLaunchFailure, Check::WarpDivergence, "shuffle_modes", {0, 0, 0}, {16, 0, 0}, nullptr,
+                "which waits at the __syncthreads at tests/cuda/test_emulator.cu");
+}
+
+__global__ void shuffle_from_inactive_lane(float* out) {
+  if (threadIdx.x >= 16) return;
+  out[threadIdx.x] = __shfl_sync(0x0000ffffu, 1.0f, 20);
+}
+
+TEST(EmulatorChecks, ShuffleFromALaneOutsideTheMask) {
+  Exact<float> out(32);
+  launch(shuffle_from_inactive_lane, 1, 32, 0, 0, out.p);
+  expect_report(cudaErrorLaunchFailure, Check::WarpDivergence, "shuffle_from_inactive_lane", {0, 0, 0},
+                {15, 0, 0}, nullptr, "reads lane 20, which is not in the mask");
+}
+
+// ---- launches ----
+
+TEST(EmulatorChecks, LaunchesCudaRefuses) {
+  Exact<float> out(64);
+  EXPECT_THROW(launch(fill_dynamic, 1, 64, 64 << 10, 0, out.p), yuan::Error) << "64 KiB without opting in";
+  std::vector<Report> reps = yuan::emu::take_reports();
+  ASSERT_EQ(reps.size(), 1u) << all(reps);
+  EXPECT_EQ(reps[0].check, Check::Launch);
+  EXPECT_NE(reps[0].message.find("cudaFuncSetAttribute"), std::string::npos) << reps[0].message;
+  CUDA_CHECK(cudaFuncSetAttribute(fill_dynamic, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 << 10));
+  launch(fill_dynamic, 1, 64, 64 << 10, 0, out.p);
+  expect_no_report();
+  EXPECT_THROW(launch(fill_dynamic, 1, 2048, 0, 0, out.p), yuan::Error) << "2048 threads";
+  EXPECT_THROW(launch(fill_dynamic, dim3(1, 70000), 32, 0, 0, out.p), yuan::Error) << "grid.y 70000";
+  EXPECT_EQ(yuan::emu::take_reports().size(), 2u);
+}
+
+// ---- what the instructions compute ----
+
+// One shuffle of each kind: the source lane per the CUDA programming guide, here spelled out independently.
+__global__ void shuffles(int* out) {
+  const int lane = threadIdx.x;
+  out[0 * 32 + lane] = __shfl_sync(0xffffffffu, lane, lane * 3, 8);
+  out[1 * 32 + lane] = __shfl_up_sync(0xffffffffu, lane, 3, 16);
+  out[2 * 32 + lane] = __shfl_down_sync(0xffffffffu, lane, 5);
+  out[3 * 32 + lane] = __shfl_xor_sync(0xffffffffu, lane, 9, 8);
+  out[4 * 32 + lane] = static_cast<int>(__ballot_sync(0xffffffffu, lane % 3 == 0));
+  out[5 * 32 + lane] = __all_sync(0xffffffffu, lane < 32) + 2 * __any_sync(0xffffffffu, lane == 7);
+}
+
+TEST(EmulatorInstructions, Shuffles) {
+  Exact<int> out(6 * 32);
+  launch(shuffles, 1, 32, 0, 0, out.p);
+  expect_no_report();
+  const std::vector<int> got = out.download(6 * 32);
+  unsigned ballot = 0;
+  for (int l = 0; l < 32; l += 3) ballot |= 1u << l;
+  for (int l = 0; l < 32; l++) {
+    EXPECT_EQ(got[l], (l & ~7) + (l * 3) % 8) << "idx, width 8, lane " << l;
+    EXPECT_EQ(got[32 + l], l % 16 >= 3 ? l - 3 : l) << "up 3, width 16, lane " << l;
+    EXPECT_EQ(got[64 + l], l + 5 < 32 ? l + 5 : l) << "down 5, lane " << l;
+    // xor 9 in segments of 8: a later segment gives the lane its own value, an earlier one is read.
+    EXPECT_EQ(got[96 + l], (l ^ 9) < (l & ~7) + 8 ? (l ^ 9) : l) << "xor 9, width 8, lane " << l;
+    EXPECT_EQ(static_cast<unsigned>(got[128 + l]), ballot);
+    EXPECT_EQ(got[160 + l], 3);
+  }
+}
+
+// A 16x8 = (16x16)(16x8) product through mma.sync, each lane loading its fragments as the PTX ISA's figures for
+// mma.m16n8k16 place them (g = lane / 4, t = lane % 4).
+__global__ void mma_tile(float* d, const __nv_bfloat16* a, const __nv_bfloat16* b) {
+  const int lane = threadIdx.x, g = lane / 4, t = lane % 4;
+  auto pair = [](__nv_bfloat16 lo, __nv_bfloat16 hi) {
+    return static_cast<uint32_t>(__bfloat16_as_ushort(lo)) | static_cast<uint32_t>(__bfloat16_as_ushort(hi)) << 16;
+  };
+  const uint32_t af[4] = {pair(a[g * 16 + 2 * t], a[g * 16 + 2 * t + 1]),
+                          pair(a[(g + 8) * 16 + 2 * t], a[(g + 8) * 16 + 2 * t + 1]),
+                          pair(a[g * 16 + 2 * t + 8], a[g * 16 + 2 * t + 9]),
+                          pair(a[(g + 8) * 16 + 2 * t + 8], a[(g + 8) * 16 + 2 * t + 9])};
+  // b is 16x8 row-major: B[k][n] at b[k * 8 + n]; the fragment holds rows 2t, 2t+1 (and +8) of column g.
+  const uint32_t b0 = pair(b[(2 * t) * 8 + g], b[(2 * t + 1) * 8 + g]);
+  const uint32_t b1 = pair(b[(2 * t + 8) * 8 + g], b[(2 * t + 9) * 8 + g]);
+  float acc[4] = {1.0f, 2.0f, 3.0f, 4.0f};  // C, added
+  yuan::gpu::mma_m16n8k16_bf16(acc, af, b0, b1);
+  d[g * 8 + 2 * t] = acc[0];
+  d[g * 8 + 2 * t + 1] = acc[1];
+  d[(g + 8) * 8 + 2 * t] = acc[2];
+  d[(g + 8) * 8 + 2 * t + 1] = acc[3];
+}
+
+TEST(EmulatorInstructions, MmaM16n8k16Bf16) {
+  const auto a = yuan::test::round_bf16(yuan::test::randn(16 * 16, 1.0f, 1));
+  const auto b = yuan::test::round_bf16(yuan::test::randn(16 * 8, 1.0f, 2));
+  yuan::test::DevArray<uint16_t> da(yuan::test::to_bf16(a)), db(yuan::test::to_bf16(b));
+  yuan::test::DevArray<float> dd(16 * 8);
+  launch(mma_tile, 1, 32, 0, 0, dd.get(), reinterpret_cast<const __nv_bfloat16*>(da.get()),
+         reinterpret_cast<const __nv_bfloat16*>(db.get()));
+  const auto got = dd.download();
+  expect_no_report();
+  for (int i = 0; i < 16; i++)
+    for (int j = 0; j < 8; j++) {
+      double ref = 1 + (i >= 8 ? 2 : 0) + j % 2;  // the C fragment values above, by position
+      for (int k = 0; k < 16; k++) ref += static_cast<double>(a[i * 16 + k]) * b[k * 8 + j];
+      EXPECT_NEAR(got[i * 8 + j], ref, 1e-5 * (1 + std::fabs(ref))) << i << "," << j;
+    }
+}
+
+// Four 8x8 matrices, element (m, r, c) = 64 m + 8 r + c, in shared memory with a padded row stride; every lane
+// gives the row address the instruction asks of it and keeps what it receives.
+__global__ void ldmatrix_tiles(uint32_t* out, int trans) {
+  __shared__ __align__(16) uint16_t s[4 * 8 * 16];  // rows of 16 elements: 8 used, 8 of padding
+  for (int i = threadIdx.x; i < 4 * 8 * 16; i += 32) {
+    const int m = i / 128, r = (i / 16) % 8, c = i % 16;
+    s[i] = static_cast<uint16_t>(c < 8 ? 64 * m + 8 * r + c : 0xffff);
+  }
+  __syncthreads();
+  const int lane = threadIdx.x;
+  uint32_t r[4];
+  const uint16_t* row = s + (lane / 8) * 128 + (lane % 8) * 16;
+  if (trans)
+    yuan::gpu::ldmatrix_x4_trans(r, row);
+  else
+    yuan::gpu::ldmatrix_x4(r, row);
+  for (int m = 0; m < 4; m++) out[m * 32 + lane] = r[m];
+}
+
+TEST(EmulatorInstructions, LdmatrixX4AndTrans) {
+  Exact<uint32_t> out(4 * 32);
+  for (int trans : {0, 1}) {
+    launch(ldmatrix_tiles, 1, 32, 0, 0, out.p, trans);
+    expect_no_report();
+    const std::vector<uint32_t> got = out.download(4 * 32);
+    for (int m = 0; m < 4; m++)
+      for (int l = 0; l < 32; l++) {
+        const int a = l / 4, b = 2 * (l % 4);  // row a, columns b and b+1; transposed: column a, rows b and b+1
+        const uint32_t lo = trans ? 64 * m + 8 * b + a : 64 * m + 8 * a + b;
+        const uint32_t hi = trans ? 64 * m + 8 * (b + 1) + a : 64 * m + 8 * a + b + 1;
+        EXPECT_EQ(got[m * 32 + l], lo | hi << 16) << (trans ? "trans " : "") << "matrix " << m << " lane " << l;
+      }
+  }
+}
+
+__global__ void count_atomically(int* total, float* sum) {
+  __shared__ int n;
+  if (threadIdx.x == 0) n = 0;
+  __syncthreads();
+  atomicAdd(&n, 1);
+  atomicAdd(sum, 0.5f);
+  __syncthreads();
+  if (threadIdx.x == 0) atomicAdd(total, n);
+}
+
+TEST(EmulatorInstructions, AtomicsDoNotRace) {
+  Exact<int> total(1);
+  Exact<float> sum(1);
+  launch(count_atomically, 3, 256, 0, 0, total.p, sum.p);
+  expect_no_report();
+  EXPECT_EQ(total.download(1)[0], 3 * 256);
+  EXPECT_EQ(sum.download(1)[0], 3 * 256 * 0.5f);
+}
+
+// cuda_bf16.h and cuda_fp16.h: round to nearest even, ties to even, canonical NaN, overflow to infinity.
+TEST(EmulatorInstructions, Bf16AndHalfRounding) {
+  auto bits = [](uint32_t u) {
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  };
+  const std::pair<uint32_t, uint16_t> bf16_cases[] = {
+      {0x3f800000, 0x3f80}, {0x3f808000, 0x3f80} /* tie, even below */, {0x3f818000, 0x3f82} /* tie, odd */,
+      {0x3f808001, 0x3f81}, {0x7f7fffff, 0x7f80} /* overflow */,      {0xff800000, 0xff80},
+      {0x7fc00001, 0x7fff}, {0xffc00000, 0x7fff} /* NaN, either sign */, {0x00018000, 0x0002} /* subnormal tie */,
+      {0x80000001, 0x8000}};
+  for (const auto& [in, want] : bf16_cases)
+    EXPECT_EQ(__bfloat16_as_ushort(__float2bfloat16(bits(in))), want) << std::hex << in;
+  const std::pair<float, uint16_t> half_cases[] = {
+      {65504.0f, 0x7bff},        {65519.0f, 0x7bff},          {65520.0f, 0x7c00} /* rounds to infinity */,
+      {std::ldexp(1.0f, -24), 0x0001}, {std::ldexp(1.0f, -25), 0x0000} /* tie to even zero */,
+      {std::ldexp(3.0f, -25), 0x0002} /* 1.5 ulp: tie to even */, {1.0f + std::ldexp(1.0f, -11), 0x3c00},
+      {1.0f + std::ldexp(3.0f, -11), 0x3c02}, {-2.0f, 0xc000}, {NAN, 0x7fff}};
+  for (const auto& [in, want] : half_cases) EXPECT_EQ(__half_as_ushort(__float2half(in)), want) << in;
+  for (uint32_t h = 0; h < 0x10000; h++) {  // every half converts to float and back unchanged (NaNs canonicalised)
+    const float f = __half2float(__ushort_as_half(static_cast<uint16_t>(h)));
+    const uint16_t back = __half_as_ushort(__float2half(f));
+    if (std::isnan(f))
+      ASSERT_EQ(back, 0x7fff);
+    else
+      ASSERT_EQ(back, h) << std::hex << h;
+  }
+}
+
+// ---- streams ----
+
+__global__ void write_value(float* p, float v) { *p = v; }
+
+// Work on a stream runs when the host needs it: a copy on another stream that does not wait for the kernel reads
+// the old value (a GPU might or might not); with the event it waits, the new one.
+TEST(EmulatorStreams, AMissingWaitShows) {
+  Exact<float> d(1);
+  float* pinned = nullptr;
+  CUDA_CHECK(cudaMallocHost(&pinned, sizeof(float)));
+  cudaStream_t a, b;
+  cudaEvent_t written;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaEventCreateWithFlags(&written, cudaEventDisableTiming));
+  launch(write_value, 1, 1, 0, a, d.p, 7.0f);
+  CUDA_CHECK(cudaMemcpyAsync(pinned, d.p, sizeof(float), cudaMemcpyDeviceToHost, b));
+  CUDA_CHECK(cudaStreamSynchronize(b));
+  EXPECT_EQ(*pinned, 0.0f) << "no wait: the copy ran before the kernel";
+  launch(write_value, 1, 1, 0, a, d.p, 8.0f);
+  CUDA_CHECK(cudaEventRecord(written, a));
+  CUDA_CHECK(cudaStreamWaitEvent(b, written, 0));
+  CUDA_CHECK(cudaMemcpyAsync(pinned, d.p, sizeof(float), cudaMemcpyDeviceToHost, b));
+  CUDA_CHECK(cudaStreamSynchronize(b));
+  EXPECT_EQ(*pinned, 8.0f) << "the wait orders the copy after the kernel";
+  CUDA_CHECK(cudaEventDestroy(written));
+  CUDA_CHECK(cudaStreamDestroy(a));
+  CUDA_CHECK(cudaStreamDestroy(b));
+  CUDA_CHECK(cudaFreeHost(pinned));
+  expect_no_report();
+}
+
+// ---- libraries ----
+
+struct Layouts {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  ~Layouts() {
+    cublasLtMatmulDescDestroy(desc);
+    for (auto l : {a, b, c}) cublasLtMatrixLayoutDestroy(l);
+  }
+};
+
+// D (m x n, column-major, f32) = A^T B for A stored k x m and B stored k x n, in two batches; against the host.
+TEST(EmulatorLibraries, CublasLtReferenceGemmReadsTheDescriptors) {
+  const int m = 5, n = 3, k = 7, lda = 9, ldb = 8, ldd = 6, batches = 2;
+  const int64_t sa = lda * m + 3, sb = ldb * n, sd = ldd * n;  // batch strides in elements
+  const auto a = yuan::test::round_bf16(yuan::test::randn(sa * batches, 1.0f, 3));
+  const auto b = yuan::test::round_bf16(yuan::test::randn(sb * batches, 1.0f, 4));
+  yuan::test::DevArray<uint16_t> da(yuan::test::to_bf16(a)), db(yuan::test::to_bf16(b));
+  Exact<float> dd(sd * batches);
+  cublasLtHandle_t h;
+  ASSERT_EQ(cublasLtCreate(&h), CUBLAS_STATUS_SUCCESS);
+  Layouts l;
+  cublasLtMatmulDescCreate(&l.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+  const int32_t t = CUBLAS_OP_T;
+  cublasLtMatmulDescSetAttribute(l.desc, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t);
+  cublasLtMatrixLayoutCreate(&l.a, CUDA_R_16BF, k, m, lda);
+  cublasLtMatrixLayoutCreate(&l.b, CUDA_R_16BF, k, n, ldb);
+  cublasLtMatrixLayoutCreate(&l.c, CUDA_R_32F, m, n, ldd);
+  const int32_t count = batches;
+  for (auto [layout, stride] : {std::pair{l.a, sa}, {l.b, sb}, {l.c, sd}}) {
+    cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count);
+    cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride);
+  }
+  cublasLtMatmulPreference_t pref;
+  cublasLtMatmulPreferenceCreate(&pref);
+  const uint32_t align = 4;
+  for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+    cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof align);
+  cublasLtMatmulHeuristicResult_t r;
+  int found = 0;
+  ASSERT_EQ(cublasLtMatmulAlgoGetHeuristic(h, l.desc, l.a, l.b, l.c, l.c, pref, 1, &r, &found), CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(found, 1);
+  const float alpha = 2.0f, beta = 0.0f;
+  ASSERT_EQ(cublasLtMatmul(h, l.desc, &alpha, da.get(), l.a, db.get(), l.b, &beta, dd.p, l.c, dd.p, l.c, &r.algo,
+                           nullptr, 0, 0),
+            CUBLAS_STATUS_SUCCESS);
+  const std::vector<float> got = dd.download(sd * batches);
+  expect_no_report();
+  for (int p = 0; p < batches; p++)
+    for (int i = 0; i < m; i++)
+      for (int j = 0; j < n; j++) {
+        double ref = 0;
+        for (int q = 0; q < k; q++) ref += static_cast<double>(a[p * sa + q + i * lda]) * b[p * sb + q + j * ldb];
+        EXPECT_NEAR(got[p * sd + i + j * ldd], 2 * ref, 1e-5 * (1 + std::fabs(ref))) << p << ":" << i << "," << j;
+      }
+
+  // The algorithm belongs to its problem and its alignment; a leading dimension below the rows is refused.
+  cublasLtMatrixLayout_t other;
+  cublasLtMatrixLayoutCreate(&other, CUDA_R_32F, m, n, ldd + 1);
+  cublasLtMatrixLayoutSetAttribute(other, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count);
+  EXPECT_EQ(cublasLtMatmul(h, l.desc, &alpha, da.get(), l.a, db.get(), l.b, &beta, dd.p, other, dd.p, other, &r.algo,
+                           nullptr, 0, 0),
+            CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_EQ(cublasLtMatmul(h, l.desc, &alpha, da.get() + 1, l.a, db.get(), l.b, &beta, dd.p, l.c, dd.p, l.c, &r.algo,
+                           nullptr, 0, 0),
+            CUBLAS_STATUS_INVALID_VALUE)
+      << "A 2-byte aligned, the algorithm chosen for 4";
+  cublasLtMatrixLayout_t short_ld;
+  cublasLtMatrixLayoutCreate(&short_ld, CUDA_R_16BF, k, m, k - 1);
+  EXPECT_EQ(cublasLtMatmulAlgoGetHeuristic(h, l.desc, short_ld, l.b, l.c, l.c, pref, 1, &r, &found),
+            CUBLAS_STATUS_INVALID_VALUE);
+  const std::vector<Report> reps = yuan::emu::take_reports();
+  ASSERT_EQ(reps.size(), 3u) << all(reps);
+  EXPECT_NE(reps[0].message.find("not chosen by the heuristic for this problem"), std::string::npos) << reps[0].message;
+  EXPECT_NE(reps[1].message.find("2-byte aligned"), std::string::npos) << reps[1].message;
+  EXPECT_NE(reps[2].message.find("leading dimension 6 below the 7 rows"), std::string::npos) << reps[2].message;
+  for (auto x : {other, short_ld}) cublasLtMatrixLayoutDestroy(x);
+  cublasLtMatmulPreferenceDestroy(pref);
+  cublasLtDestroy(h);
+}
+
+TEST(EmulatorLibraries, NcclRefusesWhatNcclWould) {
+  ncclUniqueId id;
+  ncclComm_t comm;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  ASSERT_EQ(ncclCommInitRank(&comm, 1, id, 0), ncclSuccess);
+  std::vector<float> host(16);
+  Exact<float> dev(16);
+  EXPECT_EQ(ncclAllReduce(host.data(), host.data(), 16, ncclFloat32, ncclSum, comm, 0), ncclInvalidArgument)
+      << "host buffers";
+  EXPECT_EQ(ncclAllReduce(dev.p, dev.p, 17, ncclFloat32, ncclSum, comm, 0), ncclInvalidArgument) << "one too many";
+  EXPECT_EQ(ncclAllReduce(dev.p, dev.p, 16, ncclFloat32, ncclSum, comm, 0), ncclSuccess);
+  EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
+  const std::vector<Report> reps = yuan::emu::take_reports();
+  ASSERT_EQ(reps.size(), 2u) << all(reps);
+  EXPECT_NE(reps[0].message.find("is not device memory"), std::string::npos) << reps[0].message;
+  EXPECT_NE(reps[1].message.find("4 bytes past the end of a 64-byte device allocation"), std::string::npos)
+      << reps[1].message;
+}
+
+}  // namespace
+#endif  // YUAN_EMU

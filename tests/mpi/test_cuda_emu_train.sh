@@ -1,0 +1,47 @@
+# The CUDA backend on the emulator (bin/yuanlm_emu, cuda/emu) trains like the CPU backend: the tiny deck on 2
+# ranks with train.device=cuda and with train.device=cpu, same data order and initial weights, in two layouts:
+#   data:     2 data-parallel ranks for 20 steps, ZeRO-2 with small buckets, so that gradients are reduced over NCCL
+#             (emulated over MPI) bucket by bucket while backward still runs;
+#   pipeline: one pipeline of 2 stages for 10 steps, 4 micro-batches under 1F1B, so that activations and their
+#             gradients travel by NCCL send/receive and the tied wte is summed across the stages;
+#   zero3:    2 data-parallel ranks for 20 steps at ZeRO-3, so that every module is gathered into device buffers
+#             over NCCL, the next one prefetched on the NCCL stream while the current one computes, and its
+#             gradient reduce-scattered and copied out on the copy stream (the emulator's lazy streams make any
+#             missing wait between them give wrong weights).
+#
+# Tolerance: every step's loss within 1% and the mean gap within 2^-9 ~ 2e-3 relative; final weights within 1e-2
+# of their scale. The CUDA backend keeps weights and activations in bf16 (a relative rounding of up to 2^-9 each)
+# where the CPU backend keeps fp32, and nothing else differs: the optimizer is the same fp32 host AdamW. A loss is
+# a mean over 8 x 16 tokens, so its inputs' bf16 roundings mostly cancel (measured: ~1e-4), and AdamW moves each
+# weight by at most lr per step whatever the gradient's rounding, so 20 steps at lr 3e-3 leave the weights within
+# a few 1e-3 of each other. A wrong kernel, transpose or reduction moves the losses by far more than that.
+source "$(dirname "$0")/lib.sh"
+[ -x bin/yuanlm_emu ] || { echo "SKIP: bin/yuanlm_emu is not built (make emu)"; exit 77; }
+make_corpus "$WORK/corpus" 2 4000 64
+data=(--train.steps=20 --optim.zero=2 --optim.bucket_mb=0.01)
+pipeline=(--train.steps=10 --train.micro_batch=2 "--parallel.template=p: wte, wpe, h.0 | h.1, ln_f"
+          --parallel.pipelines=p --parallel.microbatches=p:4)
+zero3=(--train.steps=20 --train.micro_batch=2 --optim.zero=3)
+for layout in data pipeline zero3; do
+  echo "== $layout"
+  declare -n extra=$layout
+  for dev in cpu cuda; do
+    mpirun -np 2 bin/yuanlm_emu train "${TINY[@]}" --train.device=$dev --data.train="$WORK/corpus/*.h5" \
+      --run.dir="$WORK/$layout-$dev" --train.global_batch=8 --train.log_every=1 "${extra[@]}" \
+      >"$WORK/$layout-$dev.log" 2>&1 || { cat "$WORK/$layout-$dev.log"; exit 1; }
+  done
+  grep -q "backend cuda" "$WORK/$layout-cuda.log"
+  if grep -q "cuda emulator:" "$WORK/$layout-cuda.log"; then
+    grep "cuda emulator:" "$WORK/$layout-cuda.log"
+    exit 1
+  fi
+  compare "$WORK/$layout-cpu" "$WORK/$layout-cuda" 1e-2 1e-2
+  $PY - "$WORK/$layout-cpu/metrics.jsonl" "$WORK/$layout-cuda/metrics.jsonl" <<'PYEOF'
+import json, sys
+cpu, gpu = ([json.loads(l)["loss"] for l in open(p) if '"loss"' in l] for p in sys.argv[1:3])
+gaps = [abs(g - c) / c for c, g in zip(cpu, gpu)]
+print(f"mean relative loss gap {sum(gaps) / len(gaps):.2e} (tolerance {2 ** -9:.2e})")
+assert len(gaps) == len(cpu) >= 10 and sum(gaps) / len(gaps) <= 2 ** -9, "the emulated CUDA backend drifts from the CPU backend"
+assert gpu[-1] < gpu[0] - 0.2, "the emulated CUDA backend does not learn"
+PYEOF
+done
