@@ -7,9 +7,9 @@
 //   - LayerNorm's backward adds into the fp32 residual gradient and writes its bf16 copy in the same pass.
 //
 // Token buffers: load_tokens puts the ids and, after them, the embedding backward's grouping of the inputs
-// (encoder.cuh) into the buffer in one copy. The grouping is built on the host, where the ids are, and its size
-// (which sets the backward's grid) stays on the host, keyed by the buffer: every micro-batch slot of a program
-// has its own.
+// (encoder.cuh) into the buffer in one copy. The grouping is built on the host, where the ids are, and stays on
+// the host too, keyed by the buffer (every micro-batch slot of a program has its own): the backward's grid is
+// the run of groups whose ids this rank's part of wte holds, which only the host copy can tell.
 #include "cuda_ops.cuh"
 
 #include <cstring>
@@ -81,6 +81,18 @@ const int32_t* token_ids(const Tensor& t, int B, int len, const char* what) {
 }
 int rows(const Tensor& t) { return static_cast<int>(t.rows); }
 int cols(const Tensor& t) { return static_cast<int>(t.cols); }
+// The first id of a tensor rank's part of the vocabulary, `n` ids long; the kernels compare it with i32 token ids.
+int vocab_part(int64_t vocab_begin, int64_t n, const char* what) {
+  YUAN_CHECK(vocab_begin >= 0 && vocab_begin + n <= INT32_MAX, "cuda ops: %s of ids [%lld, %lld) beyond i32 token ids",
+             what, static_cast<long long>(vocab_begin), static_cast<long long>(vocab_begin + n));
+  return static_cast<int>(vocab_begin);
+}
+// The row stride of logits, which the classifier kernels read in whole 16-byte vectors, padding included.
+int logits_row_stride(const Tensor& logits) {
+  YUAN_CHECK(logits.ld % PackBf16::kN == 0, "cuda ops: logits row stride %lld is not a whole number of 16-byte vectors",
+             static_cast<long long>(logits.ld));
+  return static_cast<int>(logits.ld);
+}
 
 // The largest bias gradient is the MLP's, 4C wide.
 size_t bias_scratch_count(int C) { return 4 * static_cast<size_t>(C); }
@@ -153,7 +165,7 @@ class CudaOps final : public Ops {
     // The rows' inputs, when the rows end with their targets: the only layout whose backward runs
     // (encoder_backward checks that it is that one).
     const int T = stride - 1;
-    const std::vector<int32_t> groups = token_groups(host, B, T, stride);
+    std::vector<int32_t> groups = token_groups(host, B, T, stride);
     const size_t ids = static_cast<size_t>(B) * stride, bytes = (ids + groups.size()) * sizeof(int32_t);
     CUDA_CHECK(cudaEventSynchronize(staged_));  // the previous load has left the staging buffer
     if (staging_.bytes() < bytes) staging_ = pinned_allocation(bytes, Mem::Data);
@@ -162,24 +174,23 @@ class CudaOps final : public Ops {
     std::memcpy(stage + ids, groups.data(), groups.size() * sizeof(int32_t));
     CUDA_CHECK(cudaMemcpyAsync(tokens.data, stage, bytes, cudaMemcpyHostToDevice, s_));
     CUDA_CHECK(cudaEventRecord(staged_, s_));
-    groups_[tokens.data] = Grouping{B, T, groups[0]};
+    groups_[tokens.data] = Grouping{B, T, std::move(groups)};
   }
 
   // ---- encoder ----
   void encoder_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe, int B, int T,
                        int64_t vocab_begin) override {
-    whole_vocabulary(vocab_begin, wpe, "encoder_forward");
     const int C = cols(out);
-    YUAN_CHECK(wpe.rows >= T, "cuda ops: encoder_forward of %d positions with wpe of %lld", T,
+    YUAN_CHECK(!wpe || wpe.rows >= T, "cuda ops: encoder_forward of %d positions with wpe of %lld", T,
                static_cast<long long>(wpe.rows));
     gpu::encoder_forward(arg<bf16>(out, static_cast<int64_t>(B) * T, C, "encoder_forward out"),
                          token_ids(tokens, B, T, "encoder_forward tokens"),
                          arg<bf16>(wte, wte.rows, C, "encoder_forward wte"),
-                         arg<bf16>(wpe, wpe.rows, C, "encoder_forward wpe"), B, T, C, cols(tokens), s_);
+                         opt<bf16>(wpe, wpe.rows, C, "encoder_forward wpe"), B, T, C, cols(tokens),
+                         vocab_part(vocab_begin, wte.rows, "encoder_forward"), rows(wte), s_);
   }
   void encoder_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens, int B,
                         int T, int64_t vocab_begin) override {
-    whole_vocabulary(vocab_begin, dwpe, "encoder_backward");
     const int C = cols(dout);
     const int32_t* ids = token_ids(tokens, B, T + 1, "encoder_backward tokens");
     const auto g = groups_.find(tokens.data);
@@ -187,10 +198,13 @@ class CudaOps final : public Ops {
                "cuda ops: encoder_backward of %d rows of %d tokens needs them loaded as rows of T+1 ids", B, T);
     YUAN_CHECK(dwpe.rows >= T, "cuda ops: encoder_backward of %d positions with wpe of %lld", T,
                static_cast<long long>(dwpe.rows));
+    const int begin = vocab_part(vocab_begin, dwte.rows, "encoder_backward");
+    const std::vector<int32_t>& groups = g->second.groups;
     gpu::encoder_backward(arg<float>(dwte, dwte.rows, C, "encoder_backward dwte"),
                           arg<float>(dwpe, dwpe.rows, C, "encoder_backward dwpe"),
                           arg<float>(dout, static_cast<int64_t>(B) * T, C, "encoder_backward dout"),
-                          ids + static_cast<size_t>(B) * (T + 1), g->second.count, B, T, C, s_);
+                          ids + static_cast<size_t>(B) * (T + 1), groups[0],
+                          token_group_range(groups, begin, rows(dwte)), begin, B, T, C, s_);
   }
 
   // ---- layernorm ----
@@ -256,42 +270,55 @@ class CudaOps final : public Ops {
                             NH, s_);
   }
 
-  void bias_residual(const Tensor&, const Tensor&, const Tensor&) override { no_tensor_parallelism("bias_residual"); }
+  void bias_residual(const Tensor& out, const Tensor& bias, const Tensor& residual) override {
+    const int N = rows(out), C = cols(out);
+    gpu::bias_residual(arg<bf16>(out, N, C, "bias_residual out"), vec<bf16>(bias, C, "bias_residual bias"),
+                       arg<bf16>(residual, N, C, "bias_residual residual"), N, C, s_);
+  }
 
   // ---- classifier ----
   void classifier(const Tensor& logits, const Tensor& losses, const Tensor& tokens, int B, int T,
                   float dscale) override {
     const int V = cols(logits);
     const int64_t BT = static_cast<int64_t>(B) * T;
-    YUAN_CHECK(logits.ld % PackBf16::kN == 0, "cuda ops: logits row stride %lld is not a whole number of 16-byte "
-               "vectors", static_cast<long long>(logits.ld));
     gpu::classifier_forward_backward(arg<bf16>(logits, BT, V, "classifier logits", true),
                                      vec<float>(losses, BT, "classifier losses"),
                                      token_ids(tokens, B, T + 1, "classifier tokens") + 1, B, T, V,
-                                     static_cast<int>(logits.ld), cols(tokens), dscale, s_);
+                                     logits_row_stride(logits), cols(tokens), dscale, s_);
   }
 
-  void classifier_row_max(const Tensor&, const Tensor&) override { no_tensor_parallelism("classifier_row_max"); }
-  void classifier_row_sums(const Tensor&, const Tensor&, const Tensor&, int, int, int64_t, const Tensor&) override {
-    no_tensor_parallelism("classifier_row_sums");
+  void classifier_row_max(const Tensor& logits, const Tensor& row_max) override {
+    const int N = rows(logits), V = cols(logits);
+    gpu::classifier_row_max(arg<bf16>(logits, N, V, "classifier_row_max logits", true),
+                            vec<float>(row_max, N, "classifier_row_max row_max"), N, V, logits_row_stride(logits), s_);
   }
-  void classifier_finish(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, int, int, int64_t,
-                         float) override {
-    no_tensor_parallelism("classifier_finish");
+  void classifier_row_sums(const Tensor& logits, const Tensor& row_max, const Tensor& tokens, int B, int T,
+                           int64_t vocab_begin, const Tensor& sums) override {
+    const int V = cols(logits);
+    const int64_t BT = static_cast<int64_t>(B) * T;
+    gpu::classifier_row_sums(arg<bf16>(logits, BT, V, "classifier_row_sums logits", true),
+                             vec<float>(row_max, BT, "classifier_row_sums row_max"),
+                             token_ids(tokens, B, T + 1, "classifier_row_sums tokens") + 1, B, T, V,
+                             logits_row_stride(logits), cols(tokens), vocab_part(vocab_begin, V, "classifier_row_sums"),
+                             arg<float>(sums, 2, BT, "classifier_row_sums sums"), s_);
+  }
+  void classifier_finish(const Tensor& logits, const Tensor& losses, const Tensor& row_max, const Tensor& sums,
+                         const Tensor& tokens, int B, int T, int64_t vocab_begin, float dscale) override {
+    const int V = cols(logits);
+    const int64_t BT = static_cast<int64_t>(B) * T;
+    gpu::classifier_parallel_finish(arg<bf16>(logits, BT, V, "classifier_finish logits", true),
+                                    vec<float>(losses, BT, "classifier_finish losses"),
+                                    vec<float>(row_max, BT, "classifier_finish row_max"),
+                                    arg<float>(sums, 2, BT, "classifier_finish sums"),
+                                    token_ids(tokens, B, T + 1, "classifier_finish tokens") + 1, B, T, V,
+                                    logits_row_stride(logits), cols(tokens),
+                                    vocab_part(vocab_begin, V, "classifier_finish"), dscale, s_);
   }
 
  private:
-  // The kernels of tensor parallelism (a vocabulary cut over ranks, row-parallel layers' bias after the sum) are
-  // not written for the GPU yet; the trainer refuses parallel.tp_size > 1 with the cuda backend before this.
-  [[noreturn]] static void no_tensor_parallelism(const char* op) {
-    throw Error(strf("cuda ops: %s (tensor parallelism) is not available on the cuda backend", op));
-  }
-  static void whole_vocabulary(int64_t vocab_begin, const Tensor& wpe, const char* op) {
-    if (vocab_begin != 0 || !wpe) no_tensor_parallelism(op);
-  }
-
-  struct Grouping {  // the embedding backward's grouping in a token buffer
-    int B = 0, T = 0, count = 0;
+  struct Grouping {  // the embedding backward's grouping in a token buffer, as token_groups gave it
+    int B = 0, T = 0;
+    std::vector<int32_t> groups;
   };
 
   // rows x cols values of `src` into dense host memory; waits for them.

@@ -6,27 +6,42 @@
 namespace yuan::gpu {
 namespace {
 
+// A tensor-parallel rank's wte holds the ids [vocab_begin, vocab_begin + vocab_rows), and only one rank adds the
+// positions (wpe null elsewhere): a term a rank does not have is zero, so that the ranks' outputs sum to the
+// embedding. The sum is formed in fp32 and rounded once, whichever terms there are.
 __global__ void encoder_forward_kernel(bf16* out, const int32_t* tok, const bf16* wte, const bf16* wpe, int B, int T,
-                                       int C, int tok_stride) {
+                                       int C, int tok_stride, int vocab_begin, int vocab_rows) {
   const int packs = C / PackBf16::kN;
   const size_t total = static_cast<size_t>(B) * T * packs;
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < total; i += size_t(gridDim.x) * blockDim.x) {
     const size_t row = i / packs;
     const int c = static_cast<int>(i % packs) * PackBf16::kN;
     const int b = static_cast<int>(row / T), t = static_cast<int>(row % T);
-    const int id = tok[static_cast<size_t>(b) * tok_stride + t];
-    PackBf16 e = load_pack(wte + static_cast<size_t>(id) * C + c), p = load_pack(wpe + static_cast<size_t>(t) * C + c);
+    const int id = tok[static_cast<size_t>(b) * tok_stride + t] - vocab_begin;
+    float acc[PackBf16::kN] = {};
+    if (id >= 0 && id < vocab_rows) {
+      const PackBf16 e = load_pack(wte + static_cast<size_t>(id) * C + c);
+#pragma unroll
+      for (int k = 0; k < PackBf16::kN; k++) acc[k] += __bfloat162float(e.v[k]);
+    }
+    if (wpe) {
+      const PackBf16 p = load_pack(wpe + static_cast<size_t>(t) * C + c);
+#pragma unroll
+      for (int k = 0; k < PackBf16::kN; k++) acc[k] += __bfloat162float(p.v[k]);
+    }
     PackBf16 o;
 #pragma unroll
-    for (int k = 0; k < PackBf16::kN; k++) o.v[k] = __float2bfloat16(__bfloat162float(e.v[k]) + __bfloat162float(p.v[k]));
+    for (int k = 0; k < PackBf16::kN; k++) o.v[k] = __float2bfloat16(acc[k]);
     store_pack(out + row * C + c, o);
   }
 }
 
-// One block per distinct token (blockIdx.x) and 4-channel slice (thread): the rows of that token are summed in
-// their sorted order, so each wte gradient row has one writer and a fixed summation order.
-__global__ void wte_backward_kernel(float* dwte, const float* dout, const int32_t* groups, int n_groups, int C) {
-  const int g = blockIdx.x;
+// One block per distinct token (first_group + blockIdx.x) and 4-channel slice (thread): the rows of that token are
+// summed in their sorted order, so each wte gradient row has one writer and a fixed summation order. dwte's row 0
+// is id vocab_begin.
+__global__ void wte_backward_kernel(float* dwte, const float* dout, const int32_t* groups, int n_groups,
+                                    int first_group, int vocab_begin, int C) {
+  const int g = first_group + blockIdx.x;
   const int c = (blockIdx.y * blockDim.x + threadIdx.x) * PackF32::kN;
   if (c >= C) return;
   const int32_t* offsets = groups + 1;
@@ -38,7 +53,7 @@ __global__ void wte_backward_kernel(float* dwte, const float* dout, const int32_
 #pragma unroll
     for (int k = 0; k < PackF32::kN; k++) acc[k] += d.v[k];
   }
-  float* dst = dwte + static_cast<size_t>(ids[g]) * C + c;
+  float* dst = dwte + static_cast<size_t>(ids[g] - vocab_begin) * C + c;
   PackF32 w = load_pack(dst);
 #pragma unroll
   for (int k = 0; k < PackF32::kN; k++) w.v[k] += acc[k];
@@ -68,10 +83,10 @@ __global__ void wpe_backward_kernel(float* dwpe, const float* dout, int B, int T
 }  // namespace
 
 void encoder_forward(bf16* out, const int32_t* tok, const bf16* wte, const bf16* wpe, int B, int T, int C,
-                     int tok_stride, cudaStream_t s) {
+                     int tok_stride, int vocab_begin, int vocab_rows, cudaStream_t s) {
   const int threads = 256;
   launch(encoder_forward_kernel, grid_for(static_cast<size_t>(B) * T * C / PackBf16::kN, threads), threads, 0, s, out,
-         tok, wte, wpe, B, T, C, tok_stride);
+         tok, wte, wpe, B, T, C, tok_stride, vocab_begin, vocab_rows);
 }
 
 size_t token_groups_max_size(int B, int T) {
@@ -107,11 +122,21 @@ std::vector<int32_t> token_groups(const int32_t* tok, int B, int T, int tok_stri
   return out;
 }
 
-void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* groups, int n_groups, int B, int T,
-                      int C, cudaStream_t s) {
+TokenGroupRange token_group_range(const std::vector<int32_t>& groups, int vocab_begin, int vocab_rows) {
+  const int n = groups[0];
+  const int32_t* ids = groups.data() + 1 + (n + 1);
+  const int32_t* first = std::lower_bound(ids, ids + n, vocab_begin);
+  const int32_t* end = std::lower_bound(first, ids + n, static_cast<int64_t>(vocab_begin) + vocab_rows);
+  return {static_cast<int>(first - ids), static_cast<int>(end - ids)};
+}
+
+void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* groups, int n_groups,
+                      TokenGroupRange held, int vocab_begin, int B, int T, int C, cudaStream_t s) {
   const int threads = 128;
-  const dim3 grid(n_groups, ceil_div(C / PackF32::kN, threads));
-  launch(wte_backward_kernel, grid, threads, 0, s, dwte, dout, groups, n_groups, C);
+  if (held.end > held.first) {  // a tensor rank may hold none of the batch's ids
+    const dim3 grid(held.end - held.first, ceil_div(C / PackF32::kN, threads));
+    launch(wte_backward_kernel, grid, threads, 0, s, dwte, dout, groups, n_groups, held.first, vocab_begin, C);
+  }
   launch(wpe_backward_kernel, grid_for(static_cast<size_t>(T) * C / PackF32::kN, 256), 256, 0, s, dwpe, dout, B, T, C);
 }
 

@@ -8,15 +8,24 @@
 
 namespace yuan::gpu {
 
+// wte holds the ids [vocab_begin, vocab_begin + vocab_rows): the whole vocabulary, or a tensor-parallel rank's part
+// of it, where other ids contribute zero. wpe may be null: only one tensor rank adds the positions.
 void encoder_forward(bf16* out, const int32_t* tok, const bf16* wte, const bf16* wpe, int B, int T, int C,
-                     int tok_stride, cudaStream_t s);
+                     int tok_stride, int vocab_begin, int vocab_rows, cudaStream_t s);
 // The embedding backward sums dout rows per token id without atomics, so gradients are the same bits every run.
 // The grouping is built on the host, where the tokens are: token_groups() returns
-//   [n_groups | n_groups+1 offsets into rows | n_groups token ids | B*T rows (b*T + t) sorted by token]
+//   [n_groups | n_groups+1 offsets into rows | n_groups token ids, ascending | B*T rows (b*T + t) sorted by token]
 // (at most token_groups_max_size(B, T) values) and encoder_backward reads that array in device memory.
 std::vector<int32_t> token_groups(const int32_t* tok, int B, int T, int tok_stride);
 size_t token_groups_max_size(int B, int T);
-void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* groups, int n_groups, int B, int T,
-                      int C, cudaStream_t s);
+// The groups [first, end) of a grouping whose ids are in [vocab_begin, vocab_begin + vocab_rows): as the ids
+// ascend, a tensor-parallel rank's part of the vocabulary is one run of groups, and its backward visits only those.
+struct TokenGroupRange {
+  int first = 0, end = 0;
+};
+TokenGroupRange token_group_range(const std::vector<int32_t>& groups, int vocab_begin, int vocab_rows);
+// dwte (rows from id vocab_begin) += the dout rows of the `held` groups; dwpe += every dout row.
+void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* groups, int n_groups,
+                      TokenGroupRange held, int vocab_begin, int B, int T, int C, cudaStream_t s);
 
 }  // namespace yuan::gpu

@@ -2,8 +2,10 @@
 //   y = (x - mean) * rstd * w + b,  rstd = 1 / sqrt(var + eps)
 //   dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)),  dxhat = dy * w,  xhat = (x - mean) * rstd
 // The forward residual add is fused into the projection GEMM before each LayerNorm instead (cuBLASLt's C
-// operand, matmul.cu): that costs no extra pass and rounds the sum to bf16 once. The backward fuses the residual
-// side: it adds dx into the fp32 residual gradient and writes the bf16 copy the next GEMM reads, in one pass.
+// operand, matmul.cu): that costs no extra pass and rounds the sum to bf16 once. Under tensor parallelism that
+// GEMM gives each rank a partial product, and bias and residual can only join after the sum over the ranks:
+// bias_residual is that pass. The backward fuses the residual side: it adds dx into the fp32 residual gradient
+// and writes the bf16 copy the next GEMM reads, in one pass.
 #include "layernorm.cuh"
 #include "ops/ops.h"
 
@@ -129,6 +131,22 @@ __global__ void layernorm_backward_reduce_kernel(float* dw, float* db, const flo
     db[i - C] += acc;
 }
 
+// out += bias + residual, one thread per 8 channels of a row; the sum in fp32, rounded once.
+__global__ void bias_residual_kernel(bf16* out, const bf16* bias, const bf16* residual, int C, size_t packs) {
+  const int row_packs = C / PackBf16::kN;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < packs; i += size_t(gridDim.x) * blockDim.x) {
+    const size_t at = i * PackBf16::kN;
+    PackBf16 o = load_pack(out + at);
+    const PackBf16 b = load_pack(bias + static_cast<size_t>(i % row_packs) * PackBf16::kN);
+    const PackBf16 r = load_pack(residual + at);
+#pragma unroll
+    for (int k = 0; k < PackBf16::kN; k++)
+      o.v[k] = __float2bfloat16(__bfloat162float(o.v[k]) +
+                                (__bfloat162float(b.v[k]) + __bfloat162float(r.v[k])));
+    store_pack(out + at, o);
+  }
+}
+
 }  // namespace
 
 size_t layernorm_partials_size(int C) { return static_cast<size_t>(kChunks) * 2 * C; }
@@ -148,6 +166,12 @@ void layernorm_backward(float* dres, bf16* dres_bf16, float* dw, float* db, floa
   launch(layernorm_backward_params_kernel, dim3(ceil_div(C / 2, threads), kChunks), threads, 0, s, partials, dout, inp,
          mean, rstd, N, C);
   launch(layernorm_backward_reduce_kernel, ceil_div(2 * C, 256), 256, 0, s, dw, db, partials, C);
+}
+
+void bias_residual(bf16* out, const bf16* bias, const bf16* residual, int N, int C, cudaStream_t s) {
+  const size_t packs = static_cast<size_t>(N) * C / PackBf16::kN;
+  const int threads = 256;
+  launch(bias_residual_kernel, grid_for(packs, threads), threads, 0, s, out, bias, residual, C, packs);
 }
 
 }  // namespace yuan::gpu

@@ -15,5 +15,8 @@ void layernorm_backward(float* dres, bf16* dres_bf16, float* dw, float* db, floa
                         const bf16* inp, const bf16* w, const float* mean, const float* rstd, int N, int C,
                         cudaStream_t s);
 size_t layernorm_partials_size(int C);
+// out[i, :] += bias + residual[i, :] (CPU twin bias_residual_add): the bias and residual a row-parallel layer adds
+// once its tensor ranks' partial products are summed.
+void bias_residual(bf16* out, const bf16* bias, const bf16* residual, int N, int C, cudaStream_t s);
 
 }  // namespace yuan::gpu

@@ -28,40 +28,81 @@ namespace ops = yuan::ops;
 
 bf16* B16(DevArray<uint16_t>& a) { return reinterpret_cast<bf16*>(a.get()); }
 
-TEST(CudaEncoder, ForwardAndDeterministicBackwardMatchCpu) {
+// The part of the vocabulary a rank's wte holds, and whether it adds the positions (tensor rank 0 only).
+struct EncoderCase {
+  int vocab_begin, vocab_rows;
+  bool positions;
+  const char* name;
+};
+class CudaEncoder : public testing::TestWithParam<EncoderCase> {};
+
+TEST_P(CudaEncoder, ForwardAndDeterministicBackwardMatchCpu) {
   YUAN_REQUIRE_GPU();
-  const int B = 3, T = 37, C = 64, V = 20, stride = T + 1;  // V small: many repeated tokens
+  const EncoderCase k = GetParam();
+  const int B = 3, T = 37, C = 72, V = 20, stride = T + 1;  // V small: many repeated tokens
   std::vector<int32_t> tok(static_cast<size_t>(B) * stride);
   std::mt19937 gen(1);
   for (auto& t : tok) t = static_cast<int32_t>(gen() % V);
-  const auto wte = round_bf16(randn(static_cast<size_t>(V) * C, 0.5f, 2));
+  const auto wte = round_bf16(randn(static_cast<size_t>(k.vocab_rows) * C, 0.5f, 2));
   const auto wpe = round_bf16(randn(static_cast<size_t>(T) * C, 0.5f, 3));
   DevArray<int32_t> d_tok(tok);
   DevArray<uint16_t> d_wte(to_bf16(wte)), d_wpe(to_bf16(wpe)), d_out(static_cast<size_t>(B) * T * C);
-  gpu::encoder_forward(B16(d_out), d_tok.get(), B16(d_wte), B16(d_wpe), B, T, C, stride, 0);
+  gpu::encoder_forward(B16(d_out), d_tok.get(), B16(d_wte), k.positions ? B16(d_wpe) : nullptr, B, T, C, stride,
+                       k.vocab_begin, k.vocab_rows, 0);
   std::vector<float> ref(static_cast<size_t>(B) * T * C);
-  ops::encoder_forward(ref.data(), tok.data(), wte.data(), wpe.data(), B, T, C, stride);
+  ops::encoder_forward(ref.data(), tok.data(), wte.data(), k.positions ? wpe.data() : nullptr, B, T, C, stride,
+                       k.vocab_begin, k.vocab_rows);
   EXPECT_LT(rel_err(from_bf16(d_out.download()), ref), 4e-3) << "one bf16 rounding of the sum";
 
   const auto dout = randn(static_cast<size_t>(B) * T * C, 1.0f, 4);
   const auto dwte0 = randn(wte.size(), 1.0f, 5), dwpe0 = randn(wpe.size(), 1.0f, 6);  // backward adds to these
   auto dwte = dwte0, dwpe = dwpe0;
-  ops::encoder_backward(dwte.data(), dwpe.data(), dout.data(), tok.data(), B, T, C, stride);
+  ops::encoder_backward(dwte.data(), dwpe.data(), dout.data(), tok.data(), B, T, C, stride, k.vocab_begin,
+                        k.vocab_rows);
   const std::vector<int32_t> groups = gpu::token_groups(tok.data(), B, T, stride);
+  const gpu::TokenGroupRange held = gpu::token_group_range(groups, k.vocab_begin, k.vocab_rows);
+  int expect_held = 0;  // distinct ids of the batch in the part
+  for (int id = k.vocab_begin; id < k.vocab_begin + k.vocab_rows; id++)
+    for (int b = 0; b < B; b++)
+      if (std::count(tok.begin() + b * stride, tok.begin() + b * stride + T, id)) {
+        expect_held++;
+        break;
+      }
+  EXPECT_EQ(held.end - held.first, expect_held);
   DevArray<int32_t> d_groups(groups);
   DevArray<float> d_dout(dout);
   std::vector<float> first;
   for (int run = 0; run < 2; run++) {
     DevArray<float> d_dwte(dwte0), d_dwpe(dwpe0);
-    gpu::encoder_backward(d_dwte.get(), d_dwpe.get(), d_dout.get(), d_groups.get(), groups[0], B, T, C, 0);
+    gpu::encoder_backward(d_dwte.get(), d_dwpe.get(), d_dout.get(), d_groups.get(), groups[0], held, k.vocab_begin,
+                          B, T, C, 0);
     const auto got = d_dwte.download();
     EXPECT_LT(rel_err(got, dwte), 1e-5);
-    EXPECT_LT(rel_err(d_dwpe.download(), dwpe), 1e-5);
+    EXPECT_LT(rel_err(d_dwpe.download(), dwpe), 1e-5) << "every rank adds to the positions' gradient";
     if (run == 0)
       first = got;
     else
       EXPECT_EQ(std::memcmp(first.data(), got.data(), got.size() * sizeof(float)), 0) << "no atomics: same bits";
   }
+}
+
+// A part none of the batch's ids fall in makes the backward launch no wte block.
+INSTANTIATE_TEST_SUITE_P(VocabularyParts, CudaEncoder,
+                         testing::Values(EncoderCase{0, 20, true, "Whole"}, EncoderCase{0, 10, true, "Rank0Of2"},
+                                         EncoderCase{7, 6, false, "MiddleWithoutPositions"},
+                                         EncoderCase{20, 8, false, "NoneOfTheIds"}),
+                         [](const testing::TestParamInfo<EncoderCase>& p) { return std::string(p.param.name); });
+
+TEST(CudaBiasResidual, MatchesCpu) {
+  YUAN_REQUIRE_GPU();
+  const int N = 67, C = 72;  // N * C / 8 packs is not a multiple of the block
+  const auto out = round_bf16(randn(static_cast<size_t>(N) * C, 1.0f, 7));
+  const auto bias = round_bf16(randn(C, 0.5f, 8)), res = round_bf16(randn(out.size(), 1.0f, 9));
+  DevArray<uint16_t> d_out(to_bf16(out)), d_bias(to_bf16(bias)), d_res(to_bf16(res));
+  gpu::bias_residual(B16(d_out), B16(d_bias), B16(d_res), N, C, 0);
+  auto ref = out;
+  ops::bias_residual_add(ref.data(), bias.data(), res.data(), N, C);
+  EXPECT_LT(rel_err(from_bf16(d_out.download()), ref), 4e-3) << "one bf16 rounding of the sum";
 }
 
 // N = 67 rows is fewer than the parameter-gradient reduction's row chunks (one row or none each); 1001 gives
@@ -237,6 +278,102 @@ TEST(CudaClassifier, LossesAndGradientMatchCpu) {
     EXPECT_LT(rel_err(g, ref), 1e-2) << "V=" << k.V;
     EXPECT_EQ(bad_pad, 0) << "V=" << k.V << ": padding columns [V, " << zeroed << ") must be zero, [" << zeroed
                           << ", ld) untouched";
+  }
+}
+
+// The vocabulary-parallel passes, with the tensor ranks' parts of the logits side by side on one device and their
+// all-reduces done on the host: every pass against its CPU twin on the same part, and the losses and gradient
+// against the whole-row classifier, which is what the parts must add up to.
+TEST(CudaClassifier, VocabularyParallelMatchesCpu) {
+  YUAN_REQUIRE_GPU();
+  struct Case {
+    int B, T;
+    std::vector<int> parts;  // each rank's columns, in id order
+  };
+  for (const Case& k : {Case{2, 5, {333, 333, 334}}, Case{1, 3, {25128, 25129}}, Case{3, 4, {6, 7}}}) {
+    int V = 0;
+    for (int v : k.parts) V += v;
+    const int stride = k.T + 1, N = k.B * k.T, R = static_cast<int>(k.parts.size());
+    const auto z = round_bf16(randn(static_cast<size_t>(N) * V, 2.0f, 80 + V));
+    std::vector<int32_t> tok(static_cast<size_t>(k.B) * stride);
+    std::mt19937 gen(81);
+    for (auto& t : tok) t = static_cast<int32_t>(gen() % V);
+    DevArray<int32_t> d_tok(tok);
+    const float scale = 0.37f, pad = 30.0f;  // a padding value that would dominate max and sum if it were read
+    std::vector<float> whole = z, whole_losses(N);
+    ops::classifier_forward_backward(whole.data(), whole_losses.data(), tok.data() + 1, k.B, k.T, V, stride, scale);
+
+    // Each rank's part, padded to the backend's row stride, in bf16 on the device and fp32 on the host.
+    std::vector<std::vector<float>> part(R);
+    std::vector<std::unique_ptr<DevArray<uint16_t>>> d_part;
+    std::vector<int> begin(R), ld(R);
+    for (int r = 0, b = 0; r < R; b += k.parts[r], r++) {
+      const int v = k.parts[r];
+      begin[r] = b, ld[r] = (v + 63) / 64 * 64;
+      part[r].resize(static_cast<size_t>(N) * v);
+      std::vector<float> padded(static_cast<size_t>(N) * ld[r], pad);
+      for (int i = 0; i < N; i++) {
+        std::copy_n(z.begin() + static_cast<size_t>(i) * V + b, v, part[r].begin() + static_cast<size_t>(i) * v);
+        std::copy_n(z.begin() + static_cast<size_t>(i) * V + b, v, padded.begin() + static_cast<size_t>(i) * ld[r]);
+      }
+      d_part.push_back(std::make_unique<DevArray<uint16_t>>(to_bf16(padded)));
+    }
+
+    // Pass 1, then the MAX all-reduce.
+    std::vector<float> row_max(N, -INFINITY), ref(N);
+    for (int r = 0; r < R; r++) {
+      DevArray<float> d_max(N);
+      gpu::classifier_row_max(B16(*d_part[r]), d_max.get(), N, k.parts[r], ld[r], 0);
+      ops::classifier_row_max(part[r].data(), ref.data(), N, k.parts[r]);
+      const auto got = d_max.download();
+      EXPECT_EQ(got, ref) << "rank " << r << " of V=" << V << ": a maximum is exact";
+      for (int i = 0; i < N; i++) row_max[i] = std::max(row_max[i], got[i]);
+    }
+    // Pass 2, then the SUM all-reduce.
+    DevArray<float> d_row_max(row_max);
+    std::vector<float> sums(2 * static_cast<size_t>(N), 0.0f), ref_sums(sums.size());
+    for (int r = 0; r < R; r++) {
+      DevArray<float> d_sums(sums.size());
+      gpu::classifier_row_sums(B16(*d_part[r]), d_row_max.get(), d_tok.get() + 1, k.B, k.T, k.parts[r], ld[r],
+                               stride, begin[r], d_sums.get(), 0);
+      ops::classifier_row_sums(part[r].data(), row_max.data(), tok.data() + 1, k.B, k.T, k.parts[r], stride,
+                               begin[r], ref_sums.data());
+      const auto got = d_sums.download();
+      EXPECT_LT(rel_err(got.data(), ref_sums.data(), N), 1e-5) << "rank " << r << " of V=" << V << ": sums of exp";
+      EXPECT_EQ(std::vector<float>(got.begin() + N, got.end()), std::vector<float>(ref_sums.begin() + N, ref_sums.end()))
+          << "rank " << r << " of V=" << V << ": the target's logit where the rank holds it, else 0";
+      for (size_t i = 0; i < sums.size(); i++) sums[i] += got[i];
+    }
+    // Pass 3: evaluation (no gradient) leaves the logits as they were; training writes the gradient.
+    DevArray<float> d_sums(sums);
+    for (float dscale : {0.0f, scale}) {
+      for (int r = 0; r < R; r++) {
+        const int v = k.parts[r];
+        DevArray<float> d_losses(N);
+        const auto before = d_part[r]->download();
+        gpu::classifier_parallel_finish(B16(*d_part[r]), d_losses.get(), d_row_max.get(), d_sums.get(),
+                                        d_tok.get() + 1, k.B, k.T, v, ld[r], stride, begin[r], dscale, 0);
+        EXPECT_LT(rel_err(d_losses.download(), whole_losses), 1e-4) << "rank " << r << " of V=" << V;
+        const auto after = d_part[r]->download();
+        if (dscale == 0.0f) {
+          EXPECT_EQ(after, before) << "rank " << r << " of V=" << V << ": the logits are kept without a gradient";
+          continue;
+        }
+        const auto got = from_bf16(after);
+        std::vector<float> g(static_cast<size_t>(N) * v), ref_g(g.size());
+        const int zeroed = (v + 7) / 8 * 8;
+        int bad_pad = 0;
+        for (int i = 0; i < N; i++) {
+          std::copy_n(got.begin() + static_cast<size_t>(i) * ld[r], v, g.begin() + static_cast<size_t>(i) * v);
+          std::copy_n(whole.begin() + static_cast<size_t>(i) * V + begin[r], v,
+                      ref_g.begin() + static_cast<size_t>(i) * v);
+          for (int c = v; c < ld[r]; c++)
+            if (got[static_cast<size_t>(i) * ld[r] + c] != (c < zeroed ? 0.0f : pad)) bad_pad++;
+        }
+        EXPECT_LT(rel_err(g, ref_g), 1e-2) << "rank " << r << " of V=" << V;
+        EXPECT_EQ(bad_pad, 0) << "rank " << r << " of V=" << V << ": padding as classifier.cuh says";
+      }
+    }
   }
 }
 
