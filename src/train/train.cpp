@@ -84,8 +84,6 @@ class Trainer {
 #ifdef YUAN_CUDA
     if (device_ == Device::Cuda) cuda_select_device(world_.local_rank);
 #endif
-    YUAN_CHECK(topo.tp_size() == 1 || device_ == Device::Cpu, "parallel.tp_size = %d: tensor parallelism runs on "
-               "the cpu backend in this version (train.device resolved to %s)", topo.tp_size(), device_name(device_));
     const ModuleRange stage = topo.stage_modules(world_.rank);
     const TensorParallel tp{place_.tp_rank, topo.tp_size()};
     BackendSpec bspec{cfg.model, held_modules(cfg.model, stage), tp};

@@ -7,7 +7,10 @@
 #   zero3:    2 data-parallel ranks for 20 steps at ZeRO-3, so that every module is gathered into device buffers
 #             over NCCL, the next one prefetched on the NCCL stream while the current one computes, and its
 #             gradient reduce-scattered and copied out on the copy stream (the emulator's lazy streams make any
-#             missing wait between them give wrong weights).
+#             missing wait between them give wrong weights);
+#   tp:       2 tensor-parallel ranks (Megatron's cut) for 20 steps, 4 micro-batches a step, so that the vocabulary-
+#             parallel embedding and cross-entropy, the column- and row-parallel layers and their all-reduces over
+#             NCCL, and the bias and residual added after them all run on the cuda backend.
 #
 # Tolerance: every step's loss within 1% and the mean gap within 2^-9 ~ 2e-3 relative; final weights within 1e-2
 # of their scale. The CUDA backend keeps weights and activations in bf16 (a relative rounding of up to 2^-9 each)
@@ -22,7 +25,8 @@ data=(--train.steps=20 --optim.zero=2 --optim.bucket_mb=0.01)
 pipeline=(--train.steps=10 --train.micro_batch=2 "--parallel.template=p: wte, wpe, h.0 | h.1, ln_f"
           --parallel.pipelines=p --parallel.microbatches=p:4)
 zero3=(--train.steps=20 --train.micro_batch=2 --optim.zero=3)
-for layout in data pipeline zero3; do
+tp=(--train.steps=20 --train.micro_batch=2 --parallel.tp_size=2)
+for layout in data pipeline zero3 tp; do
   echo "== $layout"
   declare -n extra=$layout
   for dev in cpu cuda; do
