@@ -84,7 +84,8 @@ class NcclCommunicator final : public Communicator {
   int size() const override { return size_; }
   DeviceStream stream() override { return stream_; }
 
-  void all_reduce(void* buf, size_t count, DType t, ReduceOp op) override {
+ protected:
+  void do_all_reduce(void* buf, size_t count, DType t, ReduceOp op) override {
     const ncclDataType_t nt = nccl_reduce_type(t, "all_reduce");
     after_producer();
     check(ncclAllReduce(buf, buf, count, nt, op == ReduceOp::Sum ? ncclSum : ncclMax, live(), stream_),
@@ -92,7 +93,7 @@ class NcclCommunicator final : public Communicator {
     settle("ncclAllReduce");
   }
 
-  void reduce_scatter(void* buf, const std::vector<size_t>& counts, DType t) override {
+  void do_reduce_scatter(void* buf, const std::vector<size_t>& counts, DType t) override {
     const ncclDataType_t nt = nccl_reduce_type(t, "reduce_scatter");
     const std::vector<size_t> offs = block_offsets(counts, size_, "reduce_scatter");
     char* p = static_cast<char*>(buf);
@@ -112,7 +113,7 @@ class NcclCommunicator final : public Communicator {
     });
   }
 
-  void all_gather(void* buf, const std::vector<size_t>& counts, DType t) override {
+  void do_all_gather(void* buf, const std::vector<size_t>& counts, DType t) override {
     const std::vector<size_t> offs = block_offsets(counts, size_, "all_gather");
     char* p = static_cast<char*>(buf);
     const size_t es = dtype_size(t);
@@ -127,7 +128,7 @@ class NcclCommunicator final : public Communicator {
     });
   }
 
-  void broadcast(void* buf, size_t count, DType t, int root) override {
+  void do_broadcast(void* buf, size_t count, DType t, int root) override {
     YUAN_CHECK(root >= 0 && root < size_, "broadcast: root %d outside the %d ranks", root, size_);
     after_producer();
     check(ncclBroadcast(buf, buf, count, nccl_type(t), root, live(), stream_), "ncclBroadcast");
@@ -135,7 +136,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   // A send and a receive in one NCCL group: neighbours exchanging in opposite directions do not wait on each other.
-  void send_recv(const void* send_buf, size_t send_bytes, int peer, void* recv_buf, size_t recv_bytes,
+  void do_send_recv(const void* send_buf, size_t send_bytes, int peer, void* recv_buf, size_t recv_bytes,
                  int peer2) override {
     YUAN_CHECK((send_bytes == 0 || (peer >= 0 && peer < size_ && peer != rank_)) &&
                    (recv_bytes == 0 || (peer2 >= 0 && peer2 < size_ && peer2 != rank_)),
@@ -155,6 +156,7 @@ class NcclCommunicator final : public Communicator {
     settle("ncclSend/ncclRecv");
   }
 
+ public:
   // On the GPU path: a host barrier through MPI could block while a peer still waits inside an NCCL kernel.
   void barrier() override {
     sum(0.0);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <utility>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -164,6 +165,14 @@ TEST(GptInit, DeterministicPerSeedWithTheStatedStds) {
     random += t.numel;
   }
   EXPECT_LT(same, random / 1000) << "seeds 7 and 8 give largely the same parameters";
+  // A range (a ZeRO shard: pieces of tensors) gets the whole model's values there, and nothing past it is written.
+  for (auto [lo, n] : {std::pair<size_t, size_t>{0, 5}, {L.tensors()[3].offset - 7, 4100}, {L.total() - 3, 100}}) {
+    std::vector<float> part(n + 1, -9.0f);
+    yuan::init_gpt2(L, 7, part.data(), lo, n);
+    const size_t got = std::min(n, L.total() - lo);
+    for (size_t i = 0; i < got; i++) ASSERT_EQ(part[i], a[lo + i]) << "range from " << lo << ", element " << i;
+    for (size_t i = got; i <= n; i++) ASSERT_EQ(part[i], -9.0f) << "written past the range from " << lo;
+  }
 }
 
 // ---- against the PyTorch truth ----

@@ -171,28 +171,26 @@ static bool ends_with(const std::string& s, const char* suffix) {
   return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
 }
 
-void init_gpt2(const ParamLayout& layout, uint64_t seed, float* params) {
+void init_gpt2(const ParamLayout& layout, uint64_t seed, float* params, size_t offset, size_t count) {
   const float residual_std = 0.02f / std::sqrt(2.0f * static_cast<float>(layout.config().n_layer));
+  const size_t end = count > layout.total() - std::min(offset, layout.total()) ? layout.total() : offset + count;
   std::vector<float> whole;
   for (const TensorSpec& t : layout.tensors()) {
-    float* p = params + t.offset;
-    if (t.shape.size() == 1 && t.split == TpSplit::Replicated) {
-      float v = ends_with(t.name, ".weight") ? 1.0f : 0.0f;  // LayerNorm gain 1, every bias 0
-      for (size_t j = 0; j < t.numel; j++) p[j] = v;
-      continue;
-    }
-    if (t.shape.size() == 1) {  // a tensor-parallel part of a bias: 0 too
-      for (size_t j = 0; j < t.numel; j++) p[j] = 0.0f;
+    const size_t lo = std::max(t.offset, offset), hi = std::min(t.offset + t.numel, end);
+    if (lo >= hi) continue;
+    float* p = params + (lo - offset);
+    if (t.shape.size() == 1) {  // LayerNorm gain 1, every bias (or a tensor-parallel part of one) 0
+      std::fill(p, p + (hi - lo), t.split == TpSplit::Replicated && ends_with(t.name, ".weight") ? 1.0f : 0.0f);
       continue;
     }
     bool residual = ends_with(t.name, "attn.c_proj.weight") || ends_with(t.name, "mlp.c_proj.weight");
     // One stream per tensor of the whole model: adding a layer does not change the others' values, and a
-    // pipeline stage or a tensor-parallel part gets the whole model's values of what it holds.
+    // pipeline stage, a tensor-parallel part or a shard gets the whole model's values of what it holds.
     Rng rng(seed, static_cast<uint64_t>(t.id));
     whole.resize(numel_of(t.full_shape));
     rng.fill_normal(whole.data(), whole.size(), residual ? residual_std : 0.02f);
-    for (const ParamLayout::Run& run : layout.global_runs(t.offset, t.numel))
-      std::copy_n(whole.data() + (run.global - t.global_offset), run.count, params + run.local);
+    for (const ParamLayout::Run& run : layout.global_runs(lo, hi - lo))
+      std::copy_n(whole.data() + (run.global - t.global_offset), run.count, params + (run.local - offset));
   }
 }
 

@@ -124,8 +124,9 @@ void check_tensor_parallel(const GPTConfig& c, int tp_size);
 
 // GPT-2 initialisation: weights N(0, 0.02), residual projections (attn.c_proj, mlp.c_proj) N(0, 0.02/sqrt(2L)),
 // biases 0, LayerNorm weight 1. Deterministic for a seed and independent of thread count; a pipeline stage or a
-// tensor-parallel part gets exactly the whole model's values of what it holds.
-void init_gpt2(const ParamLayout& layout, uint64_t seed, float* params);
+// tensor-parallel part gets exactly the whole model's values of what it holds. `params` receives the layout's
+// range [offset, offset + count) (clipped to the layout): a rank initialises its shard without the whole model.
+void init_gpt2(const ParamLayout& layout, uint64_t seed, float* params, size_t offset = 0, size_t count = SIZE_MAX);
 
 // Throws Error naming the row and position of the first id outside [0, vocab_size) in `rows` rows of `stride`
 // ids: a backend checks its input before any id becomes an embedding-table index.

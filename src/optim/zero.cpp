@@ -39,6 +39,16 @@ size_t zero_optimizer_bytes(size_t shard, bool delayed_update) {
   return (delayed_update ? 5 : 4) * shard * sizeof(float);
 }
 
+ZeroHostMemory zero_host_memory(const OptimConfig& o, size_t shard, size_t largest_tile, bool overlap,
+                                DType weights) {
+  ZeroHostMemory m;
+  m.optimizer = zero_optimizer_bytes(shard, o.delayed_update);
+  if (o.zero >= 2 && overlap) m.staging += shard * sizeof(float);
+  if (weights == DType::BF16)
+    m.staging += (o.delayed_update ? shard : 2 * std::min(shard, largest_tile)) * sizeof(uint16_t);
+  return m;
+}
+
 // One buffer for each module outside the blocks, two for the blocks (the largest block: all are the same size).
 static std::vector<size_t> zero3_buffers(const ParamLayout& layout, ModuleRange modules) {
   std::vector<size_t> out;
@@ -99,7 +109,7 @@ static char* at(const Tensor& flat, size_t offset) {
   return static_cast<char*>(flat.data) + offset * dtype_size(flat.dtype);
 }
 
-ZeroOptimizer::ZeroOptimizer(const OptimConfig& cfg, Backend& backend, Communicator& comm, const float* init_params,
+ZeroOptimizer::ZeroOptimizer(const OptimConfig& cfg, Backend& backend, Communicator& comm, const ParamInit& init,
                              ModuleRange modules, bool overlap, std::unique_ptr<Communicator> gathers)
     : cfg_(cfg), backend_(backend), comm_(comm), overlap_(overlap), per_micro_(cfg.zero >= 2 && overlap) {
   YUAN_CHECK(cfg.zero >= 0 && cfg.zero <= 3, "optim.zero = %d: must be 0, 1, 2 or 3", cfg.zero);
@@ -198,6 +208,7 @@ ZeroOptimizer::ZeroOptimizer(const OptimConfig& cfg, Backend& backend, Communica
     }
   }
 
+  // What zero_host_memory states.
   master_ = HostArray<float>(shard_n_, Mem::Optimizer);
   m_ = HostArray<float>(shard_n_, Mem::Optimizer);
   v_ = HostArray<float>(shard_n_, Mem::Optimizer);
@@ -208,7 +219,7 @@ ZeroOptimizer::ZeroOptimizer(const OptimConfig& cfg, Backend& backend, Communica
   if (bf16_ && !cfg.delayed_update)
     for (Allocation& s : stage_) s = backend.alloc_transfer(largest * sizeof(uint16_t), Mem::Comm);
   for (const Piece& p : pieces_)
-    if (p.count) std::memcpy(master_.data() + p.host, init_params + p.layout, p.count * sizeof(float));
+    if (p.count) init(p.layout, p.count, master_.data() + p.host);
   reduce_in_backward_ = per_micro_;
   ready_ = [this](int module) { module_ready(module); };
   load_backend_params();

@@ -44,10 +44,13 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <algorithm>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -73,6 +76,15 @@ size_t zero_shard_elements(const ParamLayout& layout, ModuleRange modules, int r
 // gradient (two with delayed_update). Exactly what a ZeroOptimizer allocates as Mem::Optimizer; its transfer
 // staging is Mem::Comm. Rank 0's shard is the largest.
 size_t zero_optimizer_bytes(size_t shard, bool delayed_update = false);
+// Host memory of a rank's optimizer over a shard of `shard` elements: the optimizer state (zero_optimizer_bytes,
+// Mem::Optimizer) and the transfer staging (Mem::Comm): at zero 2 and 3 with `overlap` a second gradient shard that
+// later micro-batches' reductions land in; with bf16 working weights the updated weights on their way to the
+// device, the whole shard with delayed_update, else two tiles of at most `largest_tile` elements.
+struct ZeroHostMemory {
+  size_t optimizer = 0, staging = 0;
+};
+ZeroHostMemory zero_host_memory(const OptimConfig& o, size_t shard, size_t largest_tile, bool overlap,
+                                DType weights);
 // ZeRO-3's module buffers (above) for `modules` of `layout`, in elements: as many working weights as gradients.
 size_t zero3_buffer_elements(const ParamLayout& layout, ModuleRange modules);
 // The device memory of a backend for `layout` (model/program.h ParamMemory): whole, or with `shards` (ZeRO-3's
@@ -101,6 +113,21 @@ struct ZeroStepStats {
   bool skipped = false;           // no update: the norm was not finite, or the caller asked to skip
 };
 
+// Where an optimizer takes the initial values of its shard from: a function writing the backend layout's range
+// [offset, offset + count) to dst (init_gpt2 on that range, so that no rank holds the whole model at once), or an
+// array of the whole layout.
+class ParamInit {
+ public:
+  using Fill = std::function<void(size_t offset, size_t count, float* dst)>;
+  explicit ParamInit(Fill fill) : fill_(std::move(fill)) {}
+  ParamInit(const float* whole)  // NOLINT(google-explicit-constructor): an array is the common case in tests
+      : fill_([whole](size_t offset, size_t count, float* dst) { std::copy_n(whole + offset, count, dst); }) {}
+  void operator()(size_t offset, size_t count, float* dst) const { fill_(offset, count, dst); }
+
+ private:
+  Fill fill_;
+};
+
 // The part of a shard that lies in one run of the model as this tensor rank holds it (every module, each tensor
 // this rank's part; the whole model without tensor parallelism): checkpoints place shards by these.
 struct ShardPiece {
@@ -110,15 +137,15 @@ struct ShardPiece {
 class ZeroOptimizer : public ParamSource {
  public:
   // `modules`: whole modules held by the backend, contiguous in its layout and in the model's (empty: all of the
-  // backend's). `init_params`: the backend layout's fp32 parameters (layout().total() values, identical on every
-  // member of the group). Keeps this rank's shard as the master copy and loads the backend's working weights.
+  // backend's). `init`: the initial fp32 parameters of the backend's layout (identical on every member of the
+  // group). Keeps this rank's shard as the master copy and loads the backend's working weights.
   // `overlap`: reduce each bucket as backward completes it (zero 2: in every micro-batch). Off, every reduction
   // waits for reduce_gradients() and zero 2 communicates as zero 1 does: for groups whose members run different
   // numbers of micro-batches, or wait on each other through pipeline stages. Zero 3 needs it, and a backend made
   // with BackendSpec::shards = zero_shard_elements(...); the program then takes this optimizer as its ParamSource.
   // `gathers`: zero 3 with a host communicator, a duplicate of `comm` (parallel/groups.h) on which the gathers run
   // on a thread of their own beside compute; without it they run in the calling thread.
-  ZeroOptimizer(const OptimConfig& cfg, Backend& backend, Communicator& comm, const float* init_params,
+  ZeroOptimizer(const OptimConfig& cfg, Backend& backend, Communicator& comm, const ParamInit& init,
                 ModuleRange modules = {}, bool overlap = true, std::unique_ptr<Communicator> gathers = nullptr);
   ~ZeroOptimizer() override;
   ZeroOptimizer(const ZeroOptimizer&) = delete;  // the ready hook captures `this`

@@ -89,7 +89,7 @@ const ProcessGroup& ProcessGroups::get(Group g, int index) const {
 std::unique_ptr<Communicator> make_communicator(const ProcessGroup& group, Device device, DeviceStream producer,
                                                 double nccl_timeout_s) {
   // One rank needs no transport, and MPI never touches the (device) buffers then: every collective is the identity.
-  if (device == Device::Cpu || group.size() == 1) return make_mpi_communicator(group, INT_MAX);
+  if (device == Device::Cpu || group.size() == 1) return make_mpi_communicator(group, kMpiChunk);
 #ifdef YUAN_CUDA
   return make_nccl_communicator(group, producer, nccl_timeout_s);
 #else

@@ -60,6 +60,12 @@ class ProcessGroups {
 // the work enqueued so far on `producer`, an NCCL wait longer than nccl_timeout_s ends the job).
 std::unique_ptr<Communicator> make_communicator(const ProcessGroup& group, Device device, DeviceStream producer,
                                                 double nccl_timeout_s);
+// Elements per MPI call of the host communicators: Open MPI's collectives allocate temporaries as large as their
+// buffer, several times over (a 24 MiB reduce-scatter bucket raised the peak memory of each of 2 ranks by 112 MiB),
+// so calls are cut to bound them to a few MiB. Large reduce-scatters and all-gathers then go block by block to
+// their owners (MpiCommunicator), which moves the same bytes.
+constexpr size_t kMpiChunk = size_t(1) << 20;
+
 // MPI over `group`, every MPI call limited to `max_count_per_call` elements (MPI counts are int; the tests use a
 // small limit to run the splitting paths that only counts above INT_MAX take in production). With `duplicate`, on
 // a copy of the group's MPI communicator (MPI_Comm_dup, collective over the group), so that its collectives may

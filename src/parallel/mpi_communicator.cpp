@@ -45,9 +45,17 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
+  void barrier() override { MPI_CHECK(MPI_Barrier(comm_)); }
+
+  double sum(double x) override {
+    if (size_ > 1) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, comm_));
+    return x;
+  }
+
+ protected:
   // With one rank every collective is the identity; returning early also keeps MPI away from buffers it cannot
   // read, such as a single GPU's device memory.
-  void all_reduce(void* buf, size_t count, DType t, ReduceOp op) override {
+  void do_all_reduce(void* buf, size_t count, DType t, ReduceOp op) override {
     MPI_Datatype mt = mpi_reduce_type(t, "all_reduce");
     if (size_ == 1) return;
     MPI_Op mop = op == ReduceOp::Sum ? MPI_SUM : MPI_MAX;
@@ -58,7 +66,7 @@ class MpiCommunicator final : public Communicator {
     }
   }
 
-  void reduce_scatter(void* buf, const std::vector<size_t>& counts, DType t) override {
+  void do_reduce_scatter(void* buf, const std::vector<size_t>& counts, DType t) override {
     MPI_Datatype mt = mpi_reduce_type(t, "reduce_scatter");
     std::vector<size_t> offs = block_offsets(counts, size_, "reduce_scatter");
     if (size_ == 1) return;
@@ -71,7 +79,7 @@ class MpiCommunicator final : public Communicator {
       if (offs[rank_] != 0) std::memmove(p + offs[rank_] * es, p, counts[rank_] * es);
       return;
     }
-    // int counts cannot describe the partition: reduce each block onto its owner, chunk by chunk.
+    // Larger than one call may take (int counts, kMpiChunk): reduce each block onto its owner, chunk by chunk.
     for (int r = 0; r < size_; r++) {
       for (size_t off = offs[r]; off < offs[r + 1]; off += max_count_) {
         int n = static_cast<int>(std::min(max_count_, offs[r + 1] - off));
@@ -82,7 +90,7 @@ class MpiCommunicator final : public Communicator {
     }
   }
 
-  void all_gather(void* buf, const std::vector<size_t>& counts, DType t) override {
+  void do_all_gather(void* buf, const std::vector<size_t>& counts, DType t) override {
     MPI_Datatype mt = mpi_type(t);
     std::vector<size_t> offs = block_offsets(counts, size_, "all_gather");
     if (size_ == 1) return;
@@ -93,7 +101,7 @@ class MpiCommunicator final : public Communicator {
       MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, p, rc.data(), displ.data(), mt, comm_));
       return;
     }
-    // int displacements cannot reach the blocks: each owner broadcasts its block, chunk by chunk.
+    // Larger than one call may take (int displacements, kMpiChunk): each owner broadcasts its block, chunk by chunk.
     for (int r = 0; r < size_; r++) {
       for (size_t off = offs[r]; off < offs[r + 1]; off += max_count_) {
         int n = static_cast<int>(std::min(max_count_, offs[r + 1] - off));
@@ -102,7 +110,7 @@ class MpiCommunicator final : public Communicator {
     }
   }
 
-  void broadcast(void* buf, size_t count, DType t, int root) override {
+  void do_broadcast(void* buf, size_t count, DType t, int root) override {
     YUAN_CHECK(root >= 0 && root < size_, "broadcast: root %d outside the %d ranks", root, size_);
     if (size_ == 1) return;
     char* p = static_cast<char*>(buf);
@@ -115,7 +123,7 @@ class MpiCommunicator final : public Communicator {
   // Chunk by chunk, each chunk's receive and synchronous send started together and waited for together: two
   // ranks sending to each other at once both proceed, and a send never completes into MPI's buffers before it is
   // received, so an order of transfers that could deadlock does so at every message size, in the tests too.
-  void send_recv(const void* send_buf, size_t send_bytes, int peer, void* recv_buf, size_t recv_bytes,
+  void do_send_recv(const void* send_buf, size_t send_bytes, int peer, void* recv_buf, size_t recv_bytes,
                  int peer2) override {
     YUAN_CHECK((send_bytes == 0 || (peer >= 0 && peer < size_ && peer != rank_)) &&
                    (recv_bytes == 0 || (peer2 >= 0 && peer2 < size_ && peer2 != rank_)),
@@ -133,13 +141,6 @@ class MpiCommunicator final : public Communicator {
                              comm_, &req[n++]));
       MPI_CHECK(MPI_Waitall(n, req, MPI_STATUSES_IGNORE));
     }
-  }
-
-  void barrier() override { MPI_CHECK(MPI_Barrier(comm_)); }
-
-  double sum(double x) override {
-    if (size_ > 1) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, comm_));
-    return x;
   }
 
  private:

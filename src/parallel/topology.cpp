@@ -103,4 +103,10 @@ std::vector<ModuleRange> Topology::module_groups_of(int rank) const {
   return r;
 }
 
+bool Topology::replicas_only() const {
+  for (const Pipeline& p : pipelines_)
+    if (p.stages.size() != 1 || p.micro_batches != pipelines_[0].micro_batches) return false;
+  return true;
+}
+
 }  // namespace yuan::parallel

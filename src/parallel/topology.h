@@ -60,6 +60,9 @@ class Topology {
   bool holds(int rank, int module) const;
   // Ranks holding `module` with tensor rank `tp_rank`, increasing.
   std::vector<int> holders(int module, int tp_rank) const;
+  // Every pipeline is one stage running the same micro-batches: the members of a data group run the same passes
+  // without waiting on other ranks, so their collectives may go during backward (optim/zero.h `overlap`).
+  bool replicas_only() const;
   // The module groups in module order; they tile [0, n_modules).
   const std::vector<ModuleRange>& module_groups() const { return module_groups_; }
   // The module groups the rank holds, in module order.

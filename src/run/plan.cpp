@@ -2,11 +2,13 @@
 // with their parameters and training FLOPs per token (what pipeline templates cut, and what `auto:K` balances).
 // Without it, the job's layout ([parallel], or data parallelism over --world ranks): every pipeline's stages and
 // ranks, the memory of each rank, and the bubble its schedule leaves. Memory comes from the same plans the
-// trainer allocates by (model/program.h plan_memory, optim/zero.h zero_optimizer_bytes), for the device the deck
-// asks for (cuda when built with it, for train.device=auto), with no device needed.
+// trainer allocates by (model/program.h plan_memory, optim/zero.h zero_param_memory and zero_host_memory), for
+// the device the deck asks for (cuda when built with it, for train.device=auto), with no device needed; the
+// formulas are in docs/MEMORY.md.
 #include <boost/program_options.hpp>
 #include <algorithm>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <optional>
 
 #include "config/config.h"
@@ -39,47 +41,104 @@ void print_modules(const GPTConfig& c) {
 // GPipe and 1F1B, which differ in memory, not in idle time.
 double bubble(int p, int m) { return static_cast<double>(p - 1) / (m + p - 1); }
 
-void print_layout(const Config& c, int world) {
+// What one rank of a stage needs, by purpose: device memory (model/program.h MemoryPlan: weights, gradients,
+// activations, buffers) and host memory (optim/zero.h ZeroHostMemory: optimizer state and its staging). On the
+// cpu backend both are host memory.
+struct RankMemory {
+  size_t params = 0;  // of the stage, this tensor rank's part
+  MemoryPlan device;
+  ZeroHostMemory host;
+  size_t total() const { return device.total() + host.optimizer + host.staging; }
+};
+
+RankMemory rank_memory(const Config& c, const parallel::Topology& topo, Device device, int rank) {
+  const parallel::Place& place = topo.place(rank);
+  const parallel::Pipeline& pl = topo.pipelines()[place.pipeline];
+  const int stages = static_cast<int>(pl.stages.size());
+  const ModuleRange& range = pl.stages[place.stage];
+  const ParamLayout held(c.model, held_modules(c.model, range), {place.tp_rank, topo.tp_size()});
+  const parallel::Schedule schedule(parallel::parse_schedule(c.parallel.schedule), place.stage, stages,
+                                    pl.micro_batches);
+  const DType weights = tensor_formats(device).weights;
+  RankMemory m;
+  m.params = held.total();
+  std::optional<size_t> shards;
+  for (const ModuleRange& g : topo.module_groups_of(rank)) {
+    const std::vector<int> holders = topo.holders(g.first, place.tp_rank);
+    const int group_rank = static_cast<int>(std::find(holders.begin(), holders.end(), rank) - holders.begin());
+    const size_t shard = zero_shard_elements(held, g, static_cast<int>(holders.size()), group_rank, c.optim.zero);
+    // A tile is at most one bucket of whole modules (zero 3: one module).
+    size_t bucket = 0, tile = 0;
+    for (int i = g.end - 1; i >= g.first; i--) {
+      bucket += held.module(i).numel;
+      if (c.optim.zero == 3 || bucket * sizeof(float) >= c.optim.bucket_mb * 1048576.0 || i == g.first)
+        tile = std::max(tile, bucket), bucket = 0;
+    }
+    const ZeroHostMemory h = zero_host_memory(c.optim, shard, tile, topo.replicas_only(), weights);
+    m.host.optimizer += h.optimizer;
+    m.host.staging += h.staging;
+    if (c.optim.zero == 3) shards = shard;  // one module group (validate)
+  }
+  m.device = plan_memory(device, c.model,
+                         {range, c.train.micro_batch, schedule.slots(), c.train.recompute, topo.tp_size()},
+                         zero_param_memory(held, shards));
+  return m;
+}
+
+void print_layout(const Config& c, int world, bool json) {
   const parallel::Topology topo = parallel::make_topology(c, world);
   const Device device = planned_device(parse_device(c.train.device, "train.device"));
   const parallel::ScheduleKind kind = parallel::parse_schedule(c.parallel.schedule);
-  say("layout: %zu pipeline%s on %d ranks, %s schedule, micro-batch %d, global batch %d, ZeRO stage %d, memory "
-      "planned for the %s backend%s",
-      topo.pipelines().size(), topo.pipelines().size() == 1 ? "" : "s", topo.world_size(),
-      parallel::schedule_name(kind), c.train.micro_batch, c.train.global_batch, c.optim.zero, device_name(device),
-      c.train.recompute ? " with recompute" : "");
-  for (size_t p = 0; p < topo.pipelines().size(); p++) {
-    const parallel::Pipeline& pl = topo.pipelines()[p];
+  const int T = topo.tp_size();
+  if (!json)
+    say("layout: %zu pipeline%s on %d ranks, %s schedule, micro-batch %d, global batch %d, ZeRO stage %d, tp %d, "
+        "memory planned for the %s backend%s",
+        topo.pipelines().size(), topo.pipelines().size() == 1 ? "" : "s", topo.world_size(),
+        parallel::schedule_name(kind), c.train.micro_batch, c.train.global_batch, c.optim.zero, T,
+        device_name(device), c.train.recompute ? " with recompute" : "");
+  const std::vector<parallel::Pipeline>& pipelines = topo.pipelines();
+  for (size_t p = 0, next = 0; p < pipelines.size(); p = next) {
+    const parallel::Pipeline& pl = pipelines[p];
     const int stages = static_cast<int>(pl.stages.size());
-    say("\npipeline %zu%s: %d stage%s, %d micro-batches per step, bubble %.1f%% ((p-1)/(m+p-1))", p,
-        pl.name.empty() ? "" : (" (" + pl.name + ")").c_str(), stages, stages == 1 ? "" : "s", pl.micro_batches,
-        100 * bubble(stages, pl.micro_batches));
+    // Pipelines made alike (data-parallel replicas) are shown once; JSON lists each.
+    next = p + 1;
+    while (!json && next < pipelines.size() && pipelines[next].stages == pl.stages &&
+           pipelines[next].micro_batches == pl.micro_batches)
+      next++;
+    if (!json)
+      say("\npipeline%s%s: %d stage%s, %d micro-batches per step, bubble %.1f%% ((p-1)/(m+p-1))",
+          next - p == 1 ? strf(" %zu", p).c_str() : strf("s %zu-%zu, alike", p, next - 1).c_str(),
+          pl.name.empty() ? "" : (" (" + pl.name + ")").c_str(), stages, stages == 1 ? "" : "s", pl.micro_batches,
+          100 * bubble(stages, pl.micro_batches));
     for (int s = 0; s < stages; s++) {
+      // Tensor ranks hold parts of the same sizes: the first speaks for them.
       const int rank = topo.rank_of({static_cast<int>(p), s, 0});
-      const ModuleRange& range = pl.stages[s];
-      const ParamLayout held(c.model, held_modules(c.model, range), {0, topo.tp_size()});
+      const RankMemory m = rank_memory(c, topo, device, rank);
       const parallel::Schedule schedule(kind, s, stages, pl.micro_batches);
-      // Host optimizer state: this rank's shard of each module group it holds; ZeRO-3's shards on the device.
-      size_t optimizer = 0;
-      std::optional<size_t> shards;
-      for (const ModuleRange& g : topo.module_groups_of(rank)) {
-        const std::vector<int> holders = topo.holders(g.first, 0);
-        const int group_rank = static_cast<int>(std::find(holders.begin(), holders.end(), rank) - holders.begin());
-        const size_t shard =
-            zero_shard_elements(held, g, static_cast<int>(holders.size()), group_rank, c.optim.zero);
-        optimizer += zero_optimizer_bytes(shard, c.optim.delayed_update);
-        if (c.optim.zero == 3) shards = shard;  // one module group (validate)
+      const std::string ranks = T == 1 ? strf("rank %d", rank) : strf("ranks %d-%d", rank, rank + T - 1);
+      if (json) {
+        nlohmann::ordered_json j = {
+            {"pipeline", p}, {"stage", s}, {"first_rank", rank}, {"tp_size", T}, {"params", m.params},
+            {"device", device_name(device)},
+            {"device_bytes", {{"weights", m.device.weights}, {"grads", m.device.grads},
+                              {"activations", m.device.activations}, {"buffers", m.device.buffers},
+                              {"total", m.device.total()}}},
+            {"host_bytes", {{"optimizer", m.host.optimizer}, {"staging", m.host.staging},
+                            {"total", m.host.optimizer + m.host.staging}}},
+            {"rank_bytes", m.total()}};
+        std::printf("%s\n", j.dump().c_str());
+        continue;
       }
-      const MemoryPlan mem =
-          plan_memory(device, c.model, {range, c.train.micro_batch, schedule.slots(), c.train.recompute,
-                                        topo.tp_size()},
-                      zero_param_memory(held, shards));
-      say("  stage %d, rank %d: %s", s, rank, parallel::range_name(c.model, range).c_str());
-      say("      %zu parameters; device %s (weights %s, grads %s, activations %s of %d micro-batch%s in flight, "
-          "buffers %s); host optimizer %s",
-          held.total(), format_bytes(mem.total()).c_str(), format_bytes(mem.weights).c_str(),
-          format_bytes(mem.grads).c_str(), format_bytes(mem.activations).c_str(), schedule.slots(),
-          schedule.slots() == 1 ? "" : "es", format_bytes(mem.buffers).c_str(), format_bytes(optimizer).c_str());
+      say("  stage %d, %s: %s", s, ranks.c_str(), parallel::range_name(c.model, pl.stages[s]).c_str());
+      say("      %zu parameters per tensor rank; %s %s: weights %s, grads %s, activations %s (%d micro-batch%s in "
+          "flight), buffers %s", m.params, device_name(device), format_bytes(m.device.total()).c_str(),
+          format_bytes(m.device.weights).c_str(), format_bytes(m.device.grads).c_str(),
+          format_bytes(m.device.activations).c_str(), schedule.slots(), schedule.slots() == 1 ? "" : "es",
+          format_bytes(m.device.buffers).c_str());
+      say("      host optimizer %s, staging %s%s", format_bytes(m.host.optimizer).c_str(),
+          format_bytes(m.host.staging).c_str(),
+          device == Device::Cpu ? strf("; the rank's host memory %s", format_bytes(m.total()).c_str()).c_str()
+                                : "");
     }
   }
 }
@@ -90,7 +149,9 @@ int plan_main(const std::vector<std::string>& args) {
   po::options_description own("plan", kHelpWidth);
   bool modules = false;
   int world = 0;
+  bool json = false;
   own.add_options()("modules", po::bool_switch(&modules), "list the model's modules with parameters and FLOPs")(
+      "json", po::bool_switch(&json), "the layout's memory as one JSON object per stage (for tools/)")(
       "world", po::value(&world),
       "ranks of a data-parallel job (decks without parallel.pipelines; pipelines imply their own)");
   Config cfg;
@@ -98,9 +159,10 @@ int plan_main(const std::vector<std::string>& args) {
   if (!parse_config(args, "plan", cfg, &own, &vm)) return 0;
   YUAN_CHECK(cfg.model.n_layer > 0 && cfg.model.n_embd > 0, "plan: the deck gives no model (model.n_layer, "
              "model.n_embd, ...); usage: yuanlm plan DECK [--modules] [--world N]");
-  say("model: %d layers x %d wide, %d heads, seq %d, vocab %d: %zu parameters, %.4g FLOPs/token", cfg.model.n_layer,
-      cfg.model.n_embd, cfg.model.n_head, cfg.model.seq_len, cfg.model.vocab_size, ParamLayout(cfg.model).total(),
-      flops_per_token(cfg.model, ParamLayout(cfg.model).total()));
+  if (!json)
+    say("model: %d layers x %d wide, %d heads, seq %d, vocab %d: %zu parameters, %.4g FLOPs/token",
+        cfg.model.n_layer, cfg.model.n_embd, cfg.model.n_head, cfg.model.seq_len, cfg.model.vocab_size,
+        ParamLayout(cfg.model).total(), flops_per_token(cfg.model, ParamLayout(cfg.model).total()));
   if (modules) {
     print_modules(cfg.model);
     return 0;
@@ -108,7 +170,7 @@ int plan_main(const std::vector<std::string>& args) {
   // Pipelines name their ranks; a data-parallel deck plans --world ranks, one by default.
   if (vm.count("world") == 0) world = std::max(1, parallel::layout_ranks(cfg));
   validate(cfg, world);
-  print_layout(cfg, world);
+  print_layout(cfg, world, json);
   return 0;
 }
 

@@ -42,6 +42,11 @@ JsonLine& JsonLine::add(const char* key, const std::string& v) {
   return *this;
 }
 
+JsonLine& JsonLine::add(const char* key, nlohmann::ordered_json v) {
+  j_[key] = std::move(v);
+  return *this;
+}
+
 // Paths are bytes, not necessarily UTF-8: a stray byte becomes U+FFFD rather than losing the line.
 std::string JsonLine::str() const { return j_.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace); }
 

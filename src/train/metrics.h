@@ -15,6 +15,7 @@ class JsonLine {
   JsonLine& add(const char* key, long long v);
   JsonLine& add(const char* key, const std::string& v);
   JsonLine& add(const char* key, const std::vector<double>& v);
+  JsonLine& add(const char* key, nlohmann::ordered_json v);  // a nested object
   std::string str() const;
 
  private:

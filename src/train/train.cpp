@@ -11,11 +11,11 @@
 #include "train/train.h"
 
 #include <algorithm>
-#include <climits>
 #include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <vector>
@@ -79,6 +79,7 @@ class Trainer {
         stages_(groups_.topology().stages_of(world_.rank)),
         schedule_(parallel::parse_schedule(cfg.parallel.schedule), place_.stage, stages_, pipeline().micro_batches) {
     const parallel::Topology& topo = groups_.topology();
+    base_host_bytes_ = host_rss_bytes();
     micro_total_ = cfg.train.global_batch / cfg.train.micro_batch;
     device_ = resolve_device(parse_device(cfg.train.device, "train.device"));
 #ifdef YUAN_CUDA
@@ -95,33 +96,34 @@ class Trainer {
     }
     check_memory(device_, cfg.model, pspec, zero_param_memory(layout, bspec.shards), device_free_bytes(device_));
     backend_ = make_backend(device_, bspec);
-    world_comm_ = &communicator(groups_.get(parallel::Group::World));
+    world_comm_ = &communicator(parallel::Group::World);
     n_params_ = ParamLayout(cfg.model).total();
     flops_per_token_ = flops_per_token(cfg.model, n_params_);
     {
       // Reductions overlap backward only where every member of a group runs the same passes independently: with
       // pipelines, a rank waiting in a reduction could hold up the neighbour its group partner waits for.
-      bool overlap = true;
-      for (const parallel::Pipeline& p : topo.pipelines())
-        overlap = overlap && p.stages.size() == 1 && p.micro_batches == topo.pipelines()[0].micro_batches;
-      HostArray<float> init(layout.total(), Mem::Params);
-      init_gpt2(layout, cfg.train.seed, init.data());
+      const bool overlap = topo.replicas_only();
+      const ParamInit init([&](size_t offset, size_t count, float* dst) {
+        init_gpt2(layout, cfg.train.seed, dst, offset, count);
+      });
       for (size_t i = 0; i < groups_.data_modules().size(); i++) {
         const parallel::ProcessGroup& data = groups_.get(parallel::Group::Data, static_cast<int>(i));
         // ZeRO-3 on the host gathers on a thread of its own, over its own copy of the group's communicator.
         std::unique_ptr<Communicator> gathers;
-        if (cfg.optim.zero == 3 && device_ == Device::Cpu && data.size() > 1 && world_.thread_multiple)
-          gathers = parallel::make_mpi_communicator(data, INT_MAX, true);
+        if (cfg.optim.zero == 3 && device_ == Device::Cpu && data.size() > 1 && world_.thread_multiple) {
+          gathers = parallel::make_mpi_communicator(data, parallel::kMpiChunk, true);
+          gathers->count_into(&traffic_[static_cast<int>(parallel::Group::Data)]);
+        }
         gather_thread_ = gathers != nullptr;
-        opts_.add(std::make_unique<ZeroOptimizer>(cfg.optim, *backend_, communicator(data), init.data(),
+        opts_.add(std::make_unique<ZeroOptimizer>(cfg.optim, *backend_, communicator(parallel::Group::Data, i), init,
                                                   groups_.data_modules()[i], overlap, std::move(gathers)));
       }
     }
     program_ = std::make_unique<Program>(
-        *backend_, pspec, tp.size > 1 ? &communicator(groups_.get(parallel::Group::Tensor)) : nullptr,
+        *backend_, pspec, tp.size > 1 ? &communicator(parallel::Group::Tensor) : nullptr,
         opts_.param_source());
     runner_ = std::make_unique<StageRunner>(*program_, *backend_,
-                                            stages_ > 1 ? &communicator(groups_.get(parallel::Group::Pipeline)) : nullptr,
+                                            stages_ > 1 ? &communicator(parallel::Group::Pipeline) : nullptr,
                                             place_.stage, stages_, cfg.train.micro_batch);
     tokenizer_ = find_tokenizer_for(cfg.data.train);
     std::string resume = cfg.ckpt.resume == "auto"   ? find_resumable_checkpoint(cfg.run.dir)
@@ -212,6 +214,7 @@ class Trainer {
     for (int step = first; step < c.train.steps; step++) {
       if (step + 1 == profile_first) backend_->profiler(true);
       const double t0 = now_seconds();
+      std::copy(std::begin(traffic_), std::end(traffic_), step_start_traffic_);
       data_wait = 0;
       const double lr = lr_at(c.optim, step, c.train.steps);
       YUAN_CHECK(!(world_.rank == faults_.fail_rank && step == faults_.fail_step),
@@ -271,7 +274,9 @@ class Trainer {
             .add("optim_background_s", st.background_seconds)
             .add("skipped", static_cast<long long>(st.skipped))
             .add("tokens", static_cast<long long>(done * tokens_per_step))
-            .add("peak_host_bytes", static_cast<long long>(host_peak_rss_bytes()));
+            .add("peak_host_bytes", static_cast<long long>(host_peak_rss_bytes()))
+            .add("base_host_bytes", static_cast<long long>(base_host_bytes_))
+            .add("comm_bytes", step_traffic());
         if (pipelined) line.add("bubble", bubble).add("stage_busy", busy);
         metrics_->write(line);
       }
@@ -311,11 +316,33 @@ class Trainer {
   const parallel::Pipeline& pipeline() const { return groups_.topology().pipelines()[place_.pipeline]; }
 
   // A communicator for each distinct set of ranks: a group that has the same members as another (the data group of
-  // plain data parallelism is the world) shares its communicator.
-  Communicator& communicator(const parallel::ProcessGroup& g) {
+  // plain data parallelism is the world) shares its communicator, whose traffic counts for the group other than
+  // the world (two groups of data, tensor and pipeline have the same members only when they have one).
+  Communicator& communicator(parallel::Group kind, size_t index = 0) {
+    const parallel::ProcessGroup& g = groups_.get(kind, static_cast<int>(index));
     std::unique_ptr<Communicator>& c = comms_[g.world_ranks()];
     if (!c) c = parallel::make_communicator(g, device_, backend_->stream(), cfg_.dist.nccl_timeout_s);
+    if (kind != parallel::Group::World || !counted_[c.get()]) {
+      c->count_into(&traffic_[static_cast<int>(kind)]);
+      counted_[c.get()] = true;
+    }
     return *c;
+  }
+
+  // This rank's tensor traffic in the step so far, by group and operation (the non-zero ones); evaluations and
+  // checkpoints between steps are not counted.
+  nlohmann::ordered_json step_traffic() const {
+    nlohmann::ordered_json out = nlohmann::ordered_json::object();
+    for (parallel::Group g : {parallel::Group::Data, parallel::Group::Tensor, parallel::Group::Pipeline}) {
+      const Traffic& now = traffic_[static_cast<int>(g)];
+      const Traffic& start = step_start_traffic_[static_cast<int>(g)];
+      nlohmann::ordered_json ops = nlohmann::ordered_json::object();
+      for (int op = 0; op < static_cast<int>(CommOp::kCount); op++)
+        if (now.bytes[op] > start.bytes[op])
+          ops[comm_op_name(static_cast<CommOp>(op))] = now.bytes[op] - start.bytes[op];
+      if (!ops.empty()) out[parallel::group_name(g)] = std::move(ops);
+    }
+    return out;
   }
 
   void describe_layout() const {
@@ -367,6 +394,7 @@ class Trainer {
   parallel::Schedule schedule_;
   Device device_ = Device::Cpu;
   bool gather_thread_ = false;  // ZeRO-3's gathers run on a communication thread
+  size_t base_host_bytes_ = 0;  // the process's resident memory before the model (MPI, libraries)
   FaultInjection faults_;
   int micro_total_ = 1;  // micro-batches per step over every pipeline
   size_t n_params_ = 0;
@@ -379,6 +407,8 @@ class Trainer {
   // After the backend, so destroyed before it: the backend's teardown waits on streams behind NCCL events (and
   // cudaFree on the whole device) with no deadline; a communicator finalizes within dist.nccl_timeout_s or aborts.
   std::map<std::vector<int>, std::unique_ptr<Communicator>> comms_;
+  std::map<const Communicator*, bool> counted_;  // its traffic already counts for a group
+  Traffic traffic_[4] = {}, step_start_traffic_[4] = {};  // by parallel::Group
   Communicator* world_comm_ = nullptr;
   std::unique_ptr<StageRunner> runner_;
   ZeroOptimizers opts_;

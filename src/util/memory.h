@@ -13,6 +13,7 @@ namespace yuan {
 enum class Mem { Params, Grads, Optimizer, Activations, Data, Comm, kCount };
 size_t mem_bytes(Mem m);       // live bytes in this category on this process
 size_t host_peak_rss_bytes();  // VmHWM of this process
+size_t host_rss_bytes();       // VmRSS of this process
 
 namespace detail {
 void mem_account(Mem m, std::ptrdiff_t delta);

@@ -48,3 +48,41 @@ train() {
 compare() {
   $PY tests/mpi/compare_runs.py "$@"
 }
+
+# Equivalence against one rank: reference writes $WORK/ref, 10 steps of global batch 8 (micro-batch 2) on 1 rank;
+# against_ref NP DESCRIPTION ARGS... trains the same steps on NP ranks with ARGS into $WORK/runN and holds its losses
+# and weights to the reference's within 1e-5. With MUST_LOG set, the run's log must contain it.
+equiv=(--train.steps=10 --train.global_batch=8 --train.micro_batch=2)
+reference() {
+  train 1 "$WORK/ref" "${equiv[@]}" >"$WORK/ref.log" 2>&1 || { cat "$WORK/ref.log"; exit 1; }
+}
+runs=0
+against_ref() {
+  local np=$1 what=$2
+  shift 2
+  runs=$((runs + 1))
+  echo "== $what on $np ranks: $*"
+  train "$np" "$WORK/run$runs" "${equiv[@]}" "$@" >"$WORK/log" 2>&1 || { cat "$WORK/log"; exit 1; }
+  if [ -n "${MUST_LOG:-}" ] && ! grep -q "$MUST_LOG" "$WORK/log"; then
+    echo "no '$MUST_LOG' in the log"
+    cat "$WORK/log"
+    exit 1
+  fi
+  compare "$WORK/ref" "$WORK/run$runs" 1e-5 1e-5
+}
+
+# The layouts tools/comm_volume.py states the communication of, on 2 ranks: comm_layouts DIR G B ARGS... trains
+# each with global batch G, micro-batch B and ARGS into DIR/NAME.
+comm_layouts() {
+  local dir=$1 g=$2 b=$3
+  shift 3
+  local -A layouts=([zero0]=--optim.zero=0 [zero1]=--optim.zero=1 [zero2]=--optim.zero=2 [zero3]=--optim.zero=3
+                    [tp2]=--parallel.tp_size=2)
+  for name in zero0 zero1 zero2 zero3 tp2 pp2; do
+    local layout=("${layouts[$name]:-}")
+    [ "$name" = pp2 ] && layout=("--parallel.template=two: auto:2" --parallel.pipelines=two
+                                 --parallel.microbatches=two:$((g / b)))
+    train 2 "$dir/$name" --train.global_batch="$g" --train.micro_batch="$b" "$@" "${layout[@]}" >"$dir/log" 2>&1 ||
+      { cat "$dir/log"; exit 1; }
+  done
+}

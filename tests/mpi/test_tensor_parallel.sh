@@ -4,25 +4,15 @@
 # checkpoint resumes as pipelines without it.
 source "$(dirname "$0")/lib.sh"
 make_corpus "$WORK/corpus" 2 4000 64
-common=(--train.steps=10 --train.global_batch=8 --train.micro_batch=2)
-train 1 "$WORK/ref" "${common[@]}" >"$WORK/ref.log" 2>&1 || { cat "$WORK/ref.log"; exit 1; }
+reference
 one="--parallel.template=one: wte, wpe, h.0-h.1, ln_f"
 two="--parallel.template=two: wte, wpe, h.0 | h.1, ln_f"
-i=0
-check() {  # NP DESCRIPTION ARGS...
-  local np=$1 what=$2
-  shift 2
-  i=$((i + 1))
-  echo "== $what on $np ranks: $*"
-  train "$np" "$WORK/run$i" "${common[@]}" "$@" >"$WORK/log" 2>&1 || { cat "$WORK/log"; exit 1; }
-  compare "$WORK/ref" "$WORK/run$i" 1e-5 1e-5
-}
-check 2 "tp 2" --parallel.tp_size=2
-check 4 "tp 2 x 2 replicas, ZeRO 2" --parallel.tp_size=2 --optim.zero=2
-check 4 "tp 2 x 2 replicas, ZeRO 3" --parallel.tp_size=2 --optim.zero=3
-check 4 "tp 2 x one 2-stage pipeline, GPipe" --parallel.tp_size=2 "$two" --parallel.pipelines=two \
+against_ref 2 "tp 2" --parallel.tp_size=2
+against_ref 4 "tp 2 x 2 replicas, ZeRO 2" --parallel.tp_size=2 --optim.zero=2
+against_ref 4 "tp 2 x 2 replicas, ZeRO 3" --parallel.tp_size=2 --optim.zero=3
+against_ref 4 "tp 2 x one 2-stage pipeline, GPipe" --parallel.tp_size=2 "$two" --parallel.pipelines=two \
   --parallel.microbatches=two:4 --parallel.schedule=gpipe
-check 6 "tp 2 x (1-stage + 2-stage pipelines), ZeRO 0" --parallel.tp_size=2 "$one" "$two" \
+against_ref 6 "tp 2 x (1-stage + 2-stage pipelines), ZeRO 0" --parallel.tp_size=2 "$one" "$two" \
   --parallel.pipelines=one,two --parallel.microbatches=one:2,two:2 --optim.zero=0
 
 echo "== a tp 2 x 2 run killed at step 12 resumes from step 10 as a 1-stage and a 2-stage pipeline"

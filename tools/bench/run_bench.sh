@@ -14,3 +14,5 @@ for b in bin/bench_*; do
 done
 echo "== bench_pipeline.sh"
 tools/bench/bench_pipeline.sh
+echo "== bench_comm.sh"
+tools/bench/bench_comm.sh
