@@ -34,6 +34,22 @@ size_t zero_shard_elements(const ParamLayout& layout, ModuleRange modules, int r
   return n;
 }
 
+std::vector<ModuleRange> zero_buckets(const ParamLayout& layout, ModuleRange modules, const OptimConfig& o) {
+  modules = whole(layout, modules);
+  const double limit = o.zero == 3 ? 0 : o.bucket_mb * 1048576.0;
+  std::vector<ModuleRange> out;
+  double bytes = 0;
+  int end = modules.end;
+  for (int i = modules.end - 1; i >= modules.first; i--) {
+    bytes += static_cast<double>(layout.module(i).numel * sizeof(float));
+    if (bytes < limit && i > modules.first) continue;
+    out.push_back({i, end});
+    end = i;
+    bytes = 0;
+  }
+  return out;
+}
+
 size_t zero_optimizer_bytes(size_t shard, bool delayed_update) {
   // master, m, v, gradient(s)
   return (delayed_update ? 5 : 4) * shard * sizeof(float);
@@ -157,25 +173,17 @@ ZeroOptimizer::ZeroOptimizer(const OptimConfig& cfg, Backend& backend, Communica
                backend.sharded() ? strf("%zu", backend.size()).c_str() : "the whole layout");
   }
 
-  // Buckets of whole modules, last module first (the order backward finishes them); one module each at zero 3.
   bucket_of_module_.assign(static_cast<size_t>(n_all), -1);
   module_done_.assign(static_cast<size_t>(n_all), false);
-  const double limit = cfg.zero == 3 ? 0 : cfg.bucket_mb * 1048576.0;
-  double bytes = 0;
-  int last = modules.end - 1;
-  for (int i = modules.end - 1; i >= modules.first; i--) {
-    bytes += static_cast<double>(layout.module(i).numel * sizeof(float));
-    bucket_of_module_[i] = static_cast<int>(buckets_.size());
-    if (bytes < limit && i > modules.first) continue;
+  for (const ModuleRange& r : zero_buckets(layout, modules, cfg)) {
     Bucket b;
-    b.first_module = i;
-    b.last_module = last;
-    b.offset = layout.module(i).offset;
-    b.count = layout.module(last).offset + layout.module(last).numel - b.offset;
-    b.pending = last - i + 1;
+    b.first_module = r.first;
+    b.last_module = r.end - 1;
+    b.offset = layout.module(r.first).offset;
+    b.count = layout.module(b.last_module).offset + layout.module(b.last_module).numel - b.offset;
+    b.pending = r.size();
+    for (int m = r.first; m < r.end; m++) bucket_of_module_[m] = static_cast<int>(buckets_.size());
     buckets_.push_back(b);
-    last = i - 1;
-    bytes = 0;
   }
 
   // Tiles: the buckets' parts of the shard's pieces, which tile it, each cut where weight decay changes.

@@ -76,6 +76,9 @@ size_t zero_shard_elements(const ParamLayout& layout, ModuleRange modules, int r
 // gradient (two with delayed_update). Exactly what a ZeroOptimizer allocates as Mem::Optimizer; its transfer
 // staging is Mem::Comm. Rank 0's shard is the largest.
 size_t zero_optimizer_bytes(size_t shard, bool delayed_update = false);
+// The buckets a ZeroOptimizer reduces gradients in: whole modules of `modules` (empty: all of the layout's), about
+// o.bucket_mb MiB of fp32 each, last module first (the order backward finishes them); one module each at zero 3.
+std::vector<ModuleRange> zero_buckets(const ParamLayout& layout, ModuleRange modules, const OptimConfig& o);
 // Host memory of a rank's optimizer over a shard of `shard` elements: the optimizer state (zero_optimizer_bytes,
 // Mem::Optimizer) and the transfer staging (Mem::Comm): at zero 2 and 3 with `overlap` a second gradient shard that
 // later micro-batches' reductions land in; with bf16 working weights the updated weights on their way to the

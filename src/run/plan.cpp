@@ -67,12 +67,12 @@ RankMemory rank_memory(const Config& c, const parallel::Topology& topo, Device d
     const std::vector<int> holders = topo.holders(g.first, place.tp_rank);
     const int group_rank = static_cast<int>(std::find(holders.begin(), holders.end(), rank) - holders.begin());
     const size_t shard = zero_shard_elements(held, g, static_cast<int>(holders.size()), group_rank, c.optim.zero);
-    // A tile is at most one bucket of whole modules (zero 3: one module).
-    size_t bucket = 0, tile = 0;
-    for (int i = g.end - 1; i >= g.first; i--) {
-      bucket += held.module(i).numel;
-      if (c.optim.zero == 3 || bucket * sizeof(float) >= c.optim.bucket_mb * 1048576.0 || i == g.first)
-        tile = std::max(tile, bucket), bucket = 0;
+    // A tile is at most one bucket.
+    size_t tile = 0;
+    for (const ModuleRange& b : zero_buckets(held, g, c.optim)) {
+      size_t n = 0;
+      for (int m = b.first; m < b.end; m++) n += held.module(m).numel;
+      tile = std::max(tile, n);
     }
     const ZeroHostMemory h = zero_host_memory(c.optim, shard, tile, topo.replicas_only(), weights);
     m.host.optimizer += h.optimizer;

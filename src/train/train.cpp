@@ -321,11 +321,9 @@ class Trainer {
   Communicator& communicator(parallel::Group kind, size_t index = 0) {
     const parallel::ProcessGroup& g = groups_.get(kind, static_cast<int>(index));
     std::unique_ptr<Communicator>& c = comms_[g.world_ranks()];
-    if (!c) c = parallel::make_communicator(g, device_, backend_->stream(), cfg_.dist.nccl_timeout_s);
-    if (kind != parallel::Group::World || !counted_[c.get()]) {
-      c->count_into(&traffic_[static_cast<int>(kind)]);
-      counted_[c.get()] = true;
-    }
+    const bool made = c == nullptr;
+    if (made) c = parallel::make_communicator(g, device_, backend_->stream(), cfg_.dist.nccl_timeout_s);
+    if (made || kind != parallel::Group::World) c->count_into(&traffic_[static_cast<int>(kind)]);
     return *c;
   }
 
@@ -407,7 +405,6 @@ class Trainer {
   // After the backend, so destroyed before it: the backend's teardown waits on streams behind NCCL events (and
   // cudaFree on the whole device) with no deadline; a communicator finalizes within dist.nccl_timeout_s or aborts.
   std::map<std::vector<int>, std::unique_ptr<Communicator>> comms_;
-  std::map<const Communicator*, bool> counted_;  // its traffic already counts for a group
   Traffic traffic_[4] = {}, step_start_traffic_[4] = {};  // by parallel::Group
   Communicator* world_comm_ = nullptr;
   std::unique_ptr<StageRunner> runner_;
