@@ -66,13 +66,21 @@ RankMemory rank_memory(const Config& c, const parallel::Topology& topo, Device d
   return m;
 }
 
-std::string memory_hint(const Config& c, int world) {
+std::string memory_hint(const Config& c, int world, const RankMemory& m) {
+  // What would shrink the parts that weigh (an eighth of the rank's need or more); more nodes always help.
+  const size_t total = m.total() + kRankMemoryMargin;
+  const auto weighs = [&](size_t part) { return part >= total / 8; };
+  const size_t model = m.on_device.weights + m.on_device.grads + m.host.optimizer + m.host.staging;
+  const size_t activations = m.on_device.activations + m.on_device.buffers;
   std::vector<std::string> tries;
-  if (c.optim.zero < 3 && world > 1)
-    tries.push_back(strf("optim.zero=%d (shards more of the model over the ranks)", c.optim.zero + 1));
-  if (!c.train.recompute) tries.push_back("train.recompute=true");
-  if (c.train.micro_batch > 1) tries.push_back(strf("a smaller train.micro_batch (now %d)", c.train.micro_batch));
-  if (c.data.prefetch > 4) tries.push_back(strf("a smaller data.prefetch (now %d)", c.data.prefetch));
+  if (c.optim.zero < 3 && world > 1 && weighs(model))
+    tries.push_back(strf("a higher optim.zero (now %d; 3 shards the weights and gradients too)", c.optim.zero));
+  if (!c.train.recompute && weighs(m.on_device.activations)) tries.push_back("train.recompute=true");
+  if (c.train.micro_batch > 1 && weighs(activations))
+    tries.push_back(strf("a smaller train.micro_batch (now %d)", c.train.micro_batch));
+  else if (weighs(activations))
+    tries.push_back(strf("a smaller model.seq_len (now %d)", c.model.seq_len));
+  if (weighs(m.data)) tries.push_back(strf("a smaller data.prefetch (now %d)", c.data.prefetch));
   tries.push_back("more ranks over more nodes (fewer ranks per node)");
   std::string s;
   for (size_t i = 0; i < tries.size(); i++) s += (i == 0 ? "" : i + 1 == tries.size() ? " or " : ", ") + tries[i];

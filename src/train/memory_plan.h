@@ -40,7 +40,8 @@ constexpr size_t kRankMemoryMargin = size_t{256} << 20;
 // buffers ..., data ..., staging ..., margin ... GiB; ...), and it has Y GiB available (source); try <hint>".
 void check_node_memory(const RankMemory& mine, int device_index, const std::string& hint);
 
-// What a training job of `c` on `world` ranks can change to need less memory, as a hint for check_node_memory.
-std::string memory_hint(const Config& c, int world);
+// What a training job of `c` on `world` ranks can change to need less memory, for the parts that weigh in a
+// rank's plan `m`, as a hint for check_node_memory.
+std::string memory_hint(const Config& c, int world, const RankMemory& m);
 
 }  // namespace yuan

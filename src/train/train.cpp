@@ -96,7 +96,8 @@ class Trainer {
       const parallel::ProcessGroup& data = groups_.get(parallel::Group::Data);
       bspec.shards = zero_shard_elements(layout, {}, data.size(), data.rank(), 3);
     }
-    check_node_memory(rank_memory(cfg, topo, device_, world_.rank), gpu, memory_hint(cfg, world_.size));
+    const RankMemory need = rank_memory(cfg, topo, device_, world_.rank);
+    check_node_memory(need, gpu, memory_hint(cfg, world_.size, need));
     backend_ = make_backend(device_, bspec);
     world_comm_ = &communicator(parallel::Group::World);
     n_params_ = ParamLayout(cfg.model).total();

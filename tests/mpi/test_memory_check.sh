@@ -26,16 +26,18 @@ refused() {
 }
 
 refused model 2 "the 2 ranks on node .* need .* GiB of host memory (params .*, grads .*, optimizer .*, \
-activations .*).* available (\(MemAvailable\|cgroup\).*; try optim.zero=2 .*train.recompute=true" \
+activations .*).* available (\(MemAvailable\|cgroup\).*; try a higher optim.zero (now 1; .*) or more ranks" \
   --model.n_layer=96 --model.n_head=96 --model.n_embd=12288
-refused seq_len 2 "activations [0-9]\{4,\}\.[0-9]*, buffers [0-9]\{3,\}" --model.seq_len=262144 --train.micro_batch=1 \
+refused seq_len 2 "activations [0-9]\{4,\}\.[0-9]*, buffers [0-9]\{3,\}.*try train.recompute=true, a smaller \
+model.seq_len (now 262144) or" --model.seq_len=262144 --train.micro_batch=1 \
   --train.global_batch=2
-refused prefetch 1 "data [0-9]\{3,\}\..*a smaller data.prefetch (now 2000000000)" --data.prefetch=2000000000
+refused prefetch 1 "data [0-9]\{3,\}\..*try a smaller data.prefetch (now 2000000000) or" --data.prefetch=2000000000
 
 # The ranks of a node share it: 4 tiny ranks do not fit in 600 MiB (their margins alone are 1 GiB), but fit in 2 GiB.
 YUANLM_NODE_MEMORY=600M refused hook 4 "the 4 ranks on node .* need 1\.0[0-9] GiB .*margin 1\.00.*it has 0\.59 GiB \
-available (YUANLM_NODE_MEMORY)" --train.micro_batch=2
-YUANLM_NODE_MEMORY=2G train 4 "$WORK/fits" --train.steps=2 --train.micro_batch=2 >"$WORK/fits.log" 2>&1 || { cat "$WORK/fits.log"; exit 1; }
+available (YUANLM_NODE_MEMORY); try more ranks over more nodes" --train.micro_batch=2
+YUANLM_NODE_MEMORY=2G train 4 "$WORK/fits" --train.steps=2 --train.micro_batch=2 >"$WORK/fits.log" 2>&1 ||
+  { cat "$WORK/fits.log"; exit 1; }
 grep -q "^done" "$WORK/fits.log" || { cat "$WORK/fits.log"; exit 1; }
 
 # eval's ranks build replicas of the model: checked the same way.
