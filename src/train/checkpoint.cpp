@@ -15,6 +15,7 @@
 #include "util/error.h"
 #include "util/fs.h"
 #include "util/log.h"
+#include "util/memory.h"
 #include "util/safetensors.h"
 #include "util/sha256.h"
 
@@ -350,7 +351,7 @@ CheckpointModel load_checkpoint_model(const std::string& path) {
   YUAN_CHECK(s.n_params == ParamLayout(m.cfg.model).total(),
              "checkpoint %s: %zu parameters in state.json, config.ini describes %zu", m.dir.c_str(), s.n_params,
              ParamLayout(m.cfg.model).total());
-  m.weights.resize(s.n_params);
+  allocating(s.n_params * sizeof(float), "the checkpoint's weights", [&] { m.weights.resize(s.n_params); });
   read_runs(m.dir, s, m.cfg.model, "master", {{0, 0, s.n_params}}, m.weights.data());
   if (!s.tokenizer.empty()) m.tokenizer = m.dir + "/" + s.tokenizer;
   return m;

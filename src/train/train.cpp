@@ -33,6 +33,7 @@
 #include "parallel/topology.h"
 #include "parallel/world.h"
 #include "train/checkpoint.h"
+#include "train/memory_plan.h"
 #include "train/metrics.h"
 #include "train/stage_runner.h"
 #include "util/fs.h"
@@ -82,8 +83,9 @@ class Trainer {
     base_host_bytes_ = host_rss_bytes();
     micro_total_ = cfg.train.global_batch / cfg.train.micro_batch;
     device_ = resolve_device(parse_device(cfg.train.device, "train.device"));
+    int gpu = -1;  // the device this rank uses (ranks that share one share its memory)
 #ifdef YUAN_CUDA
-    if (device_ == Device::Cuda) cuda_select_device(world_.local_rank);
+    if (device_ == Device::Cuda) gpu = cuda_select_device(world_.local_rank);
 #endif
     const ModuleRange stage = topo.stage_modules(world_.rank);
     const TensorParallel tp{place_.tp_rank, topo.tp_size()};
@@ -94,7 +96,8 @@ class Trainer {
       const parallel::ProcessGroup& data = groups_.get(parallel::Group::Data);
       bspec.shards = zero_shard_elements(layout, {}, data.size(), data.rank(), 3);
     }
-    check_memory(device_, cfg.model, pspec, zero_param_memory(layout, bspec.shards), device_free_bytes(device_));
+    const RankMemory need = rank_memory(cfg, topo, device_, world_.rank);
+    check_node_memory(need, gpu, memory_hint(cfg, world_.size, need));
     backend_ = make_backend(device_, bspec);
     world_comm_ = &communicator(parallel::Group::World);
     n_params_ = ParamLayout(cfg.model).total();
