@@ -129,10 +129,9 @@ class Trainer {
                                             stages_ > 1 ? &communicator(parallel::Group::Pipeline) : nullptr,
                                             place_.stage, stages_, cfg.train.micro_batch);
     tokenizer_ = find_tokenizer_for(cfg.data.train);
-    std::string resume = cfg.ckpt.resume == "auto"   ? find_resumable_checkpoint(cfg.run.dir)
-                         : cfg.ckpt.resume == "none" ? ""
-                                                     : cfg.ckpt.resume;
-    if (!resume.empty()) state_ = load_checkpoint(resume, cfg, opts_);
+    const ResumeChoice resume = choose_resume(cfg);
+    if (!resume.dir.empty()) state_ = load_checkpoint(resume.dir, cfg, opts_);
+    state_.run = resume.run;
 
     // Both ends of a pipeline read its micro-batches: the first stage embeds them, the last takes the targets.
     if (program_->embeds() || program_->heads()) {
@@ -239,7 +238,8 @@ class Trainer {
       const double t1 = now_seconds(), dt = t1 - t0;
       const int done = step + 1;
       if (done == profile_last) backend_->profiler(false);
-      state_ = {done, state_.next_sample + static_cast<uint64_t>(c.train.global_batch)};
+      state_.step = done;
+      state_.next_sample += static_cast<uint64_t>(c.train.global_batch);
       if (step > first) timed += dt;
       const double per_step = step > first ? timed / (step - first) : dt;
       const double tok_s = tokens_per_step / dt;
