@@ -169,4 +169,68 @@ TEST_F(Prep, BadArgumentsAreOneLineErrors) {
   EXPECT_EQ(yuan::prep_main({"--help"}), 0);
 }
 
+TEST_F(Prep, FindsTheFirstInvalidUtf8Sequence) {
+  const size_t none = std::string::npos;
+  auto at = [](const std::string& s) { return yuan::find_invalid_utf8(s); };
+  // Well-formed: ASCII, 2-, 3- and 4-byte forms, the last code point before the surrogates, the first after
+  // them, U+10FFFF.
+  EXPECT_EQ(at(""), none);
+  EXPECT_EQ(at("plain \t~\x7f"), none);
+  EXPECT_EQ(at("caf\xc3\xa9 \xe5\xad\xa6 \xf0\x9f\x98\x80"), none);
+  EXPECT_EQ(at("\xed\x9f\xbf\xee\x80\x80\xf4\x8f\xbf\xbf"), none);
+  // A stray continuation byte, an invalid lead byte, the offset counted from the start.
+  EXPECT_EQ(at("abc\x80"), 3u);
+  EXPECT_EQ(at("\xc3\xa9\xbf"), 2u);
+  EXPECT_EQ(at("ok\xff"), 2u);
+  EXPECT_EQ(at("ok\xf5\x80\x80\x80"), 2u);
+  // Overlong forms of '/' (C0 AF, E0 80 AF, F0 80 80 AF) and of U+07FF in three bytes.
+  EXPECT_EQ(at("a\xc0\xaf"), 1u);
+  EXPECT_EQ(at("a\xc1\xbf"), 1u);
+  EXPECT_EQ(at("ab\xe0\x80\xaf"), 2u);
+  EXPECT_EQ(at("ab\xe0\x9f\xbf"), 2u);
+  EXPECT_EQ(at("\xf0\x80\x80\xaf"), 0u);
+  EXPECT_EQ(at("\xf0\x8f\xbf\xbf"), 0u);
+  // UTF-16 surrogates U+D800 and U+DFFF, and U+110000.
+  EXPECT_EQ(at("x\xed\xa0\x80"), 1u);
+  EXPECT_EQ(at("xy\xed\xbf\xbf"), 2u);
+  EXPECT_EQ(at("\xf4\x90\x80\x80"), 0u);
+  // Sequences cut short: at the end, and by an ASCII byte in the middle.
+  EXPECT_EQ(at("abc\xe5\xad"), 3u);
+  EXPECT_EQ(at("abc\xf0\x9f\x98"), 3u);
+  EXPECT_EQ(at("abc\xc3"), 3u);
+  EXPECT_EQ(at("\xe5\xadz\xe5\xad\xa6"), 0u);
+  EXPECT_EQ(at("\xe5\xad\xa6\xf0\x9f\x98z"), 3u);
+  // NUL is valid UTF-8 but no text holds it.
+  EXPECT_EQ(at(std::string("ab\0c", 4)), 2u);
+  // The first of several.
+  EXPECT_EQ(at("\xc3\xa9z\x80\xff\xc0"), 3u);
+}
+
+
+TEST_F(Prep, InputThatIsNotUtf8TextIsRefusedWithFileAndOffset) {
+  // The offset counts every byte of the file, including the CR LF of the lines before.
+  std::string latin1 = file("latin1.txt", "one\r\ntwo\ncaf\xe9 au lait\n");
+  std::string e = yuan::testing::error_of([&] { docs_of(latin1, yuan::InputFormat::Auto); });
+  EXPECT_NE(e.find(latin1 + ": not UTF-8 text"), std::string::npos) << e;
+  EXPECT_NE(e.find("byte offset 12 (line 3), starting 0xE9"), std::string::npos) << e;
+
+  std::string binary = file("blob", std::string("\x7f" "ELF\x02\x01\x01\0\0\0", 10));
+  e = yuan::testing::error_of([&] { docs_of(binary, yuan::InputFormat::Auto); });
+  EXPECT_NE(e.find(binary + ": not UTF-8 text: a NUL byte at byte offset 7 (line 1)"), std::string::npos) << e;
+
+  // A truncated character at the very end, in the second of two files; and inside a JSON Lines "text".
+  std::string good = file("good.txt", "\xe5\xad\xa6\n");
+  std::string cut = file("cut.txt", "\xe5\xad\xa6\n\xe5\xad");
+  e = yuan::testing::error_of([&] {
+    yuan::Documents d(yuan::expand_inputs({good, cut}, yuan::InputFormat::Auto), false);
+    for (std::string s; d.next(s);) {
+    }
+  });
+  EXPECT_NE(e.find(cut + ": not UTF-8 text: an invalid sequence at byte offset 4 (line 2)"), std::string::npos) << e;
+  std::string jsonl = file("x.jsonl", "{\"text\": \"ok\"}\n{\"text\": \"\xed\xa0\x80\"}\n");
+  e = yuan::testing::error_of([&] { docs_of(jsonl, yuan::InputFormat::Auto); });
+  EXPECT_NE(e.find(jsonl + ": not UTF-8 text: an invalid sequence at byte offset 25 (line 2)"), std::string::npos)
+      << e;
+}
+
 }  // namespace
