@@ -210,6 +210,10 @@ TEST_F(Prep, BadArgumentsAreOneLineErrors) {
   EXPECT_NE(error_of({"--input", txt, "--out", dir_ + "/o"}).find("--train-tokenizer"), std::string::npos);
   EXPECT_NE(error_of({"--input", txt, "--bogus"}).find("bogus"), std::string::npos);
   EXPECT_EQ(yuan::prep_main({"--help"}), 0);
+  EXPECT_NE(error_of({"--input", txt, "--train-tokenizer", "--character-coverage", "0.5", "--out", dir_ + "/o"})
+                .find("--character-coverage 0.5"),
+            std::string::npos);
+  EXPECT_FALSE(fs::exists(dir_ + "/o"));
 }
 
 TEST_F(Prep, FindsTheFirstInvalidUtf8Sequence) {
@@ -364,6 +368,21 @@ TEST_F(Prep, WhatAKilledPrepLeftIsCleanedUpByTheNext) {
   fs::create_directory(remote);
   prep({"--input", txt, "--tokenizer", out + "/tokenizer.model", "--val-fraction", "0", "--out", out});
   EXPECT_TRUE(fs::exists(remote));
+}
+
+TEST_F(Prep, TokenizerTrainingFailuresSayWhatIsWrongInPrepsTerms) {
+  // 98% of the text (the least coverage SentencePiece accepts) is 2940 distinct characters, far more than 300
+  // ids hold. The trainer itself would name its --character_coverage, which prep users never set.
+  std::string cjk = file("cjk.txt", distinct_cjk(3000));
+  std::string e = error_of({"--input", cjk, "--train-tokenizer", "--vocab-size", "300", "--out", dir_ + "/o"});
+  EXPECT_NE(e.find("--vocab-size 300 is too small for " + cjk), std::string::npos) << e;
+  EXPECT_NE(e.find("needs --vocab-size "), std::string::npos) << e;
+  EXPECT_EQ(e.find("character_coverage"), std::string::npos) << e;
+  EXPECT_FALSE(fs::exists(dir_ + "/o"));
+  // A vocabulary that holds them all trains.
+  const int needed = std::stoi(e.substr(e.find("needs --vocab-size ") + 19));
+  prep({"--input", cjk, "--train-tokenizer", "--vocab-size", std::to_string(needed), "--val-fraction", "0", "--out",
+        dir_ + "/o"});
 }
 
 }  // namespace

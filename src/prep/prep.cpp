@@ -201,7 +201,8 @@ bool parse_options(const std::vector<std::string>& args, PrepOptions& o) {
        "--train-tokenizer: vocabulary size (the model's model.vocab_size must equal the shards')")
       ("character-coverage", po::value(&o.spm.character_coverage)->default_value(o.spm.character_coverage),
        "--train-tokenizer: share of characters covered by pieces, the rest spelled as bytes (0: as many\n"
-       "characters as fit in 3/4 of the ids left after the 256 bytes and 3 specials, at most 0.9995)")
+       "characters as fit in 3/4 of the ids left after the 256 bytes and 3 specials, within [0.98, 0.9995];\n"
+       "SentencePiece accepts 0.98 to 1)")
       ("tokenizer-sentences", po::value(&o.spm.sentences)->default_value(o.spm.sentences),
        "--train-tokenizer: lines sampled from the input for training (bounds time and memory)")
       ("out,o", po::value(&o.out)->required(),
@@ -222,12 +223,17 @@ bool parse_options(const std::vector<std::string>& args, PrepOptions& o) {
   YUAN_CHECK(o.doc_sep == "line" || o.doc_sep == "blank", "prep: --doc-sep %s: expected line or blank", o.doc_sep.c_str());
   YUAN_CHECK(o.spm.vocab_size >= 300, "prep: --vocab-size %d: need at least 300 (256 bytes + specials + pieces)",
              o.spm.vocab_size);
+  YUAN_CHECK(o.spm.character_coverage == 0 ||
+                 (o.spm.character_coverage >= kMinCharacterCoverage && o.spm.character_coverage <= 1),
+             "prep: --character-coverage %g: expected 0 (automatic) or %g to 1, the range SentencePiece accepts",
+             o.spm.character_coverage, kMinCharacterCoverage);
   YUAN_CHECK(o.shard_tokens > 0, "prep: --shard-tokens must be positive");
   YUAN_CHECK(o.val_fraction >= 0 && o.val_fraction < 1, "prep: --val-fraction %g outside [0, 1)", o.val_fraction);
   YUAN_CHECK(o.val_docs == 0 || vm["val-fraction"].defaulted(), "prep: give --val-fraction or --val-docs, not both");
   YUAN_CHECK(o.threads >= 0, "prep: --threads %d must be >= 0", o.threads);
   if (o.threads == 0) o.threads = omp_get_max_threads();
   o.spm.seed = o.seed;
+  for (const std::string& in : o.inputs) o.spm.input += (o.spm.input.empty() ? "" : " ") + in;
   return true;
 }
 
@@ -252,6 +258,10 @@ int prep_main(const std::vector<std::string>& args) {
     say("prep: trained tokenizer %s in %.1f s", (fs::path(o.out) / "tokenizer.model").c_str(), now_seconds() - t0);
     tok = load_tokenizer(model);
     o.tokenizer = model;
+    // The trainer stops early when the text has no more merges to make.
+    if (tok->vocab_size() < o.spm.vocab_size)
+      warn("prep: the input holds too little text for --vocab-size %d: the tokenizer has %d pieces", o.spm.vocab_size,
+           tok->vocab_size());
   } else {
     const std::string copy = out.dir() + "/tokenizer" + fs::path(o.tokenizer).extension().string();
     std::error_code ec;
