@@ -208,6 +208,8 @@ TEST_F(Prep, BadArgumentsAreOneLineErrors) {
   std::string model = dir_ + "/missing.model";
   EXPECT_NE(error_of({"--input", txt, "--tokenizer", model, "--out", dir_ + "/o"}).find(model), std::string::npos);
   EXPECT_NE(error_of({"--input", txt, "--out", dir_ + "/o"}).find("--train-tokenizer"), std::string::npos);
+  EXPECT_NE(error_of({"--input", dir_, "--train-tokenizer", "--out", dir_ + "/o"}).find(dir_ + ": a directory"),
+            std::string::npos);
   EXPECT_NE(error_of({"--input", txt, "--bogus"}).find("bogus"), std::string::npos);
   EXPECT_EQ(yuan::prep_main({"--help"}), 0);
   EXPECT_NE(error_of({"--input", txt, "--train-tokenizer", "--character-coverage", "0.5", "--out", dir_ + "/o"})

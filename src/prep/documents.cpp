@@ -1,5 +1,6 @@
 #include "prep/documents.h"
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "util/error.h"
@@ -50,7 +51,11 @@ std::vector<InputFile> expand_inputs(const std::vector<std::string>& args, Input
   for (const std::string& a : args) {
     const std::vector<std::string> paths = expand_glob(a);
     YUAN_CHECK(!paths.empty(), "%s: no input file matches", a.c_str());
-    for (const std::string& p : paths) out.push_back({p, resolve_input_format(p, format)});
+    for (const std::string& p : paths) {
+      YUAN_CHECK(!std::filesystem::is_directory(p),
+                 "%s: a directory, not an input file (give its files, e.g. %s/*.txt)", p.c_str(), p.c_str());
+      out.push_back({p, resolve_input_format(p, format)});
+    }
   }
   return out;
 }
