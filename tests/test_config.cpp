@@ -274,6 +274,23 @@ TEST(ConfigIni, HashChangesWithAnyValue) {
   }
 }
 
+TEST(ConfigIni, DifferenceNamesTheFirstKeyAndBothValues) {
+  Config a = valid(), b = valid();
+  EXPECT_EQ(yuan::ini_difference(a.to_ini(), "rank 0@n0", b.to_ini(), "rank 3@n1"), "");
+  b.optim.lr = 0.01;
+  b.run.dir = "elsewhere";
+  EXPECT_EQ(yuan::ini_difference(a.to_ini(), "rank 0@n0", b.to_ini(), "rank 3@n1"),
+            "optim.lr = '0.01' on rank 3@n1, '0.0006' on rank 0@n0");
+  b = valid();
+  b.parallel.templates = {"t: auto:1", "u: auto:2"};
+  a.parallel.templates = {"t: auto:1"};
+  EXPECT_EQ(yuan::ini_difference(a.to_ini(), "A", b.to_ini(), "B"),
+            "parallel.template = 't: auto:1'; 'u: auto:2' on B, 't: auto:1' on A");
+  a.parallel.templates = {};
+  EXPECT_EQ(yuan::ini_difference(a.to_ini(), "A", b.to_ini(), "B"),
+            "parallel.template = 't: auto:1'; 'u: auto:2' on B, (not set) on A");
+}
+
 // The README's configuration reference is a copy of `yuanlm train --help`: every key must be in it.
 TEST(ConfigDocs, ReadmeListsEveryKey) {
   std::ifstream in("README.md");

@@ -278,6 +278,55 @@ uint64_t Config::hash() const {
   return h;
 }
 
+namespace {
+
+// "section.key" -> its values (several for a repeatable key), in the order the text gives them.
+std::vector<std::pair<std::string, std::vector<std::string>>> ini_values(const std::string& ini) {
+  std::vector<std::pair<std::string, std::vector<std::string>>> out;
+  std::istringstream in(ini);
+  std::string line, section;
+  while (std::getline(in, line)) {
+    if (line.size() > 1 && line.front() == '[' && line.back() == ']') {
+      section = line.substr(1, line.size() - 2);
+      continue;
+    }
+    const size_t eq = line.find(" = ");
+    if (eq == std::string::npos) continue;
+    const std::string key = section + "." + line.substr(0, eq);
+    auto it = std::find_if(out.begin(), out.end(), [&](const auto& kv) { return kv.first == key; });
+    if (it == out.end()) it = out.insert(out.end(), {key, {}});
+    it->second.push_back(line.substr(eq + 3));
+  }
+  return out;
+}
+
+std::string shown_values(const std::vector<std::string>* values) {
+  if (!values) return "(not set)";
+  std::string out;
+  for (const std::string& v : *values) out += (out.empty() ? "'" : "; '") + v + "'";
+  return out;
+}
+
+}  // namespace
+
+std::string ini_difference(const std::string& ini_a, const std::string& name_a, const std::string& ini_b,
+                           const std::string& name_b) {
+  const auto a = ini_values(ini_a), b = ini_values(ini_b);
+  auto find = [](const auto& kvs, const std::string& key) -> const std::vector<std::string>* {
+    for (const auto& kv : kvs)
+      if (kv.first == key) return &kv.second;
+    return nullptr;
+  };
+  for (const auto* side : {&a, &b})
+    for (const auto& kv : *side) {
+      const std::vector<std::string>*va = find(a, kv.first), *vb = find(b, kv.first);
+      if (va && vb && *va == *vb) continue;
+      return strf("%s = %s on %s, %s on %s", kv.first.c_str(), shown_values(vb).c_str(), name_b.c_str(),
+                  shown_values(va).c_str(), name_a.c_str());
+    }
+  return "";
+}
+
 std::vector<ConfigOption> config_options() {
   std::vector<ConfigOption> out;
   const Config defaults;  // the table points into it

@@ -97,6 +97,11 @@ struct Config {
   uint64_t hash() const;       // of to_ini()
 };
 
+// The first key (in deck order) whose values differ between two to_ini() texts, worded for an error:
+// "optim.lr = '0.01' on NAME_B, '0.003' on NAME_A"; "" when they set the same values.
+std::string ini_difference(const std::string& ini_a, const std::string& name_a, const std::string& ini_b,
+                           const std::string& name_b);
+
 // Checks ranges and consistency, the parallel layout's included (parallel/layout.h); throws Error naming the
 // offending key. `world` is the number of ranks.
 void validate(const Config& c, int world);
