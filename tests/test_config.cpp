@@ -191,6 +191,14 @@ TEST(ConfigErrors, DeckProblems) {
   TempDeck a("[train]\nsteps = 3\n"), b("[train]\nsteps = 4\n");
   EXPECT_NE(parse_error({a.path(), "--config", b.path()}).find("two config decks"), std::string::npos);
   EXPECT_NE(parse_error({"--model.n_layer"}), "");  // missing value
+  // An ifstream reads a directory as an empty deck: the run would go on with the defaults.
+  EXPECT_EQ(parse_error({"/tmp"}), "deck /tmp is a directory, expected an INI file");
+  // A deck defines each template once; the command line may replace one of the deck's.
+  TempDeck templates("[parallel]\ntemplate = t: auto:1\ntemplate = u: auto:1\ntemplate = t: auto:2\n");
+  EXPECT_EQ(parse_error({templates.path()}), templates.path() + ": parallel.template 't' is defined twice");
+  TempDeck one("[parallel]\ntemplate = t: auto:1\ntemplate = u: auto:1\n");
+  EXPECT_EQ(parse({one.path(), "--parallel.template=t: auto:2"}).parallel.templates,
+            (std::vector<std::string>{"t: auto:2", "u: auto:1"}));
 }
 
 TEST(ConfigValidate, Ranges) {

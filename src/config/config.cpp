@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cstdio>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -206,6 +207,10 @@ po::options_description key_options() {
 }
 
 void read_deck(const std::string& path, Config& c) {
+  std::error_code ec;
+  // An ifstream opens a directory and reads it as empty: the run would go on with the defaults.
+  if (std::filesystem::is_directory(path, ec))
+    throw Error(strf("deck %s is a directory, expected an INI file", path.c_str()), true);
   std::ifstream in(path);
   if (!in) throw Error(strf("cannot read config deck '%s'", path.c_str()), true);
   po::parsed_options parsed(nullptr);
@@ -215,6 +220,8 @@ void read_deck(const std::string& path, Config& c) {
     throw Error(strf("%s: %s", path.c_str(), e.what()), true);
   }
   auto table = fields(c);
+  // A deck is written as a whole, so a key or template set twice in it is a slip, whichever would win: the
+  // command line is where values are replaced.
   std::set<std::string> seen;
   for (const po::option& o : parsed.options) {
     if (o.unregistered)
@@ -222,9 +229,14 @@ void read_deck(const std::string& path, Config& c) {
           strf("%s: unknown key '%s'%s", path.c_str(), o.string_key.c_str(), did_you_mean(o.string_key, "").c_str()),
           true);
     const Field& f = *find_field(table, o.string_key);
-    if (!seen.insert(o.string_key).second && !repeatable(f))
-      throw Error(strf("%s: key '%s' is set twice", path.c_str(), o.string_key.c_str()), true);
-    assign(f, o.value.at(0), path + ": ");
+    const std::string& value = o.value.at(0);
+    const std::string name = entry_name(value);  // what a repeatable key's entry is known by
+    if (!seen.insert(repeatable(f) ? o.string_key + ": " + name : o.string_key).second)
+      throw Error(repeatable(f) ? strf("%s: %s '%s' is defined twice", path.c_str(), o.string_key.c_str(),
+                                       name.c_str())
+                                : strf("%s: key '%s' is set twice", path.c_str(), o.string_key.c_str()),
+                  true);
+    assign(f, value, path + ": ");
   }
 }
 

@@ -54,7 +54,8 @@ struct OptimConfig {
 // data parallelism: one one-stage pipeline per rank.
 struct ParallelConfig {
   // "NAME: stage | stage | ...", a stage listing modules (wte, wpe, h.3) and ranges (h.0-h.3), or "NAME: auto:K"
-  // for K stages balanced by modelled cost. Repeatable; a template named again replaces the earlier one.
+  // for K stages balanced by modelled cost. Repeatable; a template named again on the command line replaces the
+  // earlier one (in one deck it is an error).
   std::vector<std::string> templates;
   std::string pipelines;       // the job's pipelines by template name, comma-separated, repeats allowed
   std::string microbatches;    // "NAME:M, ...": micro-batches per step for each template used
