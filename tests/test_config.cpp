@@ -7,6 +7,7 @@
 #include <sstream>
 #include <glob.h>
 
+#include "config/command_line.h"
 #include "config/config.h"
 #include "util/error.h"
 
@@ -199,6 +200,45 @@ TEST(ConfigErrors, DeckProblems) {
   TempDeck one("[parallel]\ntemplate = t: auto:1\ntemplate = u: auto:1\n");
   EXPECT_EQ(parse({one.path(), "--parallel.template=t: auto:2"}).parallel.templates,
             (std::vector<std::string>{"t: auto:2", "u: auto:1"}));
+}
+
+TEST(ConfigParse, EmptyValueOnTheCommandLine) {
+  // --data.val= turns evaluation off, as the help says; the deck's value is replaced by the empty one.
+  TempDeck deck("[data]\nval = data/x/val_*.h5\n");
+  EXPECT_EQ(parse({deck.path(), "--data.val="}).data.val, "");
+  EXPECT_EQ(parse({deck.path(), "--data.val", ""}).data.val, "");
+  EXPECT_EQ(parse({"--profile.steps="}).profile.steps, "");
+  // Where empty means nothing, the key's own conversion or check names it.
+  EXPECT_EQ(parse_error({"--model.n_layer="}), "model.n_layer: '' is not an integer");
+  EXPECT_EQ(parse_error({"--optim.lr="}), "optim.lr: '' is not a finite number");
+  EXPECT_EQ(parse_error({"--train.recompute="}), "train.recompute: '' is not true or false");
+  EXPECT_EQ(parse_error({"--parallel.template="}), "parallel.template: '' does not start with a name and ':'");
+  Config c = valid();
+  c.run.dir = parse({"--run.dir="}).run.dir;
+  EXPECT_EQ(error_of([&] { yuan::validate(c, 2); }), "run.dir must not be empty");
+  EXPECT_EQ(yuan::split_empty_values({"--a=", "--b=1", "-c=", "x=", "--d", "--="}),
+            (std::vector<std::string>{"--a", "", "--b=1", "-c=", "x=", "--d", "--="}));
+}
+
+TEST(CommandOptions, NumbersAreCheckedWhateverTheCommand) {
+  namespace po = boost::program_options;
+  double x = 0, t = 0;
+  uint64_t seed = 0;
+  int n = 0;
+  po::options_description d;
+  d.add_options()("help", "")("x", po::value(&x))("seed", po::value(&seed))(
+      "t", po::value(&t)->notifier(yuan::at_least("cmd", "--t", 0.0)))(
+      "n", po::value(&n)->notifier(yuan::at_least("cmd", "--n", 1)));
+  auto err = [&](std::vector<std::string> args) { return error_of([&] { yuan::parse_command("cmd", args, d); }); };
+  EXPECT_EQ(err({"--x=nan"}), "cmd: --x must be a finite number (got 'nan')");
+  EXPECT_EQ(err({"--x", "-inf"}), "cmd: --x must be a finite number (got '-inf')");
+  EXPECT_EQ(err({"--seed=-1"}), "cmd: --seed must be a non-negative integer (got '-1')");
+  EXPECT_EQ(err({"--t=nan"}), "cmd: --t must be a finite number >= 0 (got nan)");
+  EXPECT_EQ(err({"--t=-0.5"}), "cmd: --t must be a finite number >= 0 (got -0.5)");
+  EXPECT_EQ(err({"--n=0"}), "cmd: --n must be >= 1 (got 0)");
+  EXPECT_EQ(err({"--x=-2.5", "--seed=18446744073709551615", "--t=0", "--n=1"}), "");
+  EXPECT_EQ(x, -2.5);
+  EXPECT_EQ(seed, 18446744073709551615ull);
 }
 
 TEST(ConfigValidate, Ranges) {

@@ -14,6 +14,7 @@
 #include <boost/program_options.hpp>
 
 #include "backend/backend.h"
+#include "config/command_line.h"
 #include "parallel/layout.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -377,7 +378,7 @@ bool parse_config(const std::vector<std::string>& args, const std::string& comma
   po::parsed_options parsed(nullptr);
   try {
     // No guessing: an abbreviated key would silently bind to whichever option it prefixes.
-    parsed = po::command_line_parser(args)
+    parsed = po::command_line_parser(split_empty_values(args))
                  .options(cli)
                  .positional(positional)
                  .style(po::command_line_style::default_style & ~po::command_line_style::allow_guessing)
@@ -419,6 +420,7 @@ bool parse_config(const std::vector<std::string>& args, const std::string& comma
     try {
       po::store(own, *command_values);
       po::notify(*command_values);
+      check_numbers(command.c_str(), own, *command_values);
     } catch (const po::error& e) {
       throw Error(strf("%s: %s (see yuanlm %s --help)", command.c_str(), e.what(), command.c_str()), true);
     }
