@@ -30,7 +30,8 @@ const Command kCommands[] = {
     {"prep", "tokenize text into sharded HDF5 corpus files", yuan::prep_main, false},
     {"eval", "validation loss of a checkpoint (under mpirun or alone)", yuan::eval_main, true},
     {"sample", "generate text from a prompt with a checkpoint", yuan::sample_main, false},
-    {"export", "write a checkpoint as a HuggingFace GPT-2 directory (safetensors + config.json)", yuan::export_main, false},
+    {"export", "write a checkpoint as a HuggingFace GPT-2 directory (safetensors + config.json)", yuan::export_main,
+     false},
     {"plan", "a deck's modules, or its parallel layout with the memory of every rank, without running it",
      yuan::plan_main, false},
 };

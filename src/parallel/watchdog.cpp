@@ -81,8 +81,8 @@ class Watchdog {
     int64_t last = now_ns();
     while (!quit_) {
       const int64_t limit = limit_ns_.load();
-      // A tenth of the deadline, at most a second: the job ends within 10% (or a second) past it.
-      const int64_t period = std::min<int64_t>(limit / 10, 1000000000);
+      // A tenth of the deadline, within [10 ms, 1 s]: the job ends within 10% (or a second) past it.
+      const int64_t period = std::clamp<int64_t>(limit / 10, 10000000, 1000000000);
       if (cv_.wait_for(lock, std::chrono::nanoseconds(period), [this] { return quit_; })) return;
       const int64_t now = now_ns();
       // Woken far too late: this process itself was stopped (SIGSTOP, then the SIGCONT with which mpirun starts

@@ -46,5 +46,6 @@ YUANLM_KILL_AT=12 train 2 "$WORK/killed" "${args[@]}" --ckpt.every=10 >"$WORK/ki
 rc=$?
 set -e
 [ "$rc" -ne 0 ] || { echo "the killed run exited 0"; exit 1; }
-train 2 "$WORK/killed" "${args[@]}" --ckpt.every=10 --train.steps=13 >"$WORK/again.log" 2>&1 || { cat "$WORK/again.log"; exit 1; }
+train 2 "$WORK/killed" "${args[@]}" --ckpt.every=10 --train.steps=13 >"$WORK/again.log" 2>&1 ||
+  { cat "$WORK/again.log"; exit 1; }
 grep "resumed from $WORK/killed/ckpt/step_0000010" "$WORK/again.log"

@@ -81,8 +81,8 @@ grep -Eq "eval: stopped by SIGTERM after [0-9]+ of 1000000000 micro-batches: no 
 
 echo "== sbatch"
 (exec env NP=2 LAUNCHER=mpirun YUANLM_HOME="$PWD" bash jobs/train.sbatch input/tiny.ini "${TINY[@]}" \
-  --data.train="$WORK/corpus/*.h5" --data.val="$WORK/corpus/shard_001.h5" --train.eval_batches=1 --run.dir="$WORK/sbatch" "${args[@]}" --train.steps=100000 \
-  >"$WORK/sbatch.log" 2>&1) &
+  --data.train="$WORK/corpus/*.h5" --data.val="$WORK/corpus/shard_001.h5" --train.eval_batches=1 \
+  --run.dir="$WORK/sbatch" "${args[@]}" --train.steps=100000 >"$WORK/sbatch.log" 2>&1) &
 job=$!
 for _ in $(seq 300); do
   [ -f "$WORK/sbatch/metrics.jsonl" ] && [ "$(grep -c '"loss"' "$WORK/sbatch/metrics.jsonl")" -ge 3 ] && break
@@ -91,4 +91,5 @@ done
 kill -TERM "$job"
 expect_75 "$job" "$WORK/sbatch.log" sbatch
 step=$(sed -n 's/.*stopped by a signal after step \([0-9]*\).*/\1/p' "$WORK/sbatch.log")
-[ -n "$step" ] && [ -d "$WORK/sbatch/ckpt/step_$(printf %07d "$step")" ] || { echo "no checkpoint for step $step"; exit 1; }
+[ -n "$step" ] && [ -d "$WORK/sbatch/ckpt/step_$(printf %07d "$step")" ] ||
+  { echo "no checkpoint for step $step"; exit 1; }
