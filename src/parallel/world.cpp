@@ -65,6 +65,8 @@ void init(int* argc, char*** argv) {
 
 void finalize() {
   if (!g_initialized) return;
+  // MPI_Finalize is not watched: under mpirun, export and sample leave ranks other than 0 waiting in it for as
+  // long as rank 0 writes or generates.
   stop_watchdog();
   g_initialized = false;
   int done = 0;

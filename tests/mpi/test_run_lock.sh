@@ -5,7 +5,7 @@
 source "$(dirname "$0")/lib.sh"
 make_corpus "$WORK/corpus" 2 4000 64
 run="$WORK/run"
-args=(--train.steps=200 --train.global_batch=8 --train.micro_batch=4 --ckpt.every=50)
+args=(--train.steps=1000 --train.global_batch=8 --train.micro_batch=4 --ckpt.every=250)
 
 train 2 "$run" "${args[@]}" --optim.lr=3e-3 >"$WORK/first.log" 2>&1 &
 first=$!
@@ -27,13 +27,13 @@ grep "^error:" "$WORK/second.log" || true
 [ "$(grep -c '^error:' "$WORK/second.log")" -eq 1 ] || { echo "not one error line"; exit 1; }
 grep -q "^error: \[rank 0@[^]]*\] run.dir $run is in use by another training (host [^,]*, pid [0-9]*, started " \
   "$WORK/second.log" || { echo "the refusal does not name the directory and its holder"; exit 1; }
-grep -q "done: 200 steps" "$WORK/first.log"
+grep -q "done: 1000 steps" "$WORK/first.log"
 # Only the first run's record: every step once, with its learning rate (3e-3 peak) and config.
 $PY - "$run" <<'PYEOF'
 import json, sys, glob
 d = sys.argv[1]
 steps = [json.loads(l) for l in open(f"{d}/metrics.jsonl") if '"loss"' in l]
-assert [s["step"] for s in steps] == list(range(1, 201)), [s["step"] for s in steps]
+assert [s["step"] for s in steps] == list(range(1, 1001)), [s["step"] for s in steps]
 assert max(s["lr"] for s in steps) <= 3e-3 * (1 + 1e-9), max(s["lr"] for s in steps)
 for f in [f"{d}/config.ini"] + glob.glob(f"{d}/ckpt/step_*/config.ini"):
     assert "lr = 0.003\n" in open(f).read(), f
