@@ -1,6 +1,7 @@
 // yuanlm: one binary, one subcommand per job step. Every rank runs the same command line.
 #include <cstdio>
 #include <cstring>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,10 @@ int main(int argc, char** argv) {
     rc = cmd->run(std::vector<std::string>(argv + 2, argv + argc));
   } catch (const yuan::Error& e) {
     return yuan::parallel::fail(e);
+  } catch (const std::bad_alloc&) {
+    // Where an allocation's size and purpose are known it says so (util/memory.h); elsewhere this is all there is.
+    return yuan::parallel::fail(yuan::Error("out of host memory (an allocation failed); `yuanlm plan` gives what a "
+                                            "deck needs"));
   } catch (const std::exception& e) {
     return yuan::parallel::fail(yuan::Error(e.what()));
   }

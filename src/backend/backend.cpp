@@ -27,7 +27,7 @@ Allocation::~Allocation() {
 Allocation host_allocation(size_t bytes, Mem cat) {
   if (bytes == 0) return {};
   void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
-  if (!p) throw std::bad_alloc();
+  if (!p) detail::out_of_host_memory(bytes, mem_name(cat));
   std::memset(p, 0, bytes);
   return Allocation(p, bytes, std::free, cat);
 }

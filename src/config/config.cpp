@@ -93,7 +93,8 @@ std::vector<Field> fields(Config& c) {
       {"ckpt.every", &c.ckpt.every, "steps between checkpoints; 0: only at the end and on SIGTERM/SIGUSR1"},
       {"ckpt.keep", &c.ckpt.keep, "newest checkpoints kept in run.dir/ckpt"},
       {"ckpt.resume", &c.ckpt.resume,
-       "auto: continue from the newest valid checkpoint in run.dir/ckpt; none: start fresh; or a checkpoint dir"},
+       "auto: continue from the newest valid checkpoint in run.dir/ckpt, by run then step; none: start fresh (refused "
+       "when run.dir/ckpt holds checkpoints); or a checkpoint dir"},
       {"profile.steps", &c.profile.steps,
        "A:B brackets steps A..B with cudaProfilerStart/Stop and NVTX phase ranges (nsys/ncu "
        "--profile-from-start off); empty: off"},

@@ -118,6 +118,14 @@ LoaderSpec with_slice(LoaderSpec s) {
   return s;
 }
 
+// Token ids of one micro-batch: micro_batch windows of seq_len + 1 (Corpus::window).
+static size_t micro_batch_ids(const LoaderSpec& s) { return static_cast<size_t>(s.micro_batch) * (s.seq_len + 1); }
+
+size_t train_loader_bytes(const LoaderSpec& s) {
+  return (static_cast<size_t>(s.prefetch) + 1) * micro_batch_ids(s) * sizeof(int32_t);
+}
+size_t val_loader_bytes(const LoaderSpec& s) { return micro_batch_ids(s) * sizeof(int32_t); }
+
 struct TrainLoader::Impl {
   LoaderSpec spec;
   Corpus corpus;
@@ -144,9 +152,7 @@ struct TrainLoader::Impl {
                spec.slice_first, spec.slice_first + spec.slice_count, s.global_batch, s.micro_batch);
     YUAN_CHECK(s.prefetch > 0, "data: data.prefetch %d must be positive", s.prefetch);
     micro_per_step = spec.slice_count / s.micro_batch;
-    // One buffer more than `prefetch`: the batch the caller holds stays untouched while `prefetch` are read.
-    for (int i = 0; i <= s.prefetch; i++)
-      ring.emplace_back(static_cast<size_t>(s.micro_batch) * corpus.window(), Mem::Data);
+    for (int i = 0; i <= s.prefetch; i++) ring.emplace_back(micro_batch_ids(s), Mem::Data);
     thread = std::thread([this] { run(); });
   }
 
@@ -223,7 +229,7 @@ struct ValLoader::Impl {
   int batches;
   HostArray<int32_t> buf;
   Impl(const LoaderSpec& s, int b)
-      : spec(s), corpus(s), batches(b), buf(static_cast<size_t>(s.micro_batch) * corpus.window(), Mem::Data) {
+      : spec(s), corpus(s), batches(b), buf(micro_batch_ids(s), Mem::Data) {
     YUAN_CHECK(b > 0, "data: train.eval_batches %d must be positive", b);
   }
 };

@@ -29,6 +29,11 @@ struct LoaderSpec {
   int prefetch = 4;       // micro-batches read ahead by the background thread
 };
 
+// Host bytes of a TrainLoader's buffers (prefetch + 1 micro-batches: the one the caller holds stays untouched while
+// `prefetch` are read) and of a ValLoader's (one micro-batch), for the memory plan (train/memory_plan.h).
+size_t train_loader_bytes(const LoaderSpec& spec);
+size_t val_loader_bytes(const LoaderSpec& spec);
+
 class TrainLoader {
  public:
   // Opens and validates every shard (throws Error naming the file). Starts reading at global sample

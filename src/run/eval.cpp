@@ -44,6 +44,7 @@ int eval_main(const std::vector<std::string>& args) {
   const Config& c = m.cfg;
   if (data.empty()) data = c.data.val;
   YUAN_CHECK(!data.empty(), "eval: no --data given and the run of checkpoint %s had no data.val", m.dir.c_str());
+  check_tokenizer(m, data);
   const parallel::WorldInfo& w = parallel::world();
   if (micro_batch == 0) micro_batch = c.train.micro_batch;
   if (batches == 0) {

@@ -2,21 +2,20 @@
 // with their parameters and training FLOPs per token (what pipeline templates cut, and what `auto:K` balances).
 // Without it, the job's layout ([parallel], or data parallelism over --world ranks): every pipeline's stages and
 // ranks, the memory of each rank, and the bubble its schedule leaves. Memory comes from the same plans the
-// trainer allocates by (model/program.h plan_memory, optim/zero.h zero_param_memory and zero_host_memory), for
-// the device the deck asks for (cuda when built with it, for train.device=auto), with no device needed; the
-// formulas are in docs/MEMORY.md.
+// trainer allocates by (train/memory_plan.h rank_memory, which the trainer also checks against its nodes before
+// it allocates), for the device the deck asks for (cuda when built with it, for train.device=auto), with no device
+// needed; the formulas are in docs/MEMORY.md.
 #include <boost/program_options.hpp>
 #include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
-#include <optional>
 
 #include "config/config.h"
 #include "model/program.h"
-#include "optim/zero.h"
 #include "parallel/layout.h"
 #include "parallel/schedule.h"
 #include "run/commands.h"
+#include "train/memory_plan.h"
 #include "train/metrics.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -40,50 +39,6 @@ void print_modules(const GPTConfig& c) {
 // The bubble of a pipeline of p stages running m micro-batches, as a share of the step: (p-1)/(m+p-1) for both
 // GPipe and 1F1B, which differ in memory, not in idle time.
 double bubble(int p, int m) { return static_cast<double>(p - 1) / (m + p - 1); }
-
-// What one rank of a stage needs, by purpose: device memory (model/program.h MemoryPlan: weights, gradients,
-// activations, buffers) and host memory (optim/zero.h ZeroHostMemory: optimizer state and its staging). On the
-// cpu backend both are host memory.
-struct RankMemory {
-  size_t params = 0;  // of the stage, this tensor rank's part
-  MemoryPlan device;
-  ZeroHostMemory host;
-  size_t total() const { return device.total() + host.optimizer + host.staging; }
-};
-
-RankMemory rank_memory(const Config& c, const parallel::Topology& topo, Device device, int rank) {
-  const parallel::Place& place = topo.place(rank);
-  const parallel::Pipeline& pl = topo.pipelines()[place.pipeline];
-  const int stages = static_cast<int>(pl.stages.size());
-  const ModuleRange& range = pl.stages[place.stage];
-  const ParamLayout held(c.model, held_modules(c.model, range), {place.tp_rank, topo.tp_size()});
-  const parallel::Schedule schedule(parallel::parse_schedule(c.parallel.schedule), place.stage, stages,
-                                    pl.micro_batches);
-  const DType weights = tensor_formats(device).weights;
-  RankMemory m;
-  m.params = held.total();
-  std::optional<size_t> shards;
-  for (const ModuleRange& g : topo.module_groups_of(rank)) {
-    const std::vector<int> holders = topo.holders(g.first, place.tp_rank);
-    const int group_rank = static_cast<int>(std::find(holders.begin(), holders.end(), rank) - holders.begin());
-    const size_t shard = zero_shard_elements(held, g, static_cast<int>(holders.size()), group_rank, c.optim.zero);
-    // A tile is at most one bucket.
-    size_t tile = 0;
-    for (const ModuleRange& b : zero_buckets(held, g, c.optim)) {
-      size_t n = 0;
-      for (int m = b.first; m < b.end; m++) n += held.module(m).numel;
-      tile = std::max(tile, n);
-    }
-    const ZeroHostMemory h = zero_host_memory(c.optim, shard, tile, topo.replicas_only(), weights);
-    m.host.optimizer += h.optimizer;
-    m.host.staging += h.staging;
-    if (c.optim.zero == 3) shards = shard;  // one module group (validate)
-  }
-  m.device = plan_memory(device, c.model,
-                         {range, c.train.micro_batch, schedule.slots(), c.train.recompute, topo.tp_size()},
-                         zero_param_memory(held, shards));
-  return m;
-}
 
 void print_layout(const Config& c, int world, bool json) {
   const parallel::Topology topo = parallel::make_topology(c, world);
@@ -120,23 +75,23 @@ void print_layout(const Config& c, int world, bool json) {
         nlohmann::ordered_json j = {
             {"pipeline", p}, {"stage", s}, {"first_rank", rank}, {"tp_size", T}, {"params", m.params},
             {"device", device_name(device)},
-            {"device_bytes", {{"weights", m.device.weights}, {"grads", m.device.grads},
-                              {"activations", m.device.activations}, {"buffers", m.device.buffers},
-                              {"total", m.device.total()}}},
-            {"host_bytes", {{"optimizer", m.host.optimizer}, {"staging", m.host.staging},
-                            {"total", m.host.optimizer + m.host.staging}}},
+            {"device_bytes", {{"weights", m.on_device.weights}, {"grads", m.on_device.grads},
+                              {"activations", m.on_device.activations}, {"buffers", m.on_device.buffers},
+                              {"total", m.on_device.total()}}},
+            {"host_bytes", {{"optimizer", m.host.optimizer}, {"staging", m.host.staging}, {"data", m.data},
+                            {"total", m.host.optimizer + m.host.staging + m.data}}},
             {"rank_bytes", m.total()}};
         std::printf("%s\n", j.dump().c_str());
         continue;
       }
       say("  stage %d, %s: %s", s, ranks.c_str(), parallel::range_name(c.model, pl.stages[s]).c_str());
       say("      %zu parameters per tensor rank; %s %s: weights %s, grads %s, activations %s (%d micro-batch%s in "
-          "flight), buffers %s", m.params, device_name(device), format_bytes(m.device.total()).c_str(),
-          format_bytes(m.device.weights).c_str(), format_bytes(m.device.grads).c_str(),
-          format_bytes(m.device.activations).c_str(), schedule.slots(), schedule.slots() == 1 ? "" : "es",
-          format_bytes(m.device.buffers).c_str());
-      say("      host optimizer %s, staging %s%s", format_bytes(m.host.optimizer).c_str(),
-          format_bytes(m.host.staging).c_str(),
+          "flight), buffers %s", m.params, device_name(device), format_bytes(m.on_device.total()).c_str(),
+          format_bytes(m.on_device.weights).c_str(), format_bytes(m.on_device.grads).c_str(),
+          format_bytes(m.on_device.activations).c_str(), schedule.slots(), schedule.slots() == 1 ? "" : "es",
+          format_bytes(m.on_device.buffers).c_str());
+      say("      host optimizer %s, staging %s, data %s%s", format_bytes(m.host.optimizer).c_str(),
+          format_bytes(m.host.staging).c_str(), format_bytes(m.data).c_str(),
           device == Device::Cpu ? strf("; the rank's host memory %s", format_bytes(m.total()).c_str()).c_str()
                                 : "");
     }
@@ -159,6 +114,12 @@ int plan_main(const std::vector<std::string>& args) {
   if (!parse_config(args, "plan", cfg, &own, &vm)) return 0;
   YUAN_CHECK(cfg.model.n_layer > 0 && cfg.model.n_embd > 0, "plan: the deck gives no model (model.n_layer, "
              "model.n_embd, ...); usage: yuanlm plan DECK [--modules] [--world N]");
+  // Pipelines name their ranks; a data-parallel deck plans --world ranks, one by default.
+  if (vm.count("world") == 0) world = std::max(1, parallel::layout_ranks(cfg));
+  // A layout holds a place for every rank: beyond the largest machines, a typo would only exhaust memory.
+  constexpr int kMaxWorld = 1 << 20;
+  if (world < 1 || world > kMaxWorld)
+    throw Error(strf("plan: --world %d must be a number of ranks from 1 to %d", world, kMaxWorld), true);
   if (!json)
     say("model: %d layers x %d wide, %d heads, seq %d, vocab %d: %zu parameters, %.4g FLOPs/token",
         cfg.model.n_layer, cfg.model.n_embd, cfg.model.n_head, cfg.model.seq_len, cfg.model.vocab_size,
@@ -167,8 +128,6 @@ int plan_main(const std::vector<std::string>& args) {
     print_modules(cfg.model);
     return 0;
   }
-  // Pipelines name their ranks; a data-parallel deck plans --world ranks, one by default.
-  if (vm.count("world") == 0) world = std::max(1, parallel::layout_ranks(cfg));
   validate(cfg, world);
   print_layout(cfg, world, json);
   return 0;

@@ -1,6 +1,7 @@
 #include "train/checkpoint.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -8,13 +9,16 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <tuple>
 #include <type_traits>
 
+#include "data/shard.h"
 #include "parallel/world.h"
 #include "model/gpt.h"
 #include "util/error.h"
 #include "util/fs.h"
 #include "util/log.h"
+#include "util/memory.h"
 #include "util/safetensors.h"
 #include "util/sha256.h"
 
@@ -52,10 +56,73 @@ struct State {
   int64_t adam_step = 0;
   int world = 0;
   size_t n_params = 0;
-  std::string tokenizer;
+  std::string tokenizer, tokenizer_sha256;
   std::vector<ShardFile> shards;
   std::vector<std::pair<std::string, std::string>> checksums;  // file, sha256
+  bool sealed = false;  // state.json carries its own sha256 (older checkpoints do not)
 };
+
+// What state.json's own "sha256" is the checksum of: its JSON without that member, keys sorted, no whitespace
+// (nlohmann::json's dump()), so that re-indenting the file keeps it valid and changing any value does not.
+std::string state_checksum(json t) {
+  t.erase("sha256");
+  return sha256_hex(t.dump());
+}
+
+Config read_config(const std::string& dir) {
+  Config c;
+  parse_config({dir + "/config.ini"}, "train", c);
+  return c;
+}
+
+// The tensor (and tensor rank) that holds value `offset` of `layout`'s buffer, for errors about shard coverage.
+std::string value_name(const ParamLayout& layout, size_t offset) {
+  std::string where = strf("value %zu of %zu", offset, layout.total());
+  if (layout.tp().size > 1) where += strf(" of tensor rank %d of %d", layout.tp().rank, layout.tp().size);
+  for (const TensorSpec& t : layout.tensors())
+    if (offset >= t.offset && offset < t.offset + t.numel) return t.name + " (" + where + ")";
+  return where;
+}
+
+// Refuses optimizer shards that do not hold every value of the model exactly once per tensor-parallel rank: each
+// tensor rank's data group shards the model as that rank holds it (split tensors cut, replicated ones whole), so
+// the shards of one tensor rank must tile its layout. Values past the end are the padding of older checkpoints.
+void check_coverage(const std::string& what, const State& s, const GPTConfig& model) {
+  const ShardFile& first = s.shards.front();
+  for (const ShardFile& f : s.shards) {
+    YUAN_CHECK(f.tp_size == first.tp_size, "%s: file '%s' is for %d tensor-parallel ranks, '%s' for %d", what.c_str(),
+               f.name.c_str(), f.tp_size, first.name.c_str(), first.tp_size);
+    YUAN_CHECK(f.tp_rank < f.tp_size, "%s: file '%s': tp_rank %d is not below tp_size %d", what.c_str(),
+               f.name.c_str(), f.tp_rank, f.tp_size);
+  }
+  struct Span {
+    size_t lo, hi;
+    const std::string* file;
+  };
+  for (int r = 0; r < first.tp_size; r++) {
+    const ParamLayout layout(model, held_modules(model, all_modules(model)), {r, first.tp_size});
+    const size_t total = layout.total();
+    std::vector<Span> spans;
+    for (const ShardFile& f : s.shards) {
+      if (f.tp_rank != r) continue;
+      for (const ShardPiece& p : f.pieces) {
+        const size_t lo = std::min(p.model_offset, total);
+        if (lo < total) spans.push_back({lo, lo + std::min(p.count, total - lo), &f.name});
+      }
+    }
+    std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.lo < b.lo; });
+    size_t next = 0;
+    const std::string* prev = nullptr;
+    for (const Span& sp : spans) {
+      YUAN_CHECK(sp.lo >= next, "%s: files '%s' and '%s' both hold %s", what.c_str(), prev->c_str(), sp.file->c_str(),
+                 value_name(layout, sp.lo).c_str());
+      YUAN_CHECK(sp.lo == next, "%s: no optimizer shard holds %s", what.c_str(), value_name(layout, next).c_str());
+      next = sp.hi;
+      prev = sp.file;
+    }
+    YUAN_CHECK(next == total, "%s: no optimizer shard holds %s", what.c_str(), value_name(layout, next).c_str());
+  }
+}
 
 // The JSON object in `path`; `what` names it in errors ("checkpoint DIR: state.json").
 json read_json_object(const std::string& path, const std::string& what) {
@@ -87,6 +154,7 @@ State read_state(const std::string& dir) {
   YUAN_CHECK(field<std::string>(t, "format", what) == kFormat, "checkpoint %s: state.json format is not %s",
              dir.c_str(), kFormat);
   s.train.step = field<int64_t>(t, "step", what);
+  if (t.contains("run")) s.train.run = field<int64_t>(t, "run", what);
   s.train.next_sample = field<uint64_t>(t, "next_sample", what);
   s.adam_step = field<int64_t>(t, "adam_step", what);
   s.world = field<int>(t, "world", what);
@@ -122,7 +190,109 @@ State read_state(const std::string& dir) {
     }
   }
   YUAN_CHECK(!s.shards.empty(), "checkpoint %s: state.json lists no optimizer shards", dir.c_str());
+  auto sum_of = [&](const std::string& file) {
+    for (const auto& [name, sum] : s.checksums)
+      if (name == file) return sum;
+    throw Error(strf("%s: no \"files\" entry for %s", what.c_str(), file.c_str()));
+  };
+  if (!s.tokenizer.empty()) s.tokenizer_sha256 = sum_of(s.tokenizer);
+  // The shards are placed by the model config.ini describes: it must be the one that was written.
+  YUAN_CHECK(sha256_file(dir + "/config.ini") == sum_of("config.ini"),
+             "checkpoint %s: %s/config.ini does not match its checksum", dir.c_str(), dir.c_str());
+  check_coverage(what, s, read_config(dir).model);
+  // Last, so that an edited entry is reported by what is wrong with it rather than as a checksum mismatch.
+  s.sealed = t.contains("sha256");
+  if (s.sealed)
+    YUAN_CHECK(field<std::string>(t, "sha256", what) == state_checksum(t), "%s does not match its own sha256: it was "
+               "changed after it was written", what.c_str());
   return s;
+}
+
+// Hashes the files of `s` that are this rank's share (every `world`-th, from `rank`) on the process's threads;
+// throws naming the first (in state.json's order) that is missing or does not match.
+void check_files(const std::string& dir, const State& s, int rank, int world) {
+  std::vector<std::string> errors(s.checksums.size());
+  const int n = static_cast<int>(s.checksums.size());
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int i = rank; i < n; i += world) {
+    const auto& [file, sum] = s.checksums[i];
+    const std::string path = dir + "/" + file;
+    try {
+      if (!fs::exists(path)) errors[i] = path + " is missing";
+      else if (sha256_file(path) != sum) errors[i] = path + " does not match its checksum";
+    } catch (const std::exception& e) {  // nothing may leave an OpenMP region
+      errors[i] = e.what();  // sha256_file and std::filesystem name the file
+    }
+  }
+  for (const std::string& e : errors) YUAN_CHECK(e.empty(), "%s", e.c_str());
+}
+
+void warn_unsealed(const std::string& dir, const State& s) {
+  if (!s.sealed)
+    warn("checkpoint %s: state.json has no sha256 of its own (written by an older yuanlm); its entries are checked "
+         "for consistency only", dir.c_str());
+}
+
+// A checkpoint's ckpt.resume=DIR / auto-resume check, collective only through the caller: this rank's share of the
+// files. `why` gets the error.
+bool verify(const std::string& dir, int rank, int world, std::string* why) {
+  try {
+    const State s = read_state(dir);
+    warn_unsealed(dir, s);
+    check_files(dir, s, rank, world);
+    return true;
+  } catch (const Error& e) {
+    *why = e.what();
+    return false;
+  }
+}
+
+// A checkpoint under run.dir/ckpt: its directory name, step, and the run that wrote it.
+struct Listed {
+  std::string name;
+  int64_t run = 0, step = 0;
+};
+
+// The step_* directories under `root`, newest first by (run, step). The run comes from state.json; one that
+// cannot be read counts as run 0, the oldest (a reader verifying it reports why).
+std::vector<Listed> list_checkpoints(const std::string& root) {
+  std::vector<Listed> out;
+  if (!fs::is_directory(root)) return out;
+  for (const auto& e : fs::directory_iterator(root)) {
+    const std::string name = e.path().filename().string();
+    char* end = nullptr;
+    if (!e.is_directory() || name.rfind("step_", 0) != 0) continue;
+    const long long step = std::strtoll(name.c_str() + 5, &end, 10);
+    if (end == name.c_str() + 5 || *end != '\0') continue;
+    Listed l{name, 0, step};
+    try {
+      const json t = json::parse(read_text(e.path().string() + "/state.json"));
+      if (t.is_object() && t.contains("run") && t["run"].is_number_unsigned()) l.run = t["run"].get<int64_t>();
+    } catch (const std::exception&) {
+    }
+    out.push_back(l);
+  }
+  std::sort(out.begin(), out.end(),
+            [](const Listed& a, const Listed& b) { return std::tie(a.run, a.step) > std::tie(b.run, b.step); });
+  return out;
+}
+
+// Refuses shards of `glob` made by another tokenizer than checkpoint `dir`'s (the file `tokenizer`, "" when it has
+// none) whose sha256 is `sum`; a shard without a sha256 in its tokenizer attribute says nothing and is accepted.
+// The loader checks that all shards of a glob agree, so the first speaks for them. Every rank that reads the data
+// checks the same files, so the error is collective.
+void check_shard_tokenizer(const std::string& dir, const std::string& tokenizer, const std::string& sum,
+                           const std::string& glob) {
+  if (tokenizer.empty()) return;
+  const std::vector<std::string> shards = expand_glob(glob);
+  if (shards.empty()) return;  // the loader reports it
+  const std::string shard_tok = ShardReader(shards[0], 1).meta().tokenizer;
+  const size_t at = shard_tok.rfind("sha256:");
+  if (at == std::string::npos) return;
+  if (shard_tok.compare(at + 7, std::string::npos, sum) != 0)
+    throw Error(strf("%s was made by tokenizer '%s', checkpoint %s by %s (sha256:%s): its token ids mean other text",
+                     shards[0].c_str(), shard_tok.c_str(), dir.c_str(), tokenizer.c_str(), sum.c_str()),
+                true);
 }
 
 // Fills dst with tensor `name` ("master", "exp_avg", "exp_avg_sq") of the runs `want` of the whole model's flat
@@ -166,32 +336,9 @@ void read_runs(const std::string& dir, const State& s, const GPTConfig& model, c
   }
 }
 
-bool verify(const std::string& dir, int rank, int world, std::string* why) {
-  try {
-    State s = read_state(dir);
-    for (size_t i = 0; i < s.checksums.size(); i++) {
-      if (static_cast<int>(i % world) != rank) continue;  // each rank hashes its share of the files
-      const auto& [file, sum] = s.checksums[i];
-      std::string path = dir + "/" + file;
-      YUAN_CHECK(fs::exists(path), "%s is missing", path.c_str());
-      YUAN_CHECK(sha256_file(path) == sum, "%s does not match its checksum", path.c_str());
-    }
-    return true;
-  } catch (const Error& e) {
-    *why = e.what();
-    return false;
-  }
-}
-
 bool same_model(const GPTConfig& a, const GPTConfig& b) {
   return a.n_layer == b.n_layer && a.n_head == b.n_head && a.n_embd == b.n_embd && a.seq_len == b.seq_len &&
          a.vocab_size == b.vocab_size;
-}
-
-Config read_config(const std::string& dir) {
-  Config c;
-  parse_config({dir + "/config.ini"}, "train", c);
-  return c;
 }
 
 }  // namespace
@@ -248,55 +395,79 @@ std::string save_checkpoint(const Config& cfg, const TrainState& st, ZeroOptimiz
       fs::copy_file(tokenizer_file, tmp + "/" + tok, fs::copy_options::overwrite_existing);
       files.push_back({{"name", tok}, {"sha256", sha256_file(tmp + "/" + tok)}});
     }
-    const ordered_json state = {{"format", kFormat},
-                                {"step", st.step},
-                                {"next_sample", st.next_sample},
-                                {"adam_step", opts.all().front()->adam_step()},
-                                {"world", w.size},
-                                {"zero", opts.stage()},
-                                {"n_params", ParamLayout(cfg.model).total()},
-                                {"tokenizer", tok},
-                                {"files", files}};
+    ordered_json state = {{"format", kFormat},
+                          {"step", st.step},
+                          {"run", st.run},
+                          {"next_sample", st.next_sample},
+                          {"adam_step", opts.all().front()->adam_step()},
+                          {"world", w.size},
+                          {"zero", opts.stage()},
+                          {"n_params", ParamLayout(cfg.model).total()},
+                          {"tokenizer", tok},
+                          {"files", files}};
+    state["sha256"] = state_checksum(json::parse(state.dump()));
     write_file_atomic(tmp + "/state.json", state.dump(2) + "\n");
     sync_dir(tmp);
     fs::remove_all(final_dir);  // a checkpoint of the same step from before a crash is superseded
     fs::rename(tmp, final_dir);
     sync_dir(root);
     write_file_atomic(root + "/latest", name + "\n");
-    // keep the newest ckpt.keep
-    std::vector<std::string> steps;
-    for (const auto& e : fs::directory_iterator(root))
-      if (e.is_directory() && e.path().filename().string().rfind("step_", 0) == 0)
-        steps.push_back(e.path().filename().string());
-    std::sort(steps.begin(), steps.end());
-    for (size_t i = 0; i + cfg.ckpt.keep < steps.size(); i++) fs::remove_all(root + "/" + steps[i]);
+    // Keep the newest ckpt.keep by (run, step), and always this one, which latest names.
+    int kept = 1;
+    for (const Listed& c : list_checkpoints(root))
+      if (c.name != name && kept++ >= cfg.ckpt.keep) fs::remove_all(root + "/" + c.name);
   }
   parallel::barrier();
   return final_dir;
 }
 
-std::string find_resumable_checkpoint(const std::string& run_dir) {
+ResumeChoice choose_resume(const Config& cfg) {
   const parallel::WorldInfo& w = parallel::world();
-  const std::string root = run_dir + "/ckpt";
-  std::vector<std::string> steps;
-  if (fs::is_directory(root))
-    for (const auto& e : fs::directory_iterator(root))
-      if (e.is_directory() && e.path().filename().string().rfind("step_", 0) == 0)
-        steps.push_back(e.path().filename().string());
-  std::sort(steps.rbegin(), steps.rend());
+  const std::string root = cfg.run.dir + "/ckpt";
   // Ranks may see different directory listings on a lagging filesystem: rank 0's list decides.
   std::string joined;
-  for (const auto& s : steps) joined += s + "\n";
+  if (w.rank == 0)
+    for (const Listed& l : list_checkpoints(root))
+      joined += strf("%lld %lld %s\n", static_cast<long long>(l.run), static_cast<long long>(l.step), l.name.c_str());
   joined = parallel::broadcast_string(joined, 0);
+  std::vector<Listed> listed;
   std::istringstream in(joined);
-  for (std::string s; std::getline(in, s);) {
-    std::string dir = root + "/" + s, why;
-    bool ok = verify(dir, w.rank, w.size, &why);
-    bool all_ok = parallel::allreduce_max(ok ? 0.0 : 1.0) == 0.0;
-    if (all_ok) return dir;
-    if (!ok) say_all("warning: skipping checkpoint %s: %s", dir.c_str(), why.c_str());
+  for (Listed l; in >> l.run >> l.step >> l.name;) listed.push_back(l);
+
+  ResumeChoice choice;
+  if (!listed.empty()) choice.run = listed.front().run + 1;
+  if (cfg.ckpt.resume == "none") {
+    if (!listed.empty())
+      throw Error(strf("run.dir %s already holds checkpoints (the newest is %s/%s) and ckpt.resume=none would start "
+                       "over in it, truncating its metrics.jsonl: continue with ckpt.resume=auto, start from a "
+                       "checkpoint with ckpt.resume=DIR, or give another run.dir",
+                       cfg.run.dir.c_str(), root.c_str(), listed.front().name.c_str()),
+                  true);
+    return choice;
   }
-  return "";
+  // Each candidate is checked by every rank, each hashing its share of the files; the lowest failing rank's
+  // reason is the one reported.
+  auto failure = [&](const std::string& dir) {
+    std::string why;
+    const bool ok = verify(dir, w.rank, w.size, &why);
+    const int bad = w.size - static_cast<int>(parallel::allreduce_max(ok ? 0.0 : w.size - w.rank));
+    return bad == w.size ? std::string() : parallel::broadcast_string(why, bad);
+  };
+  if (cfg.ckpt.resume != "auto") {
+    const std::string why = failure(cfg.ckpt.resume);
+    if (!why.empty()) throw Error(strf("ckpt.resume=%s: %s", cfg.ckpt.resume.c_str(), why.c_str()), true);
+    choice.dir = cfg.ckpt.resume;
+    return choice;
+  }
+  for (const Listed& l : listed) {
+    const std::string dir = root + "/" + l.name, why = failure(dir);
+    if (why.empty()) {
+      choice.dir = dir;
+      return choice;
+    }
+    warn("skipping checkpoint %s: %s", dir.c_str(), why.c_str());
+  }
+  return choice;
 }
 
 TrainState load_checkpoint(const std::string& dir, const Config& cfg, ZeroOptimizers& opts) {
@@ -309,6 +480,9 @@ TrainState load_checkpoint(const std::string& dir, const Config& cfg, ZeroOptimi
              saved.model.vocab_size);
   YUAN_CHECK(s.n_params == ParamLayout(cfg.model).total(), "checkpoint %s: %zu parameters, the model has %zu",
              dir.c_str(), s.n_params, ParamLayout(cfg.model).total());
+  const std::string tokenizer = s.tokenizer.empty() ? "" : dir + "/" + s.tokenizer;
+  check_shard_tokenizer(dir, tokenizer, s.tokenizer_sha256, cfg.data.train);
+  if (!cfg.data.val.empty()) check_shard_tokenizer(dir, tokenizer, s.tokenizer_sha256, cfg.data.val);
   for (const auto& opt : opts.all()) {
     // The shard's place in the whole model: pieces of tensors when it is a tensor rank's part.
     const ParamLayout mine(cfg.model, held_modules(cfg.model, all_modules(cfg.model)), opt->tensor_parallel());
@@ -343,17 +517,24 @@ CheckpointModel load_checkpoint_model(const std::string& path) {
     name.erase(name.find_last_not_of(" \n") + 1);
     m.dir = path + "/ckpt/" + name;
   }
-  State s = read_state(m.dir);
+  const State s = read_state(m.dir);
+  warn_unsealed(m.dir, s);
+  check_files(m.dir, s, 0, 1);
   m.cfg = read_config(m.dir);
   m.step = s.train.step;
   m.world = s.world;
   YUAN_CHECK(s.n_params == ParamLayout(m.cfg.model).total(),
              "checkpoint %s: %zu parameters in state.json, config.ini describes %zu", m.dir.c_str(), s.n_params,
              ParamLayout(m.cfg.model).total());
-  m.weights.resize(s.n_params);
+  allocating(s.n_params * sizeof(float), "the checkpoint's weights", [&] { m.weights.resize(s.n_params); });
   read_runs(m.dir, s, m.cfg.model, "master", {{0, 0, s.n_params}}, m.weights.data());
   if (!s.tokenizer.empty()) m.tokenizer = m.dir + "/" + s.tokenizer;
+  m.tokenizer_sha256 = s.tokenizer_sha256;
   return m;
+}
+
+void check_tokenizer(const CheckpointModel& m, const std::string& glob) {
+  check_shard_tokenizer(m.dir, m.tokenizer, m.tokenizer_sha256, glob);
 }
 
 std::string find_tokenizer_for(const std::string& train_glob) {

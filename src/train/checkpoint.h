@@ -1,5 +1,6 @@
 // Checkpoints: run.dir/ckpt/step_NNNNNNN/ holds
-//   state.json            step, loader position, Adam step count, world size, and a sha256 for every file
+//   state.json            step, the run that wrote it, loader position, Adam step count, world size, a sha256 for
+//                         every file, and its own sha256 (of its canonical JSON without that member)
 //   config.ini            the resolved config of the run that wrote it
 //   optim_RRRRR_MMM.safetensors  fp32 master weights, exp_avg, exp_avg_sq of one optimizer shard: rank R's part of
 //                         the module group starting at module M (its place in the whole model's flat buffer is in
@@ -9,6 +10,13 @@
 // rank writes its own file in parallel. A checkpoint is written into a .tmp directory, fsync'd, renamed, and
 // only then is ckpt/latest updated. There are no RNG streams to save: initialisation and data order are
 // counter-based functions of (train.seed, loader position).
+//
+// Every reader (resume, eval, sample, export) checks a checkpoint before it uses it: state.json's own checksum,
+// that its optimizer shards hold every value of the model exactly once, and every file's checksum.
+//
+// A "run" is one launch of `yuanlm train` on run.dir, numbered 1 + the highest run among the checkpoints there.
+// Rotation and auto-resume order checkpoints by (run, step): a run resumed from an older checkpoint writes lower
+// step numbers than the timeline it abandoned, and is still the newest.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -22,22 +30,32 @@ namespace yuan {
 struct TrainState {
   int64_t step = 0;          // optimizer steps completed
   uint64_t next_sample = 0;  // TrainLoader::next_sample() for the next step
+  int64_t run = 0;           // the launch that writes the checkpoint (ResumeChoice::run); 0: before runs were counted
 };
 
 // Collective. Returns the checkpoint's directory.
 std::string save_checkpoint(const Config& cfg, const TrainState& st, ZeroOptimizers& opts,
                             const std::string& tokenizer_file);
 
-// Collective. The newest checkpoint under run.dir/ckpt whose files all match their checksums ("" if none);
-// each one that does not is reported by name and skipped.
-std::string find_resumable_checkpoint(const std::string& run_dir);
+// Collective, before this launch writes anything. What ckpt.resume asks for, checked (hashing spread over the
+// ranks): auto, the newest checkpoint in run.dir/ckpt by (run, step) that verifies, each one that does not
+// reported by name and skipped ("" when none); a checkpoint directory, refused with a collective Error naming the
+// file when it does not verify; none, "" and refused when run.dir already holds checkpoints (starting over there
+// would truncate their run's metrics.jsonl).
+struct ResumeChoice {
+  std::string dir;  // "" to start from initialisation
+  int64_t run = 1;  // this launch's run number, for the checkpoints it writes
+};
+ResumeChoice choose_resume(const Config& cfg);
 
 // Collective. Restores the optimizers (re-cutting the shards for whatever layout and world size this run has)
-// and the backend weights; checks the model shape against cfg.
+// and the backend weights from a checkpoint choose_resume picked; checks the model shape against cfg, and refuses
+// data.train or data.val shards made by another tokenizer than the checkpoint's.
 TrainState load_checkpoint(const std::string& dir, const Config& cfg, ZeroOptimizers& opts);
 
 // One process, no MPI: the model of a checkpoint for eval, sample and export. `path` is a checkpoint
-// directory or a run directory (its newest checkpoint, via ckpt/latest).
+// directory or a run directory (its newest checkpoint, via ckpt/latest). Verifies the checkpoint first, hashing
+// every file on the process's threads: it reads the whole checkpoint (optimizer moments too) once.
 struct CheckpointModel {
   std::string dir;
   Config cfg;
@@ -45,8 +63,13 @@ struct CheckpointModel {
   int world = 1;               // ranks of the run that wrote it
   std::vector<float> weights;  // layout order, ParamLayout(cfg.model).total() values
   std::string tokenizer;       // path of the tokenizer file in the checkpoint, "" when the run had none
+  std::string tokenizer_sha256;
 };
 CheckpointModel load_checkpoint_model(const std::string& path);
+
+// Refuses the shards of `glob` when they were made by another tokenizer than the checkpoint's (the shards'
+// "tokenizer" attribute names it with its sha256). Shards or checkpoints that do not say are accepted.
+void check_tokenizer(const CheckpointModel& m, const std::string& glob);
 
 // The tokenizer file behind a training glob: manifest.json beside the first shard names it ("" when there is
 // no manifest, e.g. shards written by another tool).

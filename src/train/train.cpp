@@ -38,6 +38,7 @@
 #include "parallel/watchdog.h"
 #include "parallel/world.h"
 #include "train/checkpoint.h"
+#include "train/memory_plan.h"
 #include "train/metrics.h"
 #include "train/stage_runner.h"
 #include "util/fs.h"
@@ -116,8 +117,9 @@ class Trainer {
     base_host_bytes_ = host_rss_bytes();
     micro_total_ = cfg.train.global_batch / cfg.train.micro_batch;
     device_ = resolve_device(parse_device(cfg.train.device, "train.device"));
+    int gpu = -1;  // the device this rank uses (ranks that share one share its memory)
 #ifdef YUAN_CUDA
-    if (device_ == Device::Cuda) cuda_select_device(world_.local_rank);
+    if (device_ == Device::Cuda) gpu = cuda_select_device(world_.local_rank);
 #endif
     const ModuleRange stage = topo.stage_modules(world_.rank);
     const TensorParallel tp{place_.tp_rank, topo.tp_size()};
@@ -128,7 +130,8 @@ class Trainer {
       const parallel::ProcessGroup& data = groups_.get(parallel::Group::Data);
       bspec.shards = zero_shard_elements(layout, {}, data.size(), data.rank(), 3);
     }
-    check_memory(device_, cfg.model, pspec, zero_param_memory(layout, bspec.shards), device_free_bytes(device_));
+    const RankMemory need = rank_memory(cfg, topo, device_, world_.rank);
+    check_node_memory(need, gpu, memory_hint(cfg, world_.size, need));
     backend_ = make_backend(device_, bspec);
     world_comm_ = &communicator(parallel::Group::World);
     n_params_ = ParamLayout(cfg.model).total();
@@ -160,10 +163,9 @@ class Trainer {
                                             stages_ > 1 ? &communicator(parallel::Group::Pipeline) : nullptr,
                                             place_.stage, stages_, cfg.train.micro_batch);
     tokenizer_ = find_tokenizer_for(cfg.data.train);
-    std::string resume = cfg.ckpt.resume == "auto"   ? find_resumable_checkpoint(cfg.run.dir)
-                         : cfg.ckpt.resume == "none" ? ""
-                                                     : cfg.ckpt.resume;
-    if (!resume.empty()) state_ = load_checkpoint(resume, cfg, opts_);
+    const ResumeChoice resume = choose_resume(cfg);
+    if (!resume.dir.empty()) state_ = load_checkpoint(resume.dir, cfg, opts_);
+    state_.run = resume.run;
 
     // Both ends of a pipeline read its micro-batches: the first stage embeds them, the last takes the targets.
     if (program_->embeds() || program_->heads()) {
@@ -271,7 +273,8 @@ class Trainer {
       const double t1 = now_seconds(), dt = t1 - t0;
       const int done = step + 1;
       if (done == profile_last) backend_->profiler(false);
-      state_ = {done, state_.next_sample + static_cast<uint64_t>(c.train.global_batch)};
+      state_.step = done;
+      state_.next_sample += static_cast<uint64_t>(c.train.global_batch);
       if (step > first) timed += dt;
       const double per_step = step > first ? timed / (step - first) : dt;
       const double tok_s = tokens_per_step / dt;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <new>
+#include <string>
 #include <utility>
 
 namespace yuan {
@@ -14,9 +15,34 @@ enum class Mem { Params, Grads, Optimizer, Activations, Data, Comm, kCount };
 size_t mem_bytes(Mem m);       // live bytes in this category on this process
 size_t host_peak_rss_bytes();  // VmHWM of this process
 size_t host_rss_bytes();       // VmRSS of this process
+const char* mem_name(Mem m);   // "optimizer", ... (for messages)
+
+// The host memory this process's node can still give it: the smaller of /proc/meminfo's MemAvailable and the
+// room left under the memory cgroup of this process (v2: memory.max - memory.current, v1: memory.limit_in_bytes -
+// memory.usage_in_bytes, at each level up to the root; the cgroup's inactive file cache counts as free, because
+// the kernel reclaims it before it kills), with the source of the figure for messages. The test hook
+// YUANLM_NODE_MEMORY=BYTES (suffix K, M or G) replaces the reading. `root` prefixes /proc and /sys (tests).
+struct NodeMemory {
+  size_t available = SIZE_MAX;
+  std::string source;  // "MemAvailable", "cgroup /slurm/job_1 (v2)", "YUANLM_NODE_MEMORY"
+};
+NodeMemory node_available_memory(const std::string& root = "");
 
 namespace detail {
 void mem_account(Mem m, std::ptrdiff_t delta);
+// Throws the one-line Error "out of host memory: N GiB of <category> memory for <what> ..." (with the node's
+// available memory), in place of std::bad_alloc.
+[[noreturn]] void out_of_host_memory(size_t bytes, const char* what);
+}  // namespace detail
+
+// std::vector::resize (or any allocation in `f`) that reports what it was allocating instead of std::bad_alloc.
+template <typename F>
+void allocating(size_t bytes, const char* what, F&& f) {
+  try {
+    f();
+  } catch (const std::bad_alloc&) {
+    detail::out_of_host_memory(bytes, what);
+  }
 }
 
 // 64-byte aligned, zero-initialised, move-only array.
@@ -28,7 +54,7 @@ class HostArray {
     if (n == 0) return;
     size_t bytes = (n * sizeof(T) + 63) / 64 * 64;
     p_ = static_cast<T*>(std::aligned_alloc(64, bytes));
-    if (!p_) throw std::bad_alloc();
+    if (!p_) detail::out_of_host_memory(bytes, mem_name(cat));
     for (size_t i = 0; i < n; i++) new (p_ + i) T();
     detail::mem_account(cat_, static_cast<std::ptrdiff_t>(n * sizeof(T)));
   }

@@ -1,0 +1,178 @@
+#include "train/memory_plan.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <array>
+#include <climits>
+#include <optional>
+#include <vector>
+
+#include "data/loader.h"
+#include "parallel/layout.h"
+#include "parallel/mpi_check.h"
+#include "parallel/schedule.h"
+#include "parallel/world.h"
+#include "util/memory.h"
+
+namespace yuan {
+
+size_t RankMemory::host_bytes() const {
+  return host.optimizer + host.staging + data + (device == Device::Cpu ? on_device.total() : 0);
+}
+
+size_t RankMemory::device_bytes() const { return device == Device::Cpu ? 0 : on_device.total(); }
+
+RankMemory rank_memory(const Config& c, const parallel::Topology& topo, Device device, int rank) {
+  const parallel::Place& place = topo.place(rank);
+  const parallel::Pipeline& pl = topo.pipelines()[place.pipeline];
+  const int stages = static_cast<int>(pl.stages.size());
+  const ModuleRange& range = pl.stages[place.stage];
+  const ParamLayout held(c.model, held_modules(c.model, range), {place.tp_rank, topo.tp_size()});
+  const parallel::Schedule schedule(parallel::parse_schedule(c.parallel.schedule), place.stage, stages,
+                                    pl.micro_batches);
+  const DType weights = tensor_formats(device).weights;
+  RankMemory m;
+  m.device = device;
+  m.params = held.total();
+  std::optional<size_t> shards;
+  for (const ModuleRange& g : topo.module_groups_of(rank)) {
+    const std::vector<int> holders = topo.holders(g.first, place.tp_rank);
+    const int group_rank = static_cast<int>(std::find(holders.begin(), holders.end(), rank) - holders.begin());
+    const size_t shard = zero_shard_elements(held, g, static_cast<int>(holders.size()), group_rank, c.optim.zero);
+    // A tile is at most one bucket.
+    size_t tile = 0;
+    for (const ModuleRange& b : zero_buckets(held, g, c.optim)) {
+      size_t n = 0;
+      for (int i = b.first; i < b.end; i++) n += held.module(i).numel;
+      tile = std::max(tile, n);
+    }
+    const ZeroHostMemory h = zero_host_memory(c.optim, shard, tile, topo.replicas_only(), weights);
+    m.host.optimizer += h.optimizer;
+    m.host.staging += h.staging;
+    if (c.optim.zero == 3) shards = shard;  // one module group (validate)
+  }
+  m.on_device = plan_memory(device, c.model,
+                            {range, c.train.micro_batch, schedule.slots(), c.train.recompute, topo.tp_size()},
+                            zero_param_memory(held, shards));
+  // Both ends of a pipeline read its micro-batches (the trainer's loaders).
+  if (range.first == kWteModule || range.end == module_count(c.model)) {
+    LoaderSpec spec;
+    spec.seq_len = c.model.seq_len;
+    spec.micro_batch = c.train.micro_batch;
+    spec.prefetch = c.data.prefetch;
+    m.data = train_loader_bytes(spec) + (c.data.val.empty() ? 0 : val_loader_bytes(spec));
+  }
+  return m;
+}
+
+std::string memory_hint(const Config& c, int world, const RankMemory& m) {
+  // What would shrink the parts that weigh (an eighth of the rank's need or more); more nodes always help.
+  const size_t total = m.total() + kRankMemoryMargin;
+  const auto weighs = [&](size_t part) { return part >= total / 8; };
+  const size_t model = m.on_device.weights + m.on_device.grads + m.host.optimizer + m.host.staging;
+  const size_t activations = m.on_device.activations + m.on_device.buffers;
+  std::vector<std::string> tries;
+  if (c.optim.zero < 3 && world > 1 && weighs(model))
+    tries.push_back(strf("a higher optim.zero (now %d; 3 shards the weights and gradients too)", c.optim.zero));
+  if (!c.train.recompute && weighs(m.on_device.activations)) tries.push_back("train.recompute=true");
+  if (c.train.micro_batch > 1 && weighs(activations))
+    tries.push_back(strf("a smaller train.micro_batch (now %d)", c.train.micro_batch));
+  else if (weighs(activations))
+    tries.push_back(strf("a smaller model.seq_len (now %d)", c.model.seq_len));
+  if (weighs(m.data)) tries.push_back(strf("a smaller data.prefetch (now %d)", c.data.prefetch));
+  tries.push_back("more ranks over more nodes (fewer ranks per node)");
+  std::string s;
+  for (size_t i = 0; i < tries.size(); i++) s += (i == 0 ? "" : i + 1 == tries.size() ? " or " : ", ") + tries[i];
+  return s;
+}
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+// The parts of a rank's memory in one place (host or device), summed over the ranks that share it.
+enum Part { kParams, kGrads, kOptimizer, kActivations, kBuffers, kData, kStaging, kMargin, kParts };
+constexpr const char* kPartNames[kParts] = {"params", "grads",   "optimizer", "activations",
+                                            "buffers", "data", "staging",   "margin"};
+using Parts = std::array<unsigned long long, kParts>;
+
+Parts host_parts(const RankMemory& m) {
+  Parts p = {};
+  if (m.device == Device::Cpu) {
+    p[kParams] = m.on_device.weights;
+    p[kGrads] = m.on_device.grads;
+    p[kActivations] = m.on_device.activations;
+    p[kBuffers] = m.on_device.buffers;
+  }
+  p[kOptimizer] = m.host.optimizer;
+  p[kStaging] = m.host.staging;
+  p[kData] = m.data;
+  p[kMargin] = kRankMemoryMargin;
+  return p;
+}
+
+Parts device_parts(const RankMemory& m) {
+  Parts p = {};
+  p[kParams] = m.on_device.weights;
+  p[kGrads] = m.on_device.grads;
+  p[kActivations] = m.on_device.activations;
+  p[kBuffers] = m.on_device.buffers;
+  p[kMargin] = kRankMemoryMargin;
+  return p;
+}
+
+// The sum of `p` over the ranks of `comm`, and their number.
+Parts sum_over(MPI_Comm comm, const Parts& p, int* ranks) {
+  Parts sum = {};
+  MPI_CHECK(MPI_Allreduce(p.data(), sum.data(), kParts, MPI_UNSIGNED_LONG_LONG, MPI_SUM, comm));
+  MPI_CHECK(MPI_Comm_size(comm, ranks));
+  return sum;
+}
+
+// "" when `need`, summed over `ranks` ranks, fits in `available` bytes of `what`, else what does not fit.
+std::string shortfall(const Parts& need, int ranks, const std::string& where, const char* what, size_t available,
+                      const std::string& source) {
+  unsigned long long total = 0;
+  for (unsigned long long b : need) total += b;
+  if (total <= available) return "";
+  std::string parts;
+  for (int i = 0; i < kParts; i++)
+    if (need[i] > 0) parts += strf("%s%s %.2f", parts.empty() ? "" : ", ", kPartNames[i], need[i] / kGiB);
+  return strf("%s %s need%s %.2f GiB of %s (%s GiB; the margin is %zu MiB per rank for what MPI and the libraries "
+              "allocate beside the plan), and it has %.2f GiB available (%s)",
+              ranks == 1 ? "the rank on" : strf("the %d ranks on", ranks).c_str(), where.c_str(),
+              ranks == 1 ? "s" : "", total / kGiB, what, parts.c_str(), kRankMemoryMargin >> 20, available / kGiB,
+              source.c_str());
+}
+
+}  // namespace
+
+void check_node_memory(const RankMemory& mine, int device_index, const std::string& hint) {
+  const parallel::WorldInfo& w = parallel::world();
+  // The node's ranks, and among them those of this rank's device (every rank takes part, cpu ones too, so that no
+  // rank waits in a split the others skip). The node's figures are read once all of its ranks have arrived (the
+  // sums), before any of them allocates.
+  MPI_Comm node, device;
+  MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, w.rank, MPI_INFO_NULL, &node));
+  MPI_CHECK(MPI_Comm_split(node, std::max(device_index, 0), w.rank, &device));
+  int node_ranks = 0, device_ranks = 0;
+  const Parts host = sum_over(node, host_parts(mine), &node_ranks);
+  const Parts dev = sum_over(device, device_parts(mine), &device_ranks);
+  MPI_CHECK(MPI_Comm_free(&device));
+  MPI_CHECK(MPI_Comm_free(&node));
+  const NodeMemory avail = node_available_memory();
+  std::string problem = shortfall(host, node_ranks, "node " + w.host, "host memory", avail.available, avail.source);
+  if (problem.empty() && mine.device != Device::Cpu)
+    problem = shortfall(dev, device_ranks, strf("%s device %d of node %s", device_name(mine.device), device_index,
+                                                w.host.c_str()),
+                        "device memory", device_free_bytes(mine.device), "free on the device");
+  // The lowest rank that found a shortfall speaks for every rank, which all end with the same collective error.
+  int first = problem.empty() ? INT_MAX : w.rank;
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  if (first == INT_MAX) return;
+  const std::string message = parallel::broadcast_string(problem, first);
+  throw Error(strf("memory: %s; try %s", message.c_str(), hint.c_str()), true);
+}
+
+}  // namespace yuan

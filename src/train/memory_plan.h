@@ -1,0 +1,47 @@
+// What a rank of a job will allocate, by purpose, and the check that refuses a job before it allocates what its
+// nodes do not have. `yuanlm plan` prints rank_memory; the trainer checks the same figures (one derivation), so a
+// deck that plan says needs more than a node has is refused in a second instead of being killed by the kernel
+// minutes later. The parts come from the plans the trainer allocates by: model/program.h plan_memory (the backend
+// and the program), optim/zero.h zero_host_memory (optimizer state and staging), data/loader.h (read-ahead).
+#pragma once
+#include <cstddef>
+#include <string>
+
+#include "backend/backend.h"
+#include "config/config.h"
+#include "model/program.h"
+#include "optim/zero.h"
+#include "parallel/topology.h"
+
+namespace yuan {
+
+struct RankMemory {
+  Device device = Device::Cpu;  // where `on_device` lives (on the cpu backend that is host memory too)
+  size_t params = 0;            // parameters of the stage, this tensor rank's part
+  MemoryPlan on_device;         // working weights, fp32 gradients, activations, buffers
+  ZeroHostMemory host;          // optimizer state and its transfer staging (host)
+  size_t data = 0;              // the loaders' buffers (host)
+  size_t host_bytes() const;    // everything in host memory
+  size_t device_bytes() const;  // everything in device memory (0 on the cpu backend)
+  size_t total() const { return on_device.total() + host.optimizer + host.staging + data; }
+};
+
+// What rank `rank` of the job of `c` on `topo` allocates on `device` (needs no device).
+RankMemory rank_memory(const Config& c, const parallel::Topology& topo, Device device, int rank);
+
+// What the process itself needs beyond the plan (MPI's buffers, the libraries' workspaces, thread stacks; on the
+// device NCCL's and cuBLAS's): counted for every rank, on the host and on the device.
+constexpr size_t kRankMemoryMargin = size_t{256} << 20;
+
+// Collective over the world, before anything large is allocated: sums `mine` over the ranks that share this node
+// (host memory, against util/memory.h node_available_memory) and, on cuda, over the ranks that share device
+// `device_index` (against its free memory). Where any node or device is short, every rank throws the same
+// collective Error: "memory: ... need X GiB of host memory (params ..., grads ..., optimizer ..., activations ...,
+// buffers ..., data ..., staging ..., margin ... GiB; ...), and it has Y GiB available (source); try <hint>".
+void check_node_memory(const RankMemory& mine, int device_index, const std::string& hint);
+
+// What a training job of `c` on `world` ranks can change to need less memory, for the parts that weigh in a
+// rank's plan `m`, as a hint for check_node_memory.
+std::string memory_hint(const Config& c, int world, const RankMemory& m);
+
+}  // namespace yuan
