@@ -16,6 +16,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <exception>
+#include <filesystem>
 #include <iterator>
 #include <map>
 #include <memory>
@@ -66,43 +68,64 @@ struct FaultInjection {
 // A run directory has one owner: rank 0 holds a lock on run.dir/.lock for the whole run, taken before anything is
 // written there, so that a second training on the same directory (a duplicate submission, a requeue that starts
 // before the old job ended) cannot resume from the first's checkpoints, overwrite them and mix metrics.jsonl.
-// Collective: every rank gets rank 0's verdict.
-std::unique_ptr<FileLock> lock_run_dir(const std::string& dir) {
-  auto lock = std::make_unique<FileLock>();
-  std::string refusal;
-  if (parallel::world().rank == 0) {
-    const std::string path = dir + "/.lock";
-    const char* job = std::getenv("SLURM_JOB_ID");
-    const std::time_t now = std::time(nullptr);
-    char started[32];
-    std::strftime(started, sizeof started, "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&now));
-    const std::string me = strf("host %s, pid %d, started %s%s", parallel::world().host.c_str(),
-                                static_cast<int>(::getpid()), started,
-                                job ? strf(", SLURM job %s", job).c_str() : "");
-    std::string other;
-    try {
-      make_dirs(dir);
-      switch (lock->acquire(path, me, &other)) {
-        case FileLock::Taken: break;
-        case FileLock::Held:
-          refusal = strf("run.dir %s is in use by another training (%s; it holds %s): one run per directory; "
-                         "wait for it to end or give this one another run.dir",
-                         dir.c_str(), other.empty() ? "its holder is starting" : other.c_str(), path.c_str());
-          break;
-        case FileLock::Unsupported:
-          warn("cannot lock %s (%s: the filesystem has no flock, e.g. Lustre without -o flock): a second training "
-               "on run.dir %s would not be refused",
-               path.c_str(), other.c_str(), dir.c_str());
-          break;
+// Collective: every rank gets rank 0's verdict. A run refused before it wrote anything (memory, a bad resume)
+// leaves no trace: a directory it created only for the lock goes again.
+class RunDirOwner {
+ public:
+  explicit RunDirOwner(const std::string& dir) : dir_(dir) {
+    std::string refusal;
+    if (parallel::world().rank == 0) {
+      const std::string path = dir + "/.lock";
+      const char* job = std::getenv("SLURM_JOB_ID");
+      const std::time_t now = std::time(nullptr);
+      char started[32];
+      std::strftime(started, sizeof started, "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&now));
+      const std::string me = strf("host %s, pid %d, started %s%s", parallel::world().host.c_str(),
+                                  static_cast<int>(::getpid()), started,
+                                  job ? strf(", SLURM job %s", job).c_str() : "");
+      std::string other;
+      try {
+        created_ = !std::filesystem::exists(dir);
+        make_dirs(dir);
+        switch (lock_.acquire(path, me, &other)) {
+          case FileLock::Taken: break;
+          case FileLock::Held:
+            refusal = strf("run.dir %s is in use by another training (%s; it holds %s): one run per directory; "
+                           "wait for it to end or give this one another run.dir",
+                           dir.c_str(), other.empty() ? "its holder is starting" : other.c_str(), path.c_str());
+            break;
+          case FileLock::Unsupported:
+            warn("cannot lock %s (%s: the filesystem has no flock, e.g. Lustre without -o flock): a second training "
+                 "on run.dir %s would not be refused",
+                 path.c_str(), other.c_str(), dir.c_str());
+            break;
+        }
+      } catch (const Error& e) {
+        refusal = e.what();
       }
-    } catch (const Error& e) {
-      refusal = e.what();
+    }
+    refusal = parallel::broadcast_string(refusal, 0);
+    if (!refusal.empty()) throw Error(refusal, true);
+  }
+  ~RunDirOwner() {
+    if (!created_ || std::uncaught_exceptions() == exceptions_) return;
+    // The lock file goes before the lock: a run that opens it meanwhile is refused, and one after makes a new one.
+    std::error_code ec;
+    std::filesystem::directory_iterator it(dir_, ec), end;
+    if (!ec && it != end && it->path().filename() == ".lock" && ++it == end) {
+      std::filesystem::remove(dir_ + "/.lock", ec);
+      std::filesystem::remove(dir_, ec);
     }
   }
-  refusal = parallel::broadcast_string(refusal, 0);
-  if (!refusal.empty()) throw Error(refusal, true);
-  return lock;
-}
+  RunDirOwner(const RunDirOwner&) = delete;
+  RunDirOwner& operator=(const RunDirOwner&) = delete;
+
+ private:
+  std::string dir_;
+  bool created_ = false;  // rank 0 made the directory for the lock
+  const int exceptions_ = std::uncaught_exceptions();
+  FileLock lock_;
+};
 
 class Trainer {
  public:
@@ -482,7 +505,7 @@ int train_main(const std::vector<std::string>& args) {
   validate(cfg, parallel::world().size);
   parallel::check_same_everywhere(cfg.hash(), "the resolved config");
   parallel::watch_waits(cfg.dist.timeout_s);
-  const std::unique_ptr<FileLock> owner = lock_run_dir(cfg.run.dir);
+  const RunDirOwner owner(cfg.run.dir);
   say("# yuanlm train: resolved config\n%s", cfg.to_ini().c_str());
   return Trainer(cfg).run();
 }
