@@ -7,6 +7,7 @@
 #include <sstream>
 #include <glob.h>
 
+#include "config/command_line.h"
 #include "config/config.h"
 #include "util/error.h"
 
@@ -191,6 +192,53 @@ TEST(ConfigErrors, DeckProblems) {
   TempDeck a("[train]\nsteps = 3\n"), b("[train]\nsteps = 4\n");
   EXPECT_NE(parse_error({a.path(), "--config", b.path()}).find("two config decks"), std::string::npos);
   EXPECT_NE(parse_error({"--model.n_layer"}), "");  // missing value
+  // An ifstream reads a directory as an empty deck: the run would go on with the defaults.
+  EXPECT_EQ(parse_error({"/tmp"}), "deck /tmp is a directory, expected an INI file");
+  // A deck defines each template once; the command line may replace one of the deck's.
+  TempDeck templates("[parallel]\ntemplate = t: auto:1\ntemplate = u: auto:1\ntemplate = t: auto:2\n");
+  EXPECT_EQ(parse_error({templates.path()}), templates.path() + ": parallel.template 't' is defined twice");
+  TempDeck one("[parallel]\ntemplate = t: auto:1\ntemplate = u: auto:1\n");
+  EXPECT_EQ(parse({one.path(), "--parallel.template=t: auto:2"}).parallel.templates,
+            (std::vector<std::string>{"t: auto:2", "u: auto:1"}));
+}
+
+TEST(ConfigParse, EmptyValueOnTheCommandLine) {
+  // --data.val= turns evaluation off, as the help says; the deck's value is replaced by the empty one.
+  TempDeck deck("[data]\nval = data/x/val_*.h5\n");
+  EXPECT_EQ(parse({deck.path(), "--data.val="}).data.val, "");
+  EXPECT_EQ(parse({deck.path(), "--data.val", ""}).data.val, "");
+  EXPECT_EQ(parse({"--profile.steps="}).profile.steps, "");
+  // Where empty means nothing, the key's own conversion or check names it.
+  EXPECT_EQ(parse_error({"--model.n_layer="}), "model.n_layer: '' is not an integer");
+  EXPECT_EQ(parse_error({"--optim.lr="}), "optim.lr: '' is not a finite number");
+  EXPECT_EQ(parse_error({"--train.recompute="}), "train.recompute: '' is not true or false");
+  EXPECT_EQ(parse_error({"--parallel.template="}), "parallel.template: '' does not start with a name and ':'");
+  Config c = valid();
+  c.run.dir = parse({"--run.dir="}).run.dir;
+  EXPECT_EQ(error_of([&] { yuan::validate(c, 2); }), "run.dir must not be empty");
+  EXPECT_EQ(yuan::split_empty_values({"--a=", "--b=1", "-c=", "x=", "--d", "--="}),
+            (std::vector<std::string>{"--a", "", "--b=1", "-c=", "x=", "--d", "--="}));
+}
+
+TEST(CommandOptions, NumbersAreCheckedWhateverTheCommand) {
+  namespace po = boost::program_options;
+  double x = 0, t = 0;
+  uint64_t seed = 0;
+  int n = 0;
+  po::options_description d;
+  d.add_options()("help", "")("x", po::value(&x))("seed", po::value(&seed))(
+      "t", po::value(&t)->notifier(yuan::at_least("cmd", "--t", 0.0)))(
+      "n", po::value(&n)->notifier(yuan::at_least("cmd", "--n", 1)));
+  auto err = [&](std::vector<std::string> args) { return error_of([&] { yuan::parse_command("cmd", args, d); }); };
+  EXPECT_EQ(err({"--x=nan"}), "cmd: --x must be a finite number (got 'nan')");
+  EXPECT_EQ(err({"--x", "-inf"}), "cmd: --x must be a finite number (got '-inf')");
+  EXPECT_EQ(err({"--seed=-1"}), "cmd: --seed must be a non-negative integer (got '-1')");
+  EXPECT_EQ(err({"--t=nan"}), "cmd: --t must be a finite number >= 0 (got nan)");
+  EXPECT_EQ(err({"--t=-0.5"}), "cmd: --t must be a finite number >= 0 (got -0.5)");
+  EXPECT_EQ(err({"--n=0"}), "cmd: --n must be >= 1 (got 0)");
+  EXPECT_EQ(err({"--x=-2.5", "--seed=18446744073709551615", "--t=0", "--n=1"}), "");
+  EXPECT_EQ(x, -2.5);
+  EXPECT_EQ(seed, 18446744073709551615ull);
 }
 
 TEST(ConfigValidate, Ranges) {
@@ -272,6 +320,23 @@ TEST(ConfigIni, HashChangesWithAnyValue) {
     Config c = parse({"--" + o.key + "=" + v});
     EXPECT_NE(c.hash(), base) << o.key;
   }
+}
+
+TEST(ConfigIni, DifferenceNamesTheFirstKeyAndBothValues) {
+  Config a = valid(), b = valid();
+  EXPECT_EQ(yuan::ini_difference(a.to_ini(), "rank 0@n0", b.to_ini(), "rank 3@n1"), "");
+  b.optim.lr = 0.01;
+  b.run.dir = "elsewhere";
+  EXPECT_EQ(yuan::ini_difference(a.to_ini(), "rank 0@n0", b.to_ini(), "rank 3@n1"),
+            "optim.lr = '0.01' on rank 3@n1, '0.0006' on rank 0@n0");
+  b = valid();
+  b.parallel.templates = {"t: auto:1", "u: auto:2"};
+  a.parallel.templates = {"t: auto:1"};
+  EXPECT_EQ(yuan::ini_difference(a.to_ini(), "A", b.to_ini(), "B"),
+            "parallel.template = 't: auto:1'; 'u: auto:2' on B, 't: auto:1' on A");
+  a.parallel.templates = {};
+  EXPECT_EQ(yuan::ini_difference(a.to_ini(), "A", b.to_ini(), "B"),
+            "parallel.template = 't: auto:1'; 'u: auto:2' on B, (not set) on A");
 }
 
 // The README's configuration reference is a copy of `yuanlm train --help`: every key must be in it.

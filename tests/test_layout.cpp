@@ -131,6 +131,13 @@ TEST(JobLayout, EveryMismatchIsNamedWithItsKey) {
   EXPECT_NE(e.find("'two:x' is not NAME:M"), std::string::npos) << e;
   e = layout_error(job(t, "one, two", "one:2, two:2, six:1"), 3);
   EXPECT_NE(e.find("unknown template 'six'"), std::string::npos) << e;
+  e = layout_error(job(t, "one, two", "one:2, two:2, one:1"), 3);
+  EXPECT_NE(e.find("parallel.microbatches = one:2, two:2, one:1: template 'one' is given micro-batches twice"),
+            std::string::npos)
+      << e;
+  // Micro-batches without pipelines would be ignored: data parallelism takes them from the global batch.
+  e = layout_error(job(t, "", "one:4"), 2);
+  EXPECT_NE(e.find("parallel.microbatches = one:4 needs parallel.pipelines"), std::string::npos) << e;
   Config c = job(t, "one, two", "one:2, two:2");
   c.parallel.schedule = "zigzag";
   EXPECT_NE(layout_error(c, 3).find("parallel.schedule must be 1f1b or gpipe (got 'zigzag')"), std::string::npos);

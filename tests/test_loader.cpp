@@ -123,12 +123,29 @@ TEST_F(Loader, EpochsRollOverWithADifferentPermutation) {
 
 TEST_F(Loader, ValidationTakesEveryWorldthWindowInFileOrder) {
   yuan::LoaderSpec s = spec(1, 2, 4, 3);
-  yuan::ValLoader v(s, 6);  // 6 batches x 3 rows x 2 ranks = 36 windows: wraps past the 29
+  yuan::ValLoader v(s, 4);  // 4 batches x 3 rows x 2 ranks = 24 of the 29 windows, across all three shards
   std::vector<int32_t> order(windows_.begin(), windows_.end());
   for (int b = 0; b < v.batches(); b++) {
     const int32_t* p = v.batch(b);
-    for (int r = 0; r < 3; r++) EXPECT_EQ(p[r * (kSeq + 1)], order[((b * 3 + r) * 2 + 1) % 29]);
+    for (int r = 0; r < 3; r++) EXPECT_EQ(p[r * (kSeq + 1)], order[(b * 3 + r) * 2 + 1]);
   }
+}
+
+TEST_F(Loader, ValidationSetLargerThanTheCorpusIsRefused) {
+  auto val_error = [&](int rank, int world, int batches, auto... keys) {
+    return yuan::testing::error_of([&] { yuan::ValLoader(spec(rank, world, 4, 3), batches, keys...); });
+  };
+  // 5 batches x 3 rows x 2 ranks = 30 windows of the 29: one would be read twice and counted as another.
+  const std::string msg = val_error(1, 2, 5);
+  for (const std::string& part : {"data.val = " + dir_ + "/part_*.h5 holds 29 windows of 9 tokens",
+                                 std::string("train.eval_batches 5 x 3 sequences x 2 readers = 30 windows"),
+                                 std::string("give train.eval_batches <= 4")})
+    EXPECT_NE(msg.find(part), std::string::npos) << "'" << part << "' not in: " << msg;
+  // In the command's own words when it gives them; a request far past the corpus too.
+  const std::string eval = val_error(0, 1, 1 << 30, "--data", "--batches");
+  EXPECT_NE(eval.find("--data = "), std::string::npos) << eval;
+  EXPECT_NE(eval.find("give --batches <= 9 "), std::string::npos) << eval;
+  EXPECT_EQ(val_error(0, 1, 9), "");
 }
 
 TEST_F(Loader, BadCorporaAreOneLineErrorsNamingTheFile) {

@@ -1,10 +1,13 @@
 // `yuanlm prep`: input formats, tokenizers, determinism across thread counts, and that its shards are what the
 // loader, h5py and h5dump read.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -56,6 +59,46 @@ class Prep : public yuan::testing::TempDirTest {
 
   static std::string error_of(const std::vector<std::string>& args) {
     return yuan::testing::error_of([&] { yuan::prep_main(args); });
+  }
+
+  // Every file under `dir` (recursively) with its sha256: two snapshots are equal when nothing was added,
+  // removed or changed.
+  static std::map<std::string, std::string> snapshot(const std::string& dir) {
+    std::map<std::string, std::string> files;
+    for (const auto& e : fs::recursive_directory_iterator(dir))
+      if (e.is_regular_file()) files[fs::relative(e.path(), dir).string()] = yuan::sha256_file(e.path().string());
+    return files;
+  }
+
+  std::vector<std::string> entries() const {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir_)) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+
+  // The name this host's prep with process id `pid` gives its sibling `kind` of --out `name`.
+  static std::string sibling(const std::string& name, const char* kind, long pid) {
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    return "." + name + "." + kind + "-" + std::to_string(pid) + "@" + host;
+  }
+
+  // A line of `n` distinct CJK characters, each once.
+  static std::string distinct_cjk(uint32_t n) {
+    std::string text;
+    for (uint32_t c = 0x4E00; c < 0x4E00 + n; c++)
+      text += {static_cast<char>(0xE0 | c >> 12), static_cast<char>(0x80 | ((c >> 6) & 0x3F)),
+               static_cast<char>(0x80 | (c & 0x3F))};
+    return text + "\n";
+  }
+
+  // A process id that no process has: that of a child that has exited and been reaped.
+  static long dead_pid() {
+    const pid_t pid = fork();
+    if (pid == 0) _exit(0);
+    waitpid(pid, nullptr, 0);
+    return pid;
   }
 };
 
@@ -165,8 +208,183 @@ TEST_F(Prep, BadArgumentsAreOneLineErrors) {
   std::string model = dir_ + "/missing.model";
   EXPECT_NE(error_of({"--input", txt, "--tokenizer", model, "--out", dir_ + "/o"}).find(model), std::string::npos);
   EXPECT_NE(error_of({"--input", txt, "--out", dir_ + "/o"}).find("--train-tokenizer"), std::string::npos);
+  EXPECT_NE(error_of({"--input", dir_, "--train-tokenizer", "--out", dir_ + "/o"}).find(dir_ + ": a directory"),
+            std::string::npos);
   EXPECT_NE(error_of({"--input", txt, "--bogus"}).find("bogus"), std::string::npos);
   EXPECT_EQ(yuan::prep_main({"--help"}), 0);
+  EXPECT_NE(error_of({"--input", txt, "--train-tokenizer", "--character-coverage", "0.5", "--out", dir_ + "/o"})
+                .find("--character-coverage 0.5"),
+            std::string::npos);
+  EXPECT_FALSE(fs::exists(dir_ + "/o"));
+}
+
+TEST_F(Prep, FindsTheFirstInvalidUtf8Sequence) {
+  const size_t none = std::string::npos;
+  auto at = [](const std::string& s) { return yuan::find_invalid_utf8(s); };
+  // Well-formed: ASCII, 2-, 3- and 4-byte forms, the last code point before the surrogates, the first after
+  // them, U+10FFFF.
+  EXPECT_EQ(at(""), none);
+  EXPECT_EQ(at("plain \t~\x7f"), none);
+  EXPECT_EQ(at("caf\xc3\xa9 \xe5\xad\xa6 \xf0\x9f\x98\x80"), none);
+  EXPECT_EQ(at("\xed\x9f\xbf\xee\x80\x80\xf4\x8f\xbf\xbf"), none);
+  // A stray continuation byte, an invalid lead byte, the offset counted from the start.
+  EXPECT_EQ(at("abc\x80"), 3u);
+  EXPECT_EQ(at("\xc3\xa9\xbf"), 2u);
+  EXPECT_EQ(at("ok\xff"), 2u);
+  EXPECT_EQ(at("ok\xf5\x80\x80\x80"), 2u);
+  // Overlong forms of '/' (C0 AF, E0 80 AF, F0 80 80 AF) and of U+07FF in three bytes.
+  EXPECT_EQ(at("a\xc0\xaf"), 1u);
+  EXPECT_EQ(at("a\xc1\xbf"), 1u);
+  EXPECT_EQ(at("ab\xe0\x80\xaf"), 2u);
+  EXPECT_EQ(at("ab\xe0\x9f\xbf"), 2u);
+  EXPECT_EQ(at("\xf0\x80\x80\xaf"), 0u);
+  EXPECT_EQ(at("\xf0\x8f\xbf\xbf"), 0u);
+  // UTF-16 surrogates U+D800 and U+DFFF, and U+110000.
+  EXPECT_EQ(at("x\xed\xa0\x80"), 1u);
+  EXPECT_EQ(at("xy\xed\xbf\xbf"), 2u);
+  EXPECT_EQ(at("\xf4\x90\x80\x80"), 0u);
+  // Sequences cut short: at the end, and by an ASCII byte in the middle.
+  EXPECT_EQ(at("abc\xe5\xad"), 3u);
+  EXPECT_EQ(at("abc\xf0\x9f\x98"), 3u);
+  EXPECT_EQ(at("abc\xc3"), 3u);
+  EXPECT_EQ(at("\xe5\xadz\xe5\xad\xa6"), 0u);
+  EXPECT_EQ(at("\xe5\xad\xa6\xf0\x9f\x98z"), 3u);
+  // NUL is valid UTF-8 but no text holds it.
+  EXPECT_EQ(at(std::string("ab\0c", 4)), 2u);
+  // The first of several.
+  EXPECT_EQ(at("\xc3\xa9z\x80\xff\xc0"), 3u);
+}
+
+TEST_F(Prep, InputThatIsNotUtf8TextIsRefusedWithFileAndOffset) {
+  // The offset counts every byte of the file, including the CR LF of the lines before.
+  std::string latin1 = file("latin1.txt", "one\r\ntwo\ncaf\xe9 au lait\n");
+  std::string e = yuan::testing::error_of([&] { docs_of(latin1, yuan::InputFormat::Auto); });
+  EXPECT_NE(e.find(latin1 + ": not UTF-8 text"), std::string::npos) << e;
+  EXPECT_NE(e.find("byte offset 12 (line 3), starting 0xE9"), std::string::npos) << e;
+
+  std::string binary = file("blob", std::string("\x7f" "ELF\x02\x01\x01\0\0\0", 10));
+  e = yuan::testing::error_of([&] { docs_of(binary, yuan::InputFormat::Auto); });
+  EXPECT_NE(e.find(binary + ": not UTF-8 text: a NUL byte at byte offset 7 (line 1)"), std::string::npos) << e;
+
+  // A truncated character at the very end, in the second of two files; and inside a JSON Lines "text".
+  std::string good = file("good.txt", "\xe5\xad\xa6\n");
+  std::string cut = file("cut.txt", "\xe5\xad\xa6\n\xe5\xad");
+  e = yuan::testing::error_of([&] {
+    yuan::Documents d(yuan::expand_inputs({good, cut}, yuan::InputFormat::Auto), false);
+    for (std::string s; d.next(s);) {
+    }
+  });
+  EXPECT_NE(e.find(cut + ": not UTF-8 text: an invalid sequence at byte offset 4 (line 2)"), std::string::npos) << e;
+  std::string jsonl = file("x.jsonl", "{\"text\": \"ok\"}\n{\"text\": \"\xed\xa0\x80\"}\n");
+  e = yuan::testing::error_of([&] { docs_of(jsonl, yuan::InputFormat::Auto); });
+  EXPECT_NE(e.find(jsonl + ": not UTF-8 text: an invalid sequence at byte offset 25 (line 2)"), std::string::npos)
+      << e;
+}
+
+TEST_F(Prep, AFailedPrepLeavesThePreviousCorpusAsItWas) {
+  std::vector<std::string> in = corpus();
+  const std::string out = dir_ + "/out";
+  prep({"--input", in[2], "--train-tokenizer", "--vocab-size", "300", "--shard-tokens", "300", "--out", out});
+  const auto before = snapshot(out);
+  ASSERT_GT(before.size(), 4u);
+  const std::string binary = file("blob.gz", std::string("\x1f\x8b\x08\x00", 4));
+  const std::string bad_json = file("bad.jsonl", "{\"text\": \"a\"}\n{oops\n");
+  const std::string cjk = file("cjk.txt", distinct_cjk(3000));
+  const auto names = entries();
+  const std::string tok = out + "/tokenizer.model";
+  const std::vector<std::vector<std::string>> failures = {
+      {"--input", in[2], "--tokenizer", dir_ + "/nonexistent.model", "--out", out},  // the issue's case
+      {"--input", binary, "--tokenizer", tok, "--out", out},
+      {"--input", in[2], binary, "--train-tokenizer", "--vocab-size", "300", "--out", out},
+      {"--input", in[0], bad_json, "--tokenizer", tok, "--out", out},
+      {"--input", in[2], "--tokenizer", tok, "--val-docs", "1000", "--out", out},
+      {"--input", cjk, "--train-tokenizer", "--vocab-size", "300", "--out", out},
+  };
+  for (const auto& args : failures) {
+    const std::string e = error_of(args);
+    EXPECT_NE(e, "") << args[1];
+    EXPECT_EQ(snapshot(out), before) << e;
+    EXPECT_EQ(entries(), names) << e;  // no unfinished directory left beside it
+  }
+}
+
+TEST_F(Prep, ASuccessfulPrepReplacesTheCorpusWhole) {
+  std::vector<std::string> in = corpus();
+  const std::string out = dir_ + "/out";
+  prep({"--input", in[2], "--train-tokenizer", "--vocab-size", "300", "--shard-tokens", "300", "--out", out});
+  ASSERT_TRUE(fs::exists(out + "/train_00003.h5"));
+  // Again from its own tokenizer, into the same directory, with fewer and larger shards: none of the old is left,
+  // and the tokenizer the manifest names is there although it came from the directory being replaced.
+  prep({"--input", in[0], in[2], "--tokenizer", out + "/tokenizer.model", "--shard-tokens", "100000", "--val-docs",
+        "5", "--out", out + "/"});
+  auto m = manifest(out);
+  std::map<std::string, std::string> listed = {{"manifest.json", yuan::sha256_file(out + "/manifest.json")}};
+  for (const char* split : {"train", "val"})
+    for (const auto& s : m.at(split)) listed[s.at("file").get<std::string>()] = s.at("sha256").get<std::string>();
+  const std::string tok = m.at("tokenizer_file").get<std::string>();
+  listed[tok] = yuan::sha256_file(out + "/" + tok);
+  EXPECT_EQ(snapshot(out), listed);
+  EXPECT_EQ(m.at("tokenizer").get<std::string>(), "sentencepiece:sha256:" + listed[tok]);
+  EXPECT_EQ(m.at("sources").size(), 2u);
+  EXPECT_EQ(entries(), (std::vector<std::string>{"books.txt", "out", "poems", "web.jsonl"}));
+}
+
+TEST_F(Prep, OutputThatIsNotPrepsIsRefusedNotReplaced) {
+  std::string txt = file("a.txt", "hello world\n");
+  const std::string tok_dir = dir_ + "/tok";
+  prep({"--input", txt, "--train-tokenizer", "--vocab-size", "300", "--out", tok_dir});
+  const std::string tok = tok_dir + "/tokenizer.model";
+  std::string notes = file("tok/notes.txt", "mine");
+  std::string e = error_of({"--input", txt, "--tokenizer", tok, "--out", tok_dir});
+  EXPECT_NE(e.find("--out " + tok_dir + " holds 'notes.txt', which prep does not write"), std::string::npos) << e;
+  EXPECT_TRUE(fs::exists(notes));
+  e = error_of({"--input", txt, "--tokenizer", tok, "--out", txt});
+  EXPECT_NE(e.find("--out " + txt + " exists and is not a directory"), std::string::npos) << e;
+  // A symlink to a corpus: the corpus is replaced, the link stays a link.
+  fs::remove(notes);
+  fs::create_directory_symlink(tok_dir, dir_ + "/link");
+  prep({"--input", txt, "--tokenizer", tok, "--val-fraction", "0", "--out", dir_ + "/link"});
+  EXPECT_TRUE(fs::is_symlink(dir_ + "/link"));
+  EXPECT_EQ(manifest(tok_dir).at("sources").at(0).at("docs").get<int>(), 1);
+}
+
+TEST_F(Prep, WhatAKilledPrepLeftIsCleanedUpByTheNext) {
+  std::string txt = file("a.txt", "hello world\n");
+  const std::string out = dir_ + "/out";
+  prep({"--input", txt, "--train-tokenizer", "--vocab-size", "300", "--val-fraction", "0", "--out", out});
+  const auto corpus = snapshot(out);
+  // Killed while writing: its staging directory is removed. Killed between the two renames of the swap on a
+  // file system without RENAME_EXCHANGE: the previous corpus, moved aside, is put back (and survives this
+  // prep's own failure).
+  const std::string stale = dir_ + "/" + sibling("out", "tmp", dead_pid());
+  fs::create_directory(stale);
+  file(fs::path(stale).filename().string() + "/train_00000.h5", "partial");
+  const std::string aside = dir_ + "/" + sibling("out", "old", dead_pid());
+  fs::rename(out, aside);
+  const std::string binary = file("blob", std::string("a\0", 2));
+  EXPECT_NE(error_of({"--input", binary, "--tokenizer", aside + "/tokenizer.model", "--out", out}), "");
+  EXPECT_EQ(snapshot(out), corpus);
+  EXPECT_EQ(entries(), (std::vector<std::string>{"a.txt", "blob", "out"}));
+  // A sibling from another host may belong to a prep that still runs there: left alone.
+  const std::string remote = dir_ + "/.out.tmp-1@another-host";
+  fs::create_directory(remote);
+  prep({"--input", txt, "--tokenizer", out + "/tokenizer.model", "--val-fraction", "0", "--out", out});
+  EXPECT_TRUE(fs::exists(remote));
+}
+
+TEST_F(Prep, TokenizerTrainingFailuresSayWhatIsWrongInPrepsTerms) {
+  // 98% of the text (the least coverage SentencePiece accepts) is 2940 distinct characters, far more than 300
+  // ids hold. The trainer itself would name its --character_coverage, which prep users never set.
+  std::string cjk = file("cjk.txt", distinct_cjk(3000));
+  std::string e = error_of({"--input", cjk, "--train-tokenizer", "--vocab-size", "300", "--out", dir_ + "/o"});
+  EXPECT_NE(e.find("--vocab-size 300 is too small for " + cjk), std::string::npos) << e;
+  EXPECT_NE(e.find("needs --vocab-size "), std::string::npos) << e;
+  EXPECT_EQ(e.find("character_coverage"), std::string::npos) << e;
+  EXPECT_FALSE(fs::exists(dir_ + "/o"));
+  // A vocabulary that holds them all trains.
+  const int needed = std::stoi(e.substr(e.find("needs --vocab-size ") + 19));
+  prep({"--input", cjk, "--train-tokenizer", "--vocab-size", std::to_string(needed), "--val-fraction", "0", "--out",
+        dir_ + "/o"});
 }
 
 }  // namespace

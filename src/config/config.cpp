@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cstdio>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -13,6 +14,7 @@
 #include <boost/program_options.hpp>
 
 #include "backend/backend.h"
+#include "config/command_line.h"
 #include "parallel/layout.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -212,6 +214,10 @@ po::options_description key_options() {
 }
 
 void read_deck(const std::string& path, Config& c) {
+  std::error_code ec;
+  // An ifstream opens a directory and reads it as empty: the run would go on with the defaults.
+  if (std::filesystem::is_directory(path, ec))
+    throw Error(strf("deck %s is a directory, expected an INI file", path.c_str()), true);
   std::ifstream in(path);
   if (!in) throw Error(strf("cannot read config deck '%s'", path.c_str()), true);
   po::parsed_options parsed(nullptr);
@@ -221,6 +227,8 @@ void read_deck(const std::string& path, Config& c) {
     throw Error(strf("%s: %s", path.c_str(), e.what()), true);
   }
   auto table = fields(c);
+  // A deck is written as a whole, so a key or template set twice in it is a slip, whichever would win: the
+  // command line is where values are replaced.
   std::set<std::string> seen;
   for (const po::option& o : parsed.options) {
     if (o.unregistered)
@@ -228,9 +236,14 @@ void read_deck(const std::string& path, Config& c) {
           strf("%s: unknown key '%s'%s", path.c_str(), o.string_key.c_str(), did_you_mean(o.string_key, "").c_str()),
           true);
     const Field& f = *find_field(table, o.string_key);
-    if (!seen.insert(o.string_key).second && !repeatable(f))
-      throw Error(strf("%s: key '%s' is set twice", path.c_str(), o.string_key.c_str()), true);
-    assign(f, o.value.at(0), path + ": ");
+    const std::string& value = o.value.at(0);
+    const std::string name = entry_name(value);  // what a repeatable key's entry is known by
+    if (!seen.insert(repeatable(f) ? o.string_key + ": " + name : o.string_key).second)
+      throw Error(repeatable(f) ? strf("%s: %s '%s' is defined twice", path.c_str(), o.string_key.c_str(),
+                                       name.c_str())
+                                : strf("%s: key '%s' is set twice", path.c_str(), o.string_key.c_str()),
+                  true);
+    assign(f, value, path + ": ");
   }
 }
 
@@ -284,6 +297,55 @@ uint64_t Config::hash() const {
   return h;
 }
 
+namespace {
+
+// "section.key" -> its values (several for a repeatable key), in the order the text gives them.
+std::vector<std::pair<std::string, std::vector<std::string>>> ini_values(const std::string& ini) {
+  std::vector<std::pair<std::string, std::vector<std::string>>> out;
+  std::istringstream in(ini);
+  std::string line, section;
+  while (std::getline(in, line)) {
+    if (line.size() > 1 && line.front() == '[' && line.back() == ']') {
+      section = line.substr(1, line.size() - 2);
+      continue;
+    }
+    const size_t eq = line.find(" = ");
+    if (eq == std::string::npos) continue;
+    const std::string key = section + "." + line.substr(0, eq);
+    auto it = std::find_if(out.begin(), out.end(), [&](const auto& kv) { return kv.first == key; });
+    if (it == out.end()) it = out.insert(out.end(), {key, {}});
+    it->second.push_back(line.substr(eq + 3));
+  }
+  return out;
+}
+
+std::string shown_values(const std::vector<std::string>* values) {
+  if (!values) return "(not set)";
+  std::string out;
+  for (const std::string& v : *values) out += (out.empty() ? "'" : "; '") + v + "'";
+  return out;
+}
+
+}  // namespace
+
+std::string ini_difference(const std::string& ini_a, const std::string& name_a, const std::string& ini_b,
+                           const std::string& name_b) {
+  const auto a = ini_values(ini_a), b = ini_values(ini_b);
+  auto find = [](const auto& kvs, const std::string& key) -> const std::vector<std::string>* {
+    for (const auto& kv : kvs)
+      if (kv.first == key) return &kv.second;
+    return nullptr;
+  };
+  for (const auto* side : {&a, &b})
+    for (const auto& kv : *side) {
+      const std::vector<std::string>*va = find(a, kv.first), *vb = find(b, kv.first);
+      if (va && vb && *va == *vb) continue;
+      return strf("%s = %s on %s, %s on %s", kv.first.c_str(), shown_values(vb).c_str(), name_b.c_str(),
+                  shown_values(va).c_str(), name_a.c_str());
+    }
+  return "";
+}
+
 std::vector<ConfigOption> config_options() {
   std::vector<ConfigOption> out;
   const Config defaults;  // the table points into it
@@ -322,7 +384,7 @@ bool parse_config(const std::vector<std::string>& args, const std::string& comma
   po::parsed_options parsed(nullptr);
   try {
     // No guessing: an abbreviated key would silently bind to whichever option it prefixes.
-    parsed = po::command_line_parser(args)
+    parsed = po::command_line_parser(split_empty_values(args))
                  .options(cli)
                  .positional(positional)
                  .style(po::command_line_style::default_style & ~po::command_line_style::allow_guessing)
@@ -364,6 +426,7 @@ bool parse_config(const std::vector<std::string>& args, const std::string& comma
     try {
       po::store(own, *command_values);
       po::notify(*command_values);
+      check_numbers(command.c_str(), own, *command_values);
     } catch (const po::error& e) {
       throw Error(strf("%s: %s (see yuanlm %s --help)", command.c_str(), e.what(), command.c_str()), true);
     }

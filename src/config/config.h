@@ -54,7 +54,8 @@ struct OptimConfig {
 // data parallelism: one one-stage pipeline per rank.
 struct ParallelConfig {
   // "NAME: stage | stage | ...", a stage listing modules (wte, wpe, h.3) and ranges (h.0-h.3), or "NAME: auto:K"
-  // for K stages balanced by modelled cost. Repeatable; a template named again replaces the earlier one.
+  // for K stages balanced by modelled cost. Repeatable; a template named again on the command line replaces the
+  // earlier one (in one deck it is an error).
   std::vector<std::string> templates;
   std::string pipelines;       // the job's pipelines by template name, comma-separated, repeats allowed
   std::string microbatches;    // "NAME:M, ...": micro-batches per step for each template used
@@ -97,6 +98,11 @@ struct Config {
   std::string to_ini() const;  // every key, resolved, in deck format
   uint64_t hash() const;       // of to_ini()
 };
+
+// The first key (in deck order) whose values differ between two to_ini() texts, worded for an error:
+// "optim.lr = '0.01' on NAME_B, '0.003' on NAME_A"; "" when they set the same values.
+std::string ini_difference(const std::string& ini_a, const std::string& name_a, const std::string& ini_b,
+                           const std::string& name_b);
 
 // Checks ranges and consistency, the parallel layout's included (parallel/layout.h); throws Error naming the
 // offending key. `world` is the number of ranks.

@@ -228,13 +228,22 @@ struct ValLoader::Impl {
   Corpus corpus;
   int batches;
   HostArray<int32_t> buf;
-  Impl(const LoaderSpec& s, int b)
+  Impl(const LoaderSpec& s, int b, const char* glob_key, const char* batches_key)
       : spec(s), corpus(s), batches(b), buf(micro_batch_ids(s), Mem::Data) {
-    YUAN_CHECK(b > 0, "data: train.eval_batches %d must be positive", b);
+    YUAN_CHECK(b > 0, "data: %s %d must be positive", batches_key, b);
+    const uint64_t per_batch = static_cast<uint64_t>(s.micro_batch) * s.world;  // windows read per batch index
+    YUAN_CHECK(static_cast<uint64_t>(b) <= corpus.windows() / per_batch,
+               "%s = %s holds %llu windows of %zu tokens, fewer than one evaluation reads (%s %d x %d sequences x "
+               "%d reader%s = %.0f windows): give %s <= %llu or a larger validation set",
+               glob_key, s.glob.c_str(), static_cast<unsigned long long>(corpus.windows()), corpus.window(),
+               batches_key, b, s.micro_batch, s.world, s.world == 1 ? "" : "s",
+               static_cast<double>(b) * static_cast<double>(per_batch), batches_key,
+               static_cast<unsigned long long>(corpus.windows() / per_batch));
   }
 };
 
-ValLoader::ValLoader(const LoaderSpec& spec, int batches) : impl_(std::make_unique<Impl>(spec, batches)) {}
+ValLoader::ValLoader(const LoaderSpec& spec, int batches, const char* glob_key, const char* batches_key)
+    : impl_(std::make_unique<Impl>(spec, batches, glob_key, batches_key)) {}
 ValLoader::~ValLoader() = default;
 int ValLoader::batches() const { return impl_->batches; }
 
@@ -243,7 +252,7 @@ const int32_t* ValLoader::batch(int i) {
   YUAN_CHECK(i >= 0 && i < v.batches, "data: validation batch %d outside [0, %d)", i, v.batches);
   for (int row = 0; row < v.spec.micro_batch; row++) {
     uint64_t j = (static_cast<uint64_t>(i) * v.spec.micro_batch + row) * v.spec.world + v.spec.rank;
-    v.corpus.read(j % v.corpus.windows(), v.buf.data() + row * v.corpus.window());
+    v.corpus.read(j, v.buf.data() + row * v.corpus.window());
   }
   return v.buf.data();
 }

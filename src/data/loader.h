@@ -54,10 +54,13 @@ class TrainLoader {
 };
 
 // A fixed evaluation set: the first `batches * micro_batch * world` windows in file order (no shuffle), rank r
-// taking every world-th. Reading wraps around when the set is larger than the corpus.
+// taking every world-th. A set larger than the corpus is refused (throws Error naming `glob_key`, the windows the
+// corpus holds and `batches_key`): reading windows twice would weigh them twice and report windows that do not
+// exist, and a silently smaller set would not be the one asked for.
 class ValLoader {
  public:
-  ValLoader(const LoaderSpec& spec, int batches);
+  ValLoader(const LoaderSpec& spec, int batches, const char* glob_key = "data.val",
+            const char* batches_key = "train.eval_batches");
   ~ValLoader();
   int batches() const;
   const int32_t* batch(int i);  // micro_batch rows of seq_len+1

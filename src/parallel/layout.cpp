@@ -204,7 +204,13 @@ std::vector<Pipeline> configured_pipelines(const Config& c) {
   parse_schedule(p.schedule);
   if (p.tp_size < 1) fail(strf("parallel.tp_size must be at least 1 (got %d)", p.tp_size));
   if (p.tp_size > 1) check_tensor_parallel(c.model, p.tp_size);
-  if (trim(p.pipelines).empty()) return {};
+  if (trim(p.pipelines).empty()) {
+    // Without pipelines the micro-batches follow from the global batch: a count given here would be ignored.
+    if (!trim(p.microbatches).empty())
+      fail(strf("parallel.microbatches = %s needs parallel.pipelines (empty: data parallelism, one pipeline per "
+                "rank, micro-batches from train.global_batch)", p.microbatches.c_str()));
+    return {};
+  }
   std::map<std::string, PipelineTemplate> templates;
   std::string names;
   for (const std::string& text : p.templates) {
@@ -224,7 +230,9 @@ std::vector<Pipeline> configured_pipelines(const Config& c) {
       if (!templates.count(name))
         fail(strf("parallel.microbatches = %s: unknown template '%s' (templates: %s)", p.microbatches.c_str(),
                   name.c_str(), names.empty() ? "none" : names.c_str()));
-      micro[name] = m;
+      if (!micro.emplace(name, m).second)
+        fail(strf("parallel.microbatches = %s: template '%s' is given micro-batches twice", p.microbatches.c_str(),
+                  name.c_str()));
     }
   std::vector<Pipeline> pipelines;
   long sequences = 0;

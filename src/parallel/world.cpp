@@ -198,4 +198,23 @@ int fail(const Error& e) {
   return 1;
 }
 
+void check_same_text_everywhere(
+    uint64_t hash, const std::string& text, const char* what,
+    const std::function<std::string(const std::string&, const std::string&, const std::string&, const std::string&)>&
+        describe) {
+  YUAN_CHECK(g_initialized, "parallel::check_same_text_everywhere(%s) before parallel::init", what);
+  std::vector<uint64_t> all(static_cast<size_t>(g_world.size));
+  MPI_CHECK(MPI_Allgather(&hash, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD));
+  int r = 1;
+  while (r < g_world.size && all[r] == all[0]) r++;
+  if (r == g_world.size) return;
+  // Every rank takes part in both broadcasts and words the same difference, so every rank throws the same error.
+  const std::string root_text = broadcast_string(text, 0), odd_text = broadcast_string(text, r);
+  const std::string root_name = strf("rank 0@%s", g_hosts[0].c_str());
+  const std::string odd_name = strf("rank %d@%s", r, g_hosts[r].c_str());
+  std::string why = describe(root_text, root_name, odd_text, odd_name);
+  if (why.empty()) why = strf("%s has a different text than %s", odd_name.c_str(), root_name.c_str());
+  throw Error(strf("%s differs between ranks: %s", what, why.c_str()), true);
+}
+
 }  // namespace yuan::parallel

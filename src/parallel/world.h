@@ -3,6 +3,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -48,5 +49,14 @@ const char* signal_name(int sig);  // "SIGTERM", "SIGUSR1"
 // Ends the whole job after `e`: prints "error: [rank R@host] msg" (collective errors on rank 0 only) and
 // returns the exit code for main(). Non-collective errors abort every rank through MPI_Abort.
 int fail(const Error& e);
+
+// check_same_everywhere() for a text, with the difference put in words: when a rank's `hash` (of its `text`)
+// differs from rank 0's, every rank throws the same collective Error, "WHAT differs between ranks: " followed by
+// describe(rank 0's text, "rank 0@host", the first differing rank's text, "rank R@host"). The texts travel only
+// when the hashes differ.
+void check_same_text_everywhere(
+    uint64_t hash, const std::string& text, const char* what,
+    const std::function<std::string(const std::string&, const std::string&, const std::string&, const std::string&)>&
+        describe);
 
 }  // namespace yuan::parallel

@@ -1,5 +1,6 @@
 #include "prep/documents.h"
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "util/error.h"
@@ -50,7 +51,11 @@ std::vector<InputFile> expand_inputs(const std::vector<std::string>& args, Input
   for (const std::string& a : args) {
     const std::vector<std::string> paths = expand_glob(a);
     YUAN_CHECK(!paths.empty(), "%s: no input file matches", a.c_str());
-    for (const std::string& p : paths) out.push_back({p, resolve_input_format(p, format)});
+    for (const std::string& p : paths) {
+      YUAN_CHECK(!std::filesystem::is_directory(p),
+                 "%s: a directory, not an input file (give its files, e.g. %s/*.txt)", p.c_str(), p.c_str());
+      out.push_back({p, resolve_input_format(p, format)});
+    }
   }
   return out;
 }
@@ -65,11 +70,46 @@ bool Documents::next(std::string& doc) {
       YUAN_CHECK(in_, "%s: cannot open input", files_[file_].path.c_str());
       open_ = true;
       line_no_ = 0;
+      offset_ = 0;
     }
     if (next_in_file(doc)) return true;
     YUAN_CHECK(!in_.bad(), "%s: read error", files_[file_].path.c_str());
   }
   return false;
+}
+
+size_t find_invalid_utf8(std::string_view s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const size_t n = s.size();
+  for (size_t i = 0; i < n;) {
+    const unsigned c = p[i];
+    if (c >= 0x01 && c < 0x80) {
+      i++;
+      continue;
+    }
+    // The sequence's length and the range of its second byte, which is what excludes overlong forms (E0, F0),
+    // surrogates (ED) and code points above U+10FFFF (F4).
+    size_t len = 0;
+    unsigned lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) {
+      len = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      len = 3;
+      lo = c == 0xE0 ? 0xA0 : 0x80;
+      hi = c == 0xED ? 0x9F : 0xBF;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      len = 4;
+      lo = c == 0xF0 ? 0x90 : 0x80;
+      hi = c == 0xF4 ? 0x8F : 0xBF;
+    } else {
+      return i;  // NUL, a continuation byte without a lead, C0/C1 (overlong), F5..FF
+    }
+    if (i + len > n || p[i + 1] < lo || p[i + 1] > hi) return i;
+    for (size_t k = 2; k < len; k++)
+      if ((p[i + k] & 0xC0) != 0x80) return i;
+    i += len;
+  }
+  return std::string_view::npos;
 }
 
 namespace {
@@ -101,6 +141,16 @@ bool Documents::next_in_file(std::string& doc) {
   doc.clear();
   while (std::getline(in_, line)) {
     line_no_++;
+    const uint64_t at = offset_;
+    offset_ += line.size() + 1;
+    if (const size_t bad = find_invalid_utf8(line); bad != std::string_view::npos) {
+      const auto off = static_cast<unsigned long long>(at + bad);
+      if (line[bad] == '\0')
+        throw Error(strf("%s: not UTF-8 text: a NUL byte at byte offset %llu (line %zu); is it a binary file?",
+                         f.path.c_str(), off, line_no_));
+      throw Error(strf("%s: not UTF-8 text: an invalid sequence at byte offset %llu (line %zu), starting 0x%02X",
+                       f.path.c_str(), off, line_no_, static_cast<unsigned char>(line[bad])));
+    }
     if (!line.empty() && line.back() == '\r') line.pop_back();
     switch (f.format) {
       case InputFormat::Jsonl: {

@@ -2,8 +2,10 @@
 // blank-line separated), JSON Lines (the "text" field of each object) or fortune files ("%" lines between
 // entries, ANSI colour codes stripped).
 #pragma once
+#include <cstdint>
 #include <fstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace yuan {
@@ -22,6 +24,13 @@ struct InputFile {
 // An argument that matches nothing is an error naming it.
 std::vector<InputFile> expand_inputs(const std::vector<std::string>& args, InputFormat format);
 
+// The offset of the first byte of the first sequence in `s` that is not well-formed UTF-8 (RFC 3629: no overlong
+// forms, no surrogates, nothing above U+10FFFF, no sequence cut short), or of the first NUL byte, which no text
+// file holds; npos when there is none.
+size_t find_invalid_utf8(std::string_view s);
+
+// Refuses input that is not UTF-8 text (a binary file, another encoding) with an error naming the file and the
+// byte offset, as it reads: no second pass over the corpus.
 class Documents {
  public:
   Documents(const std::vector<InputFile>& files, bool blank_separated);
@@ -37,6 +46,7 @@ class Documents {
   bool open_ = false;
   std::ifstream in_;
   size_t line_no_ = 0;
+  uint64_t offset_ = 0;  // of the next line in the file
 };
 
 }  // namespace yuan

@@ -16,6 +16,7 @@
 #include "config/command_line.h"
 #include "data/shard.h"
 #include "prep/documents.h"
+#include "prep/output_dir.h"
 #include "prep/tokenizer.h"
 #include "util/error.h"
 #include "util/fs.h"
@@ -168,7 +169,7 @@ void write_manifest(const std::string& dir, const PrepOptions& o, const Tokenize
   const nlohmann::ordered_json manifest = {
       {"format_version", kShardFormatVersion},
       {"tokenizer", tok.name()},
-      {"tokenizer_file", o.train_tokenizer ? "tokenizer.model" : fs::absolute(o.tokenizer).string()},
+      {"tokenizer_file", fs::path(o.tokenizer).filename().string()},
       {"vocab_size", tok.vocab_size()},
       {"eot_id", tok.eot_id()},
       {"seed", o.seed},
@@ -178,16 +179,6 @@ void write_manifest(const std::string& dir, const PrepOptions& o, const Tokenize
   // Input paths are bytes, not necessarily UTF-8: a stray byte becomes U+FFFD rather than failing the run.
   write_file_atomic((fs::path(dir) / "manifest.json").string(),
                     manifest.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n");
-}
-
-// Shards of an earlier run would be picked up by the same globs as the new ones.
-void remove_old_shards(const std::string& dir) {
-  for (const auto& e : fs::directory_iterator(dir)) {
-    std::string name = e.path().filename().string();
-    bool ours = (name.rfind("train_", 0) == 0 || name.rfind("val_", 0) == 0) &&
-                (name.find(".h5") == name.size() - 3 || name.find(".h5.tmp") == name.size() - 7);
-    if (ours) fs::remove(e.path());
-  }
 }
 
 bool parse_options(const std::vector<std::string>& args, PrepOptions& o) {
@@ -210,11 +201,13 @@ bool parse_options(const std::vector<std::string>& args, PrepOptions& o) {
        "--train-tokenizer: vocabulary size (the model's model.vocab_size must equal the shards')")
       ("character-coverage", po::value(&o.spm.character_coverage)->default_value(o.spm.character_coverage),
        "--train-tokenizer: share of characters covered by pieces, the rest spelled as bytes (0: as many\n"
-       "characters as fit in 3/4 of the ids left after the 256 bytes and 3 specials, at most 0.9995)")
+       "characters as fit in 3/4 of the ids left after the 256 bytes and 3 specials, within [0.98, 0.9995];\n"
+       "SentencePiece accepts 0.98 to 1)")
       ("tokenizer-sentences", po::value(&o.spm.sentences)->default_value(o.spm.sentences),
        "--train-tokenizer: lines sampled from the input for training (bounds time and memory)")
       ("out,o", po::value(&o.out)->required(),
-       "output directory: train_NNNNN.h5, val_NNNNN.h5, manifest.json (old shards there are removed)")
+       "output directory: train_NNNNN.h5, val_NNNNN.h5, manifest.json and the tokenizer; written beside it\n"
+       "and swapped in once complete, so a failed prep leaves an earlier corpus there as it was")
       ("shard-tokens", po::value(&o.shard_tokens)->default_value(o.shard_tokens),
        "tokens per shard (the last shard of a split may hold up to 1.5x)")
       ("val-fraction", po::value(&o.val_fraction)->default_value(o.val_fraction),
@@ -230,12 +223,17 @@ bool parse_options(const std::vector<std::string>& args, PrepOptions& o) {
   YUAN_CHECK(o.doc_sep == "line" || o.doc_sep == "blank", "prep: --doc-sep %s: expected line or blank", o.doc_sep.c_str());
   YUAN_CHECK(o.spm.vocab_size >= 300, "prep: --vocab-size %d: need at least 300 (256 bytes + specials + pieces)",
              o.spm.vocab_size);
+  YUAN_CHECK(o.spm.character_coverage == 0 ||
+                 (o.spm.character_coverage >= kMinCharacterCoverage && o.spm.character_coverage <= 1),
+             "prep: --character-coverage %g: expected 0 (automatic) or %g to 1, the range SentencePiece accepts",
+             o.spm.character_coverage, kMinCharacterCoverage);
   YUAN_CHECK(o.shard_tokens > 0, "prep: --shard-tokens must be positive");
   YUAN_CHECK(o.val_fraction >= 0 && o.val_fraction < 1, "prep: --val-fraction %g outside [0, 1)", o.val_fraction);
   YUAN_CHECK(o.val_docs == 0 || vm["val-fraction"].defaulted(), "prep: give --val-fraction or --val-docs, not both");
   YUAN_CHECK(o.threads >= 0, "prep: --threads %d must be >= 0", o.threads);
   if (o.threads == 0) o.threads = omp_get_max_threads();
   o.spm.seed = o.seed;
+  for (const std::string& in : o.inputs) o.spm.input += (o.spm.input.empty() ? "" : " ") + in;
   return true;
 }
 
@@ -247,20 +245,34 @@ int prep_main(const std::vector<std::string>& args) {
   const double t0 = now_seconds();
   const std::vector<InputFile> files = expand_inputs(o.inputs, parse_input_format(o.format));
   const bool blank = o.doc_sep == "blank";
-  fs::create_directories(o.out);
-  remove_old_shards(o.out);
-
-  if (o.train_tokenizer) {
-    o.tokenizer = (fs::path(o.out) / "tokenizer.model").string();
-    Documents docs(files, blank);
-    train_sentencepiece(docs, o.spm, o.tokenizer);
-    say("prep: trained tokenizer %s in %.1f s", o.tokenizer.c_str(), now_seconds() - t0);
-  }
-  const std::unique_ptr<Tokenizer> tok = load_tokenizer(o.tokenizer);
-  const ShardMeta meta{tok->vocab_size(), tok->eot_id(), tok->name()};
+  // A tokenizer brought along is checked before anything is written, and copied into the corpus: the manifest
+  // names a file that lives and dies with the shards, even when it came from the directory being replaced.
+  std::unique_ptr<Tokenizer> tok = o.train_tokenizer ? nullptr : load_tokenizer(o.tokenizer);
+  StagedOutput out(o.out);
+  // With --val-docs this reads the whole input, so a bad byte or too few documents show before any training.
   const uint64_t bound = val_bound(o, files);
+  if (o.train_tokenizer) {
+    const std::string model = out.dir() + "/tokenizer.model";
+    Documents docs(files, blank);
+    train_sentencepiece(docs, o.spm, model);
+    say("prep: trained tokenizer %s in %.1f s", (fs::path(o.out) / "tokenizer.model").c_str(), now_seconds() - t0);
+    tok = load_tokenizer(model);
+    o.tokenizer = model;
+    // The trainer stops early when the text has no more merges to make.
+    if (tok->vocab_size() < o.spm.vocab_size)
+      warn("prep: the input holds too little text for --vocab-size %d: the tokenizer has %d pieces", o.spm.vocab_size,
+           tok->vocab_size());
+  } else {
+    const std::string copy = out.dir() + "/tokenizer" + fs::path(o.tokenizer).extension().string();
+    std::error_code ec;
+    fs::copy_file(o.tokenizer, copy, ec);
+    YUAN_CHECK(!ec, "prep: cannot copy tokenizer %s to %s: %s", o.tokenizer.c_str(), copy.c_str(),
+               ec.message().c_str());
+    o.tokenizer = copy;
+  }
+  const ShardMeta meta{tok->vocab_size(), tok->eot_id(), tok->name()};
 
-  ShardSequence train(o.out, "train", meta, o.shard_tokens), val(o.out, "val", meta, o.shard_tokens);
+  ShardSequence train(out.dir(), "train", meta, o.shard_tokens), val(out.dir(), "val", meta, o.shard_tokens);
   Documents docs(files, blank);
   std::vector<uint64_t> file_docs(files.size());
   std::vector<std::string> block;
@@ -310,7 +322,8 @@ int prep_main(const std::vector<std::string>& args) {
   YUAN_CHECK(!train_shards.empty(), "prep: every document went to validation; lower --val-fraction/--val-docs");
   if (val_shards.empty() && (o.val_fraction > 0 || o.val_docs > 0))
     warn("prep: no document went to validation (too few documents for --val-fraction %g)", o.val_fraction);
-  write_manifest(o.out, o, *tok, files, file_docs, train_shards, val_shards);
+  write_manifest(out.dir(), o, *tok, files, file_docs, train_shards, val_shards);
+  out.commit();
 
   auto total = [](const std::vector<ShardRecord>& v) {
     uint64_t n = 0;

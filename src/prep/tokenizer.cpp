@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <fstream>
 #include <unordered_map>
 
 #include "util/error.h"
+#include "util/log.h"
 #include "util/rng.h"
 #include "util/sha256.h"
 
@@ -190,6 +192,9 @@ void for_each_line(Documents& docs, Fn&& fn) {
   }
 }
 
+// Ids that are no character or merge: the 256 byte pieces, <unk>, <s> and </s>.
+constexpr int kReservedPieces = 259;
+
 class SampleIterator : public sentencepiece::SentenceIterator {
  public:
   explicit SampleIterator(const std::vector<std::string>& lines) : lines_(lines) {}
@@ -216,6 +221,24 @@ double coverage_for(const std::vector<std::string>& lines, size_t max_chars) {
   uint64_t acc = 0;
   for (size_t i = 0; i + 1 < max_chars && i < freq.size(); i++) acc += freq[i];
   return total ? static_cast<double>(acc) / static_cast<double>(total) : 1.0;
+}
+
+// SentencePiece's failures name its own options (--character_coverage) and internal checks; this says what is
+// wrong in prep's terms.
+std::string training_failure(const std::string& what, const SentencePieceTraining& opt, double coverage) {
+  const char* kTooManyChars = "Vocabulary size is smaller than required_chars.";
+  int vocab = 0, needed = 0;
+  const size_t at = what.find(kTooManyChars);
+  if (at != std::string::npos &&
+      std::sscanf(what.c_str() + at + std::strlen(kTooManyChars), " %d vs %d", &vocab, &needed) == 2)
+    return strf("prep: --vocab-size %d is too small for %s: the characters that make up %.4g%% of its text are %d "
+                "distinct ones, each a piece beside the %d byte and special pieces, so it needs --vocab-size %d or "
+                "more%s",
+                opt.vocab_size, opt.input.c_str(), 100 * coverage, needed - kReservedPieces, kReservedPieces, needed,
+                opt.character_coverage > 0 ? strf(" (or a lower --character-coverage, %g at least)",
+                                                  kMinCharacterCoverage).c_str() : "");
+  return strf("prep: cannot train a %d-piece tokenizer on %s: SentencePiece says: %s", opt.vocab_size,
+              opt.input.c_str(), what.c_str());
 }
 
 }  // namespace
@@ -248,13 +271,18 @@ void train_sentencepiece(Documents& docs, const SentencePieceTraining& opt, cons
     }
     seen++;
   });
-  YUAN_CHECK(!sample.empty(), "%s: no text to train the tokenizer on", model_path.c_str());
+  YUAN_CHECK(!sample.empty(), "prep: %s: no text to train the tokenizer on", opt.input.c_str());
   // With byte fallback a character left out costs a few byte tokens, never an <unk>. Left to itself the
   // trainer would make every character of a CJK corpus a piece and run out of vocabulary, so by default the
-  // characters may take at most 3/4 of the ids left after the 256 bytes and 3 specials.
-  double coverage = opt.character_coverage > 0
-                        ? opt.character_coverage
-                        : std::min(0.9995, coverage_for(sample, static_cast<size_t>(opt.vocab_size - 259) * 3 / 4));
+  // characters may take at most 3/4 of the ids left after the byte and special pieces. SentencePiece refuses a
+  // coverage below 98%: a text whose characters are too many for that fails below, naming --vocab-size.
+  const double coverage =
+      opt.character_coverage > 0
+          ? opt.character_coverage
+          : std::clamp(coverage_for(sample, static_cast<size_t>(opt.vocab_size - kReservedPieces) * 3 / 4),
+                       kMinCharacterCoverage, 0.9995);
+  say("prep: training a %d-piece tokenizer on %zu of %llu lines (character coverage %.6g)", opt.vocab_size,
+      sample.size(), static_cast<unsigned long long>(seen), coverage);
   // Identity normalisation and kept whitespace make decoding give back the text exactly.
   const std::unordered_map<std::string, std::string> args = {
       {"model_type", "bpe"},
@@ -273,7 +301,7 @@ void train_sentencepiece(Documents& docs, const SentencePieceTraining& opt, cons
   SampleIterator it(sample);
   std::string proto;
   auto st = sentencepiece::SentencePieceTrainer::Train(args, &it, &proto);
-  YUAN_CHECK(st.ok(), "%s: sentencepiece training failed: %s", model_path.c_str(), st.ToString().c_str());
+  if (!st.ok()) throw Error(training_failure(st.ToString(), opt, coverage));
   const std::string tmp = model_path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary);

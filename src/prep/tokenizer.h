@@ -33,13 +33,19 @@ class Tokenizer {
 // Anything else: a WordPiece vocab.txt, one piece per line; eot is "<eod>" when present, else a dedicated id.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path);
 
+// SentencePiece's own limit: its trainer refuses a lower character coverage.
+constexpr double kMinCharacterCoverage = 0.98;
+
 struct SentencePieceTraining {
   int vocab_size = 32000;
-  double character_coverage = 0;  // 0: the characters may take at most 3/4 of the non-byte ids
-  uint64_t sentences = 1000000;   // lines sampled from the input (reservoir, seeded): bounds time and memory
+  // 0: the characters may take at most 3/4 of the non-byte ids (but SentencePiece covers at least 98% of them)
+  double character_coverage = 0;
+  uint64_t sentences = 1000000;  // lines sampled from the input (reservoir, seeded): bounds time and memory
   uint64_t seed = 1;
+  std::string input;  // the input as messages name it (the --input arguments)
 };
-// Trains a byte-fallback BPE model on the lines of `docs` and writes it atomically to `model_path`.
+// Trains a byte-fallback BPE model on the lines of `docs` and writes it atomically to `model_path`. A failure is
+// an Error in prep's terms (--vocab-size, --character-coverage, the input), not SentencePiece's option names.
 void train_sentencepiece(Documents& docs, const SentencePieceTraining& opt, const std::string& model_path);
 
 }  // namespace yuan

@@ -21,7 +21,7 @@ namespace po = boost::program_options;
 
 int eval_main(const std::vector<std::string>& args) {
   std::string checkpoint, data, device = "auto";
-  int batches = 0, micro_batch = 0;
+  int batches = 0, micro_batch = 0;  // 0 until given: the run's
   bool json = false;
   po::options_description desc(
       "yuanlm eval: mean next-token loss of a checkpoint on validation windows\n\n"
@@ -31,10 +31,11 @@ int eval_main(const std::vector<std::string>& args) {
       ("checkpoint", po::value(&checkpoint)->required(),
        "a checkpoint directory (run/ckpt/step_N) or a run directory (its newest checkpoint)")
       ("data", po::value(&data)->default_value("", "the run's data.val"), "glob of the shards to evaluate on")
-      ("batches", po::value(&batches)->default_value(0, "the trainer's val set"),
-       "micro-batches per rank: the set is the first batches x micro-batch x ranks windows in file order")
-      ("micro-batch", po::value(&micro_batch)->default_value(0, "the run's train.micro_batch"),
-       "windows per forward pass")
+      ("batches", po::value(&batches)->notifier(at_least("eval", "--batches", 1)),
+       "micro-batches per rank: the set is the first batches x micro-batch x ranks windows in file order (default: "
+       "the trainer's val set)")
+      ("micro-batch", po::value(&micro_batch)->notifier(at_least("eval", "--micro-batch", 1)),
+       "windows per forward pass (default: the run's train.micro_batch)")
       ("device", po::value(&device)->default_value(device), "cpu | cuda | auto")
       ("json", po::bool_switch(&json),
        "end stdout with one JSON line: val_loss, perplexity, windows, tokens, checkpoint, step, data, ranks");
@@ -42,7 +43,8 @@ int eval_main(const std::vector<std::string>& args) {
 
   const CheckpointModel m = load_checkpoint_model(checkpoint);
   const Config& c = m.cfg;
-  if (data.empty()) data = c.data.val;
+  const bool own_data = !data.empty();
+  if (!own_data) data = c.data.val;
   YUAN_CHECK(!data.empty(), "eval: no --data given and the run of checkpoint %s had no data.val", m.dir.c_str());
   check_tokenizer(m, data);
   const parallel::WorldInfo& w = parallel::world();
@@ -56,8 +58,6 @@ int eval_main(const std::vector<std::string>& args) {
                trainer_batches, readers, c.train.eval_batches, w.size);
     batches = static_cast<int>(trainer_batches / w.size);
   }
-  YUAN_CHECK(batches > 0 && micro_batch > 0, "eval: --batches %d and --micro-batch %d must be positive", batches,
-             micro_batch);
 
   LoaderSpec spec;
   spec.glob = data;
@@ -66,7 +66,8 @@ int eval_main(const std::vector<std::string>& args) {
   spec.rank = w.rank;
   spec.world = w.size;
   spec.micro_batch = micro_batch;
-  ValLoader val(spec, batches);
+  // The run's train.eval_batches cannot change any more: --batches is what a user can lower.
+  ValLoader val(spec, batches, own_data ? "--data" : "data.val", "--batches");
   Replica model = checkpoint_replica(m, device, micro_batch);
 
   const double t0 = now_seconds();

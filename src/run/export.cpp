@@ -54,6 +54,72 @@ std::string hf_config(const GPTConfig& c, int eot_id) {
   return j.dump(2) + "\n";
 }
 
+bool is_checkpoint(const fs::path& dir) {
+  std::error_code ec;
+  return fs::exists(dir / "state.json", ec);
+}
+
+// Refuses an output directory that is a checkpoint, lies inside one, or holds checkpoints (a run directory, its
+// ckpt/): files written there would sit among the checkpoint's own, and a failure half-way would leave them there.
+void refuse_checkpoint_output(const std::string& out) {
+  const fs::path target = fs::weakly_canonical(fs::absolute(out));
+  for (fs::path p = target;; p = p.parent_path()) {
+    YUAN_CHECK(!is_checkpoint(p), "export: --out %s is %s checkpoint %s; give a directory outside it", out.c_str(),
+               p == target ? "the" : "inside the", p.c_str());
+    if (p == p.root_path() || p.empty()) break;
+  }
+  std::error_code ec;
+  if (!fs::is_directory(target, ec)) return;
+  for (const fs::path& dir : {target, target / "ckpt"})
+    for (const fs::directory_entry& e : fs::directory_iterator(dir, ec))
+      YUAN_CHECK(!e.is_directory(ec) || !is_checkpoint(e.path()),
+                 "export: --out %s holds the checkpoint %s; give a directory outside the run", out.c_str(),
+                 e.path().c_str());
+}
+
+// The export's files are written into a directory beside `out` and moved into place only once all are written, so
+// a failed export leaves `out` as it was; the directory goes away with this object, whatever happened.
+class StagingDir {
+ public:
+  explicit StagingDir(const std::string& out) {
+    target_ = fs::absolute(out).lexically_normal();
+    if (!target_.has_filename()) target_ = target_.parent_path();  // "hf/tiny/"
+    path_ = target_.parent_path() / ("." + target_.filename().string() + ".export-tmp");
+    std::error_code ec;
+    YUAN_CHECK(!fs::exists(target_, ec) || fs::is_directory(target_, ec), "export: --out %s is not a directory",
+               out.c_str());
+    make_dirs(target_.parent_path().string());
+    fs::remove_all(path_, ec);  // left by an export that was killed
+    make_dirs(path_.string());
+  }
+  ~StagingDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  StagingDir(const StagingDir&) = delete;
+  StagingDir& operator=(const StagingDir&) = delete;
+
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+  // A new `out` is the staging directory renamed; an existing one gets each file renamed into it (other files
+  // there stay).
+  void commit() {
+    sync_dir(path_.string());
+    std::error_code ec;
+    if (!fs::exists(target_, ec)) {
+      fs::rename(path_, target_);
+      sync_dir(target_.parent_path().string());
+      return;
+    }
+    for (const fs::directory_entry& e : fs::directory_iterator(path_))
+      fs::rename(e.path(), target_ / e.path().filename());
+    sync_dir(target_.string());
+  }
+
+ private:
+  fs::path target_, path_;
+};
+
 }  // namespace
 
 int export_main(const std::vector<std::string>& args) {
@@ -65,12 +131,15 @@ int export_main(const std::vector<std::string>& args) {
       ("help,h", "print this help")
       ("checkpoint", po::value(&checkpoint)->required(),
        "a checkpoint directory (run/ckpt/step_N) or a run directory (its newest checkpoint)")
-      ("out", po::value(&out)->required(), "output directory (created; files of the same name are replaced)");
+      ("out", po::value(&out)->required(),
+       "output directory, outside the checkpoints (created; files of the same name are replaced, all at the end: "
+       "a failed export leaves it as it was)");
   if (!parse_command("export", args, desc)) return 0;
+  refuse_checkpoint_output(out);
 
   const CheckpointModel m = load_checkpoint_model(checkpoint);
   if (process_rank() != 0) return 0;  // under mpirun, one writer
-  make_dirs(out);
+  StagingDir staging(out);
   const ParamLayout layout(m.cfg.model);
   SafetensorsWriter st;
   std::vector<std::vector<float>> transposed;
@@ -89,16 +158,17 @@ int export_main(const std::vector<std::string>& args) {
     st.add_f32(name, {cols, rows}, dst.data());
   }
   st.set_metadata("format", "pt");  // transformers refuses safetensors files without it
-  st.write(out + "/model.safetensors");
+  st.write(staging.file("model.safetensors"));
 
   int eot = -1;
   std::string tok_file;
   if (!m.tokenizer.empty()) {
     eot = load_tokenizer(m.tokenizer)->eot_id();
     tok_file = hf_tokenizer_name(m.tokenizer);
-    fs::copy_file(m.tokenizer, out + "/" + tok_file, fs::copy_options::overwrite_existing);
+    fs::copy_file(m.tokenizer, staging.file(tok_file));
   }
-  write_file_atomic(out + "/config.json", hf_config(m.cfg.model, eot));
+  write_file_atomic(staging.file("config.json"), hf_config(m.cfg.model, eot));
+  staging.commit();
   say("export %s (step %lld) -> %s: model.safetensors (%zu parameters, fp32), config.json%s", m.dir.c_str(),
       static_cast<long long>(m.step), out.c_str(), layout.total(),
       tok_file.empty() ? ", no tokenizer (the run's shards had no manifest.json)" : (", " + tok_file).c_str());

@@ -61,15 +61,16 @@ int sample_main(const std::vector<std::string>& args) {
       ("checkpoint", po::value(&checkpoint)->required(),
        "a checkpoint directory (run/ckpt/step_N) or a run directory (its newest checkpoint)")
       ("prompt", po::value(&prompt)->default_value(prompt, "\"\""), "text to continue (empty: a document from scratch)")
-      ("tokens", po::value(&n_tokens)->default_value(n_tokens), "tokens to generate at most")
-      ("temperature", po::value(&temperature)->default_value(temperature),
+      ("tokens", po::value(&n_tokens)->default_value(n_tokens)->notifier(at_least("sample", "--tokens", 1)),
+       "tokens to generate at most")
+      ("temperature",
+       po::value(&temperature)->default_value(temperature)->notifier(at_least("sample", "--temperature", 0.0)),
        "softmax temperature; 0 is greedy (always the most likely token)")
-      ("top-k", po::value(&top_k)->default_value(top_k), "sample among the k most likely tokens only (0: all)")
+      ("top-k", po::value(&top_k)->default_value(top_k)->notifier(at_least("sample", "--top-k", 0)),
+       "sample among the k most likely tokens only (0: all)")
       ("seed", po::value(&seed)->default_value(seed), "random seed: the same seed gives the same text")
       ("device", po::value(&device)->default_value(device), "cpu | cuda | auto");
   if (!parse_command("sample", args, desc)) return 0;
-  YUAN_CHECK(n_tokens >= 0 && temperature >= 0 && top_k >= 0,
-             "sample: --tokens %d, --temperature %g and --top-k %d must not be negative", n_tokens, temperature, top_k);
 
   const CheckpointModel m = load_checkpoint_model(checkpoint);
   YUAN_CHECK(!m.tokenizer.empty(), "checkpoint %s has no tokenizer: its training shards had no manifest.json",

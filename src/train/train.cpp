@@ -502,8 +502,9 @@ class Trainer {
 int train_main(const std::vector<std::string>& args) {
   Config cfg;
   if (!parse_config(args, "train", cfg)) return 0;
+  // Compared before validation: a value that only some ranks refuse would leave the others waiting.
+  parallel::check_same_text_everywhere(cfg.hash(), cfg.to_ini(), "the resolved config", ini_difference);
   validate(cfg, parallel::world().size);
-  parallel::check_same_everywhere(cfg.hash(), "the resolved config");
   parallel::watch_waits(cfg.dist.timeout_s);
   const RunDirOwner owner(cfg.run.dir);
   say("# yuanlm train: resolved config\n%s", cfg.to_ini().c_str());
