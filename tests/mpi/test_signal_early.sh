@@ -2,7 +2,7 @@
 #  early    SIGTERM to the ranks as soon as they catch it (during MPI's start-up, long before the first step):
 #           exit 75 without writing a checkpoint, and the next start resumes from the last good one;
 #  eval     an evaluation of 60000 micro-batches (some 20 s here): SIGTERM in train's first evaluation ends
-#           it within a micro-batch (exit 75, no checkpoint: no step was done), and so it does `yuanlm eval`;
+#           it within a micro-batch (exit 75, no checkpoint: no step was done); so does SIGTERM to `yuanlm eval`;
 #  sbatch   SIGTERM to jobs/train.sbatch with the mpirun launcher (what SLURM sends the batch shell at the time
 #           limit): the ranks checkpoint and the job exits 75 (mpirun itself, given SIGTERM, kills them and exits 1).
 source "$(dirname "$0")/lib.sh"
