@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "parallel/watchdog.h"
 #include "parallel/world.h"
 #include "prep/prep.h"
 #include "run/commands.h"
@@ -22,16 +23,18 @@ struct Command {
   const char* name;
   const char* help;
   int (*run)(const std::vector<std::string>&);
+  bool stops;  // acts on SIGTERM/SIGUSR1 itself (checkpoint or stop, exit 75); the others keep the default action
 };
 
 const Command kCommands[] = {
-    {"train", "train a GPT from a config deck (under mpirun/srun for data parallelism)", yuan::train_main},
-    {"prep", "tokenize text into sharded HDF5 corpus files", yuan::prep_main},
-    {"eval", "validation loss of a checkpoint (under mpirun or alone)", yuan::eval_main},
-    {"sample", "generate text from a prompt with a checkpoint", yuan::sample_main},
-    {"export", "write a checkpoint as a HuggingFace GPT-2 directory (safetensors + config.json)", yuan::export_main},
+    {"train", "train a GPT from a config deck (under mpirun/srun for data parallelism)", yuan::train_main, true},
+    {"prep", "tokenize text into sharded HDF5 corpus files", yuan::prep_main, false},
+    {"eval", "validation loss of a checkpoint (under mpirun or alone)", yuan::eval_main, true},
+    {"sample", "generate text from a prompt with a checkpoint", yuan::sample_main, false},
+    {"export", "write a checkpoint as a HuggingFace GPT-2 directory (safetensors + config.json)", yuan::export_main,
+     false},
     {"plan", "a deck's modules, or its parallel layout with the memory of every rank, without running it",
-     yuan::plan_main},
+     yuan::plan_main, false},
 };
 
 void usage(std::FILE* f) {
@@ -62,9 +65,14 @@ int main(int argc, char** argv) {
     usage(stderr);
     return 1;
   }
+  // Before MPI and any work: a stop signal that arrives while MPI starts or a checkpoint loads is acted on at the
+  // command's first check instead of killing the rank.
+  if (cmd->stops) yuan::parallel::install_stop_handlers();
   yuan::parallel::init(&argc, &argv);
   int rc;
   try {
+    yuan::parallel::watch_waits(yuan::parallel::kDefaultTimeoutSeconds);
+    yuan::parallel::check_same_command(cmd->name);
     yuan::configure_threads(yuan::parallel::world().local_size);
     rc = cmd->run(std::vector<std::string>(argv + 2, argv + argc));
   } catch (const yuan::Error& e) {

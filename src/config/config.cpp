@@ -86,6 +86,11 @@ std::vector<Field> fields(Config& c) {
       {"parallel.tp_size", &c.parallel.tp_size, "tensor-parallel ranks per stage (1: none)"},
       {"dist.nccl_timeout_s", &c.dist.nccl_timeout_s,
        "CUDA on several ranks: an NCCL operation not done after this many seconds aborts the job"},
+      {"dist.timeout_s", &c.dist.timeout_s,
+       "seconds a rank may wait in one MPI collective or transfer (for a stopped, stuck or unreachable peer) before "
+       "the job ends with a line naming the rank, operation and group; must exceed the longest work a rank does "
+       "while its peers wait: the slowest stage's step, writing or reading its checkpoint shard, one evaluation "
+       "micro-batch (NCCL operations: dist.nccl_timeout_s)"},
       {"run.dir", &c.run.dir, "directory for logs, config.ini and checkpoints"},
       {"ckpt.every", &c.ckpt.every, "steps between checkpoints; 0: only at the end and on SIGTERM/SIGUSR1"},
       {"ckpt.keep", &c.ckpt.keep, "newest checkpoints kept in run.dir/ckpt"},
@@ -466,6 +471,7 @@ void validate(const Config& c, int world) {
   if (o.zero < 0 || o.zero > 3) throw Error(strf("optim.zero must be 0, 1, 2 or 3 (got %d)", o.zero), true);
   above("optim.bucket_mb", o.bucket_mb, 0);
   above("dist.nccl_timeout_s", c.dist.nccl_timeout_s, 0);
+  above("dist.timeout_s", c.dist.timeout_s, 0);
 
   if (c.run.dir.empty()) throw Error("run.dir must not be empty", true);
   at_least("ckpt.every", c.ckpt.every, 0);

@@ -65,6 +65,7 @@ struct ParallelConfig {
 
 struct DistConfig {
   double nccl_timeout_s = 600;  // an NCCL wait longer than this ends the job
+  double timeout_s = 300;       // an MPI wait longer than this ends the job (parallel::kDefaultTimeoutSeconds)
 };
 
 struct RunConfig {

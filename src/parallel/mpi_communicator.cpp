@@ -6,6 +6,7 @@
 #include "parallel/communicator.h"
 #include "parallel/groups.h"
 #include "parallel/mpi_check.h"
+#include "parallel/watchdog.h"
 #include "parallel/world.h"
 
 namespace yuan::parallel {
@@ -25,6 +26,19 @@ MPI_Datatype mpi_type(DType t) {
   return MPI_DATATYPE_NULL;
 }
 
+// "data[h.0-h.3] (world ranks 0-3,8-11)": what the watchdog names when a wait in the group overruns.
+std::string describe(const ProcessGroup& group) {
+  std::string ranks;
+  const std::vector<int>& r = group.world_ranks();
+  for (size_t i = 0; i < r.size();) {
+    size_t j = i;
+    while (j + 1 < r.size() && r[j + 1] == r[j] + 1) j++;
+    ranks += strf("%s%d", ranks.empty() ? "" : ",", r[i]) + (j > i ? strf("-%d", r[j]) : "");
+    i = j + 1;
+  }
+  return strf("%s (world ranks %s)", group.name().c_str(), ranks.c_str());
+}
+
 MPI_Datatype mpi_reduce_type(DType t, const char* what) {
   YUAN_CHECK(t != DType::BF16, "MPI communicator: %s over bf16 is not supported on the host (use f32)", what);
   return mpi_type(t);
@@ -33,7 +47,8 @@ MPI_Datatype mpi_reduce_type(DType t, const char* what) {
 class MpiCommunicator final : public Communicator {
  public:
   MpiCommunicator(const ProcessGroup& group, size_t max_count, bool duplicate)
-      : comm_(group.comm()), name_(group.name()), max_count_(max_count), rank_(group.rank()), size_(group.size()),
+      : comm_(group.comm()), name_(group.name()), label_(describe(group)), world_ranks_(group.world_ranks()),
+        max_count_(max_count), rank_(group.rank()), size_(group.size()),
         owned_(duplicate) {
     YUAN_CHECK(max_count_ >= 1 && max_count_ <= static_cast<size_t>(INT_MAX), "MPI communicator: bad chunk %zu",
                max_count_);
@@ -45,9 +60,13 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
-  void barrier() override { MPI_CHECK(MPI_Barrier(comm_)); }
+  void barrier() override {
+    Waiting wait("barrier", label_.c_str());
+    MPI_CHECK(MPI_Barrier(comm_));
+  }
 
   double sum(double x) override {
+    Waiting wait("sum", label_.c_str());
     if (size_ > 1) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, comm_));
     return x;
   }
@@ -58,6 +77,7 @@ class MpiCommunicator final : public Communicator {
   void do_all_reduce(void* buf, size_t count, DType t, ReduceOp op) override {
     MPI_Datatype mt = mpi_reduce_type(t, "all_reduce");
     if (size_ == 1) return;
+    Waiting wait("all_reduce", label_.c_str());
     MPI_Op mop = op == ReduceOp::Sum ? MPI_SUM : MPI_MAX;
     char* p = static_cast<char*>(buf);
     for (size_t off = 0; off < count; off += max_count_) {
@@ -70,6 +90,7 @@ class MpiCommunicator final : public Communicator {
     MPI_Datatype mt = mpi_reduce_type(t, "reduce_scatter");
     std::vector<size_t> offs = block_offsets(counts, size_, "reduce_scatter");
     if (size_ == 1) return;
+    Waiting wait("reduce_scatter", label_.c_str());
     char* p = static_cast<char*>(buf);
     const size_t es = dtype_size(t);
     if (offs.back() <= max_count_) {
@@ -94,6 +115,7 @@ class MpiCommunicator final : public Communicator {
     MPI_Datatype mt = mpi_type(t);
     std::vector<size_t> offs = block_offsets(counts, size_, "all_gather");
     if (size_ == 1) return;
+    Waiting wait("all_gather", label_.c_str());
     char* p = static_cast<char*>(buf);
     const size_t es = dtype_size(t);
     if (offs.back() <= max_count_) {
@@ -113,6 +135,7 @@ class MpiCommunicator final : public Communicator {
   void do_broadcast(void* buf, size_t count, DType t, int root) override {
     YUAN_CHECK(root >= 0 && root < size_, "broadcast: root %d outside the %d ranks", root, size_);
     if (size_ == 1) return;
+    Waiting wait("broadcast", label_.c_str());
     char* p = static_cast<char*>(buf);
     for (size_t off = 0; off < count; off += max_count_) {
       int n = static_cast<int>(std::min(max_count_, count - off));
@@ -128,6 +151,10 @@ class MpiCommunicator final : public Communicator {
     YUAN_CHECK((send_bytes == 0 || (peer >= 0 && peer < size_ && peer != rank_)) &&
                    (recv_bytes == 0 || (peer2 >= 0 && peer2 < size_ && peer2 != rank_)),
                "%s: send to rank %d / receive from rank %d of %d", name_.c_str(), peer, peer2, size_);
+    // The peer this transfer waits for, when there is one: the receive's and the send's, or the only one.
+    const int waits_for = recv_bytes == 0 ? peer : send_bytes == 0 || peer == peer2 ? peer2 : -1;
+    Waiting wait(recv_bytes == 0 ? "send" : send_bytes == 0 ? "recv" : "send_recv", label_.c_str(),
+                 waits_for < 0 ? -1 : world_ranks_[waits_for]);
     const char* sp = static_cast<const char*>(send_buf);
     char* rp = static_cast<char*>(recv_buf);
     for (size_t off = 0; off < std::max(send_bytes, recv_bytes); off += max_count_) {
@@ -146,6 +173,8 @@ class MpiCommunicator final : public Communicator {
  private:
   MPI_Comm comm_;
   std::string name_;
+  std::string label_;             // the group and its world ranks, for the watchdog
+  std::vector<int> world_ranks_;  // by group rank
   size_t max_count_;  // elements per MPI call (MPI counts are int)
   int rank_, size_;
   bool owned_;  // comm_ is this communicator's duplicate of the group's

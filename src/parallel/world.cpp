@@ -2,10 +2,13 @@
 
 #include <cinttypes>
 #include <climits>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
 #include "parallel/mpi_check.h"
+#include "parallel/watchdog.h"
 
 namespace yuan::parallel {
 
@@ -14,6 +17,8 @@ WorldInfo g_world;
 std::vector<std::string> g_hosts;  // by rank, so errors can say where the odd rank runs
 bool g_initialized = false;
 bool g_owns_mpi = false;  // false when the embedding program initialised MPI itself
+volatile std::sig_atomic_t g_stop_signal = 0;
+extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
 }  // namespace
 
 void init(int* argc, char*** argv) {
@@ -60,6 +65,9 @@ void init(int* argc, char*** argv) {
 
 void finalize() {
   if (!g_initialized) return;
+  // MPI_Finalize is not watched: under mpirun, export and sample leave ranks other than 0 waiting in it for as
+  // long as rank 0 writes or generates.
+  stop_watchdog();
   g_initialized = false;
   int done = 0;
   MPI_Finalized(&done);
@@ -71,6 +79,7 @@ const WorldInfo& world() { return g_world; }
 
 static double allreduce(double x, MPI_Op op) {
   YUAN_CHECK(g_initialized, "parallel::allreduce before parallel::init");
+  Waiting wait(op == MPI_SUM ? "allreduce_sum" : "allreduce_max", "world");
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, op, MPI_COMM_WORLD));
   return x;
 }
@@ -81,6 +90,7 @@ std::vector<std::string> gather_strings(const std::string& mine) {
   const WorldInfo& w = world();
   int len = static_cast<int>(mine.size());
   std::vector<int> lens(static_cast<size_t>(w.size)), displs(static_cast<size_t>(w.size));
+  Waiting wait("gather_strings", "world");
   MPI_CHECK(MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD));
   int total = 0;
   for (int r = 0; r < w.size; r++) {
@@ -99,12 +109,14 @@ std::vector<std::string> gather_strings(const std::string& mine) {
 std::vector<double> gather(double mine) {
   const WorldInfo& w = world();
   std::vector<double> all(static_cast<size_t>(w.rank == 0 ? w.size : 0));
+  Waiting wait("gather", "world");
   MPI_CHECK(MPI_Gather(&mine, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, 0, MPI_COMM_WORLD));
   return all;
 }
 
 std::string broadcast_string(const std::string& s, int root) {
   unsigned long long len = s.size();
+  Waiting wait("broadcast_string", "world");
   MPI_CHECK(MPI_Bcast(&len, 1, MPI_UNSIGNED_LONG_LONG, root, MPI_COMM_WORLD));
   std::string out = s;
   out.resize(len);
@@ -114,12 +126,14 @@ std::string broadcast_string(const std::string& s, int root) {
 
 void barrier() {
   YUAN_CHECK(g_initialized, "parallel::barrier before parallel::init");
+  Waiting wait("barrier", "world");
   MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
 }
 
 void check_same_everywhere(uint64_t value, const char* what) {
   YUAN_CHECK(g_initialized, "parallel::check_same_everywhere(%s) before parallel::init", what);
   std::vector<uint64_t> all(static_cast<size_t>(g_world.size));
+  Waiting wait("check_same_everywhere", "world");
   MPI_CHECK(MPI_Allgather(&value, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD));
   for (int r = 1; r < g_world.size; r++) {
     if (all[r] == all[0]) continue;
@@ -127,6 +141,50 @@ void check_same_everywhere(uint64_t value, const char* what) {
     throw Error(strf("%s differs between ranks: rank %d@%s has %" PRIu64 ", rank 0@%s has %" PRIu64, what, r,
                      g_hosts[r].c_str(), all[r], g_hosts[0].c_str(), all[0]),
                 true);
+  }
+}
+
+void check_same_command(const char* command) {
+  YUAN_CHECK(g_initialized, "parallel::check_same_command before parallel::init");
+  constexpr int kLen = 32;  // longer than any command's name; a longer one is compared by its first 31 bytes
+  char mine[kLen] = {};
+  std::strncpy(mine, command, kLen - 1);
+  std::vector<char> all(static_cast<size_t>(g_world.size) * kLen);
+  {
+    Waiting wait("check_same_command", "world");
+    MPI_CHECK(MPI_Allgather(mine, kLen, MPI_CHAR, all.data(), kLen, MPI_CHAR, MPI_COMM_WORLD));
+  }
+  for (int r = 1; r < g_world.size; r++) {
+    const char* theirs = all.data() + static_cast<size_t>(r) * kLen;
+    if (std::strcmp(theirs, all.data()) == 0) continue;
+    throw Error(strf("the ranks run different commands: rank %d@%s runs 'yuanlm %s', rank 0@%s runs 'yuanlm %s'; "
+                     "every rank of a job must run the same command (one mpirun/srun line per command)",
+                     r, g_hosts[r].c_str(), theirs, g_hosts[0].c_str(), all.data()),
+                true);
+  }
+}
+
+void install_stop_handlers() {
+  struct sigaction sa = {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGUSR1, &sa, nullptr);
+}
+
+int agreed_stop_signal() {
+  int sig = g_stop_signal;
+  if (!g_initialized || g_world.size == 1) return sig;
+  Waiting wait("agreed_stop_signal", "world");
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &sig, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+  return sig;
+}
+
+const char* signal_name(int sig) {
+  switch (sig) {
+    case SIGTERM: return "SIGTERM";
+    case SIGUSR1: return "SIGUSR1";
+    default: return "a signal";
   }
 }
 

@@ -34,6 +34,18 @@ std::string broadcast_string(const std::string& s, int root);
 // Throws Error naming the first rank whose value differs from rank 0's.
 void check_same_everywhere(uint64_t value, const char* what);
 
+// Refuses, collectively, a job whose ranks run different subcommands (an MPMD launch such as `mpirun -np 1 yuanlm
+// train : -np 1 yuanlm eval`), which would otherwise wait in each other's collectives for ever.
+void check_same_command(const char* command);
+
+// Stop signals: SLURM sends SIGUSR1 (--signal=USR1@120) before the time limit and SIGTERM at it; mpirun forwards
+// SIGUSR1. install_stop_handlers() (at the very start of main, before MPI and any work, for the commands that act
+// on them) makes them set a flag instead of ending the process; agreed_stop_signal() is collective: the signal
+// any rank received (0: none), the same on every rank, so that all stop at the same point.
+void install_stop_handlers();
+int agreed_stop_signal();
+const char* signal_name(int sig);  // "SIGTERM", "SIGUSR1"
+
 // Ends the whole job after `e`: prints "error: [rank R@host] msg" (collective errors on rank 0 only) and
 // returns the exit code for main(). Non-collective errors abort every rank through MPI_Abort.
 int fail(const Error& e);

@@ -11,6 +11,7 @@
 #include "parallel/world.h"
 #include "run/commands.h"
 #include "train/metrics.h"
+#include "train/train.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -71,7 +72,15 @@ int eval_main(const std::vector<std::string>& args) {
 
   const double t0 = now_seconds();
   double sum = 0;
-  for (int i = 0; i < batches; i++) sum += model.program->forward_loss(val.batch(i), micro_batch);
+  for (int i = 0; i < batches; i++) {
+    sum += model.program->forward_loss(val.batch(i), micro_batch);
+    // Collective, after each micro-batch: a large --batches must not hold off a batch system's stop signal.
+    if (const int sig = parallel::agreed_stop_signal()) {
+      warn("eval: stopped by %s after %d of %d micro-batches: no result; exit %d", parallel::signal_name(sig), i + 1,
+           batches, kExitRequeue);
+      return kExitRequeue;
+    }
+  }
   // Every micro-batch holds the same number of targets, so the mean of the means is the mean over all targets.
   const double loss = parallel::allreduce_sum(sum) / (static_cast<double>(batches) * w.size);
   const long long windows = static_cast<long long>(batches) * micro_batch * w.size;

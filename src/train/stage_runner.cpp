@@ -85,7 +85,8 @@ double StageRunner::run(const parallel::Schedule& schedule, float grad_scale, co
   return loss;
 }
 
-double StageRunner::evaluate(int batches, const std::function<const int32_t*(int)>& tokens) {
+std::optional<double> StageRunner::evaluate(int batches, const std::function<const int32_t*(int)>& tokens,
+                                            const std::function<bool()>& stop) {
   double loss = 0;
   const bool reads = program_.embeds() || program_.heads();
   for (int i = 0; i < batches; i++) {
@@ -96,6 +97,11 @@ double StageRunner::evaluate(int batches, const std::function<const int32_t*(int
       const Tensor out = program_.output(0);
       pending_ = {out.data, bytes_of(out), stage_ + 1};
     }
+    if (!stop) continue;
+    // A send held back to the next micro-batch would wait for a receive that the next stage only posts after the
+    // check: every rank would sit in the check for ever.
+    exchange(nullptr, 0, -1);
+    if (stop()) return std::nullopt;
   }
   exchange(nullptr, 0, -1);
   return loss;

@@ -10,6 +10,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <optional>
 
 #include "backend/backend.h"
 #include "model/program.h"
@@ -33,8 +34,11 @@ class StageRunner {
   // losses on a stage that heads, 0 elsewhere.
   double run(const parallel::Schedule& schedule, float grad_scale, const Hooks& hooks);
   // Forward passes of `batches` micro-batches (tokens(i) for batch i, on stages that embed or head), one at a
-  // time; returns the sum of their losses on a stage that heads, 0 elsewhere.
-  double evaluate(int batches, const std::function<const int32_t*(int)>& tokens);
+  // time; returns the sum of their losses on a stage that heads, 0 elsewhere. `stop`, when given, is asked after
+  // each micro-batch, with no transfer outstanding so that it may be collective; true ends the loop early and
+  // evaluate returns nullopt.
+  std::optional<double> evaluate(int batches, const std::function<const int32_t*(int)>& tokens,
+                                 const std::function<bool()>& stop = {});
 
   // Of the last run(): its wall time, and the time spent in the program's passes (the rest waited for
   // neighbours or moved data). On a device backend the passes are enqueued, so this measures the host.

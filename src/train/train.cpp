@@ -15,10 +15,16 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
+#include <exception>
+#include <filesystem>
 #include <iterator>
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
+
+#include <unistd.h>
 
 #include "backend/backend.h"
 #include "config/config.h"
@@ -31,6 +37,7 @@
 #include "parallel/layout.h"
 #include "parallel/schedule.h"
 #include "parallel/topology.h"
+#include "parallel/watchdog.h"
 #include "parallel/world.h"
 #include "train/checkpoint.h"
 #include "train/memory_plan.h"
@@ -46,18 +53,6 @@
 namespace yuan {
 namespace {
 
-volatile std::sig_atomic_t g_stop_signal = 0;
-extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
-
-// SLURM sends SIGUSR1 (--signal=USR1@120) before the time limit and SIGTERM at it; mpirun forwards SIGUSR1.
-void install_stop_handlers() {
-  struct sigaction sa = {};
-  sa.sa_handler = on_stop_signal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGTERM, &sa, nullptr);
-  sigaction(SIGUSR1, &sa, nullptr);
-}
-
 // Test hooks (tests/mpi): YUANLM_FAIL_AT=RANK:STEP throws on that rank at that step; YUANLM_KILL_AT=STEP
 // SIGKILLs rank 0 in the middle of that step (after backward, before the update); YUANLM_NAN_STEPS=A:B makes
 // the gradients of steps [A, B) NaN.
@@ -68,6 +63,68 @@ struct FaultInjection {
     if (const char* f = std::getenv("YUANLM_KILL_AT")) kill_step = std::atoi(f);
     if (const char* f = std::getenv("YUANLM_NAN_STEPS")) std::sscanf(f, "%d:%d", &nan_from, &nan_to);
   }
+};
+
+// A run directory has one owner: rank 0 holds a lock on run.dir/.lock for the whole run, taken before anything is
+// written there, so that a second training on the same directory (a duplicate submission, a requeue that starts
+// before the old job ended) cannot resume from the first's checkpoints, overwrite them and mix metrics.jsonl.
+// Collective: every rank gets rank 0's verdict. A run refused before it wrote anything (memory, a bad resume)
+// leaves no trace: a directory it created only for the lock goes again.
+class RunDirOwner {
+ public:
+  explicit RunDirOwner(const std::string& dir) : dir_(dir) {
+    std::string refusal;
+    if (parallel::world().rank == 0) {
+      const std::string path = dir + "/.lock";
+      const char* job = std::getenv("SLURM_JOB_ID");
+      const std::time_t now = std::time(nullptr);
+      char started[32];
+      std::strftime(started, sizeof started, "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&now));
+      const std::string me = strf("host %s, pid %d, started %s%s", parallel::world().host.c_str(),
+                                  static_cast<int>(::getpid()), started,
+                                  job ? strf(", SLURM job %s", job).c_str() : "");
+      std::string other;
+      try {
+        created_ = !std::filesystem::exists(dir);
+        make_dirs(dir);
+        switch (lock_.acquire(path, me, &other)) {
+          case FileLock::Taken: break;
+          case FileLock::Held:
+            refusal = strf("run.dir %s is in use by another training (%s; it holds %s): one run per directory; "
+                           "wait for it to end or give this one another run.dir",
+                           dir.c_str(), other.empty() ? "its holder is starting" : other.c_str(), path.c_str());
+            break;
+          case FileLock::Unsupported:
+            warn("cannot lock %s (%s: the filesystem has no flock, e.g. Lustre without -o flock): a second training "
+                 "on run.dir %s would not be refused",
+                 path.c_str(), other.c_str(), dir.c_str());
+            break;
+        }
+      } catch (const Error& e) {
+        refusal = e.what();
+      }
+    }
+    refusal = parallel::broadcast_string(refusal, 0);
+    if (!refusal.empty()) throw Error(refusal, true);
+  }
+  ~RunDirOwner() {
+    if (!created_ || std::uncaught_exceptions() == exceptions_) return;
+    // The lock file goes before the lock: a run that opens it meanwhile is refused, and one after makes a new one.
+    std::error_code ec;
+    std::filesystem::directory_iterator it(dir_, ec), end;
+    if (!ec && it != end && it->path().filename() == ".lock" && ++it == end) {
+      std::filesystem::remove(dir_ + "/.lock", ec);
+      std::filesystem::remove(dir_, ec);
+    }
+  }
+  RunDirOwner(const RunDirOwner&) = delete;
+  RunDirOwner& operator=(const RunDirOwner&) = delete;
+
+ private:
+  std::string dir_;
+  bool created_ = false;  // rank 0 made the directory for the lock
+  const int exceptions_ = std::uncaught_exceptions();
+  FileLock lock_;
 };
 
 class Trainer {
@@ -160,7 +217,6 @@ class Trainer {
       truncate_metrics(cfg.run.dir + "/metrics.jsonl", state_.step);
       metrics_ = std::make_unique<MetricsLog>(cfg.run.dir + "/metrics.jsonl");
     }
-    install_stop_handlers();
   }
 
   // Returns the process exit code: 0 when all steps ran, kExitRequeue after a stop signal.
@@ -190,7 +246,9 @@ class Trainer {
       return 0;
     }
 
-    evaluate(state_.step);
+    first_step_ = saved_step_ = state_.step;
+    // A signal during start-up (MPI, a checkpoint's load, the data checks) is acted on here, before any step.
+    if (!evaluate(state_.step) || parallel::agreed_stop_signal()) return stop_for_requeue();
     const double tokens_per_step = static_cast<double>(c.train.global_batch) * c.model.seq_len;
     const double start = now_seconds();
     const int first = static_cast<int>(state_.step);
@@ -289,6 +347,7 @@ class Trainer {
         if (bad_run >= c.train.max_bad_steps) {
           opts_.drain();
           std::string dir = save_checkpoint(cfg_, state_, opts_, tokenizer_);
+          saved_step_ = state_.step;
           throw Error(strf("%d consecutive steps with a non-finite loss or gradient norm (steps %d-%d); %s holds "
                            "the weights from before them",
                            bad_run, done - bad_run + 1, done, dir.c_str()),
@@ -297,17 +356,12 @@ class Trainer {
       } else {
         bad_run = 0;
       }
-      if (parallel::allreduce_max(g_stop_signal) > 0) {
-        opts_.drain();
-        std::string dir = save_checkpoint(cfg_, state_, opts_, tokenizer_);
-        say("stopped by a signal after step %d; checkpoint %s; exit %d so the job can be requeued", done, dir.c_str(),
-            kExitRequeue);
-        return kExitRequeue;
-      }
+      if (parallel::agreed_stop_signal()) return stop_for_requeue();
       if (c.ckpt.every > 0 && done % c.ckpt.every == 0 && done != c.train.steps) checkpoint();
-      if (c.train.eval_every > 0 && done % c.train.eval_every == 0 && done != c.train.steps) evaluate(done);
+      if (c.train.eval_every > 0 && done % c.train.eval_every == 0 && done != c.train.steps && !evaluate(done))
+        return stop_for_requeue();
     }
-    evaluate(c.train.steps);
+    if (!evaluate(c.train.steps)) return stop_for_requeue();
     checkpoint();
     const double elapsed = now_seconds() - start;
     say("done: %d steps in %s, %.0f tokens/s average", c.train.steps - first, format_duration(elapsed).c_str(),
@@ -371,20 +425,45 @@ class Trainer {
     opts_.drain();
     double t0 = now_seconds();
     std::string dir = save_checkpoint(cfg_, state_, opts_, tokenizer_);
+    saved_step_ = state_.step;
     say("checkpoint %s (%.1f s)", dir.c_str(), now_seconds() - t0);
   }
 
-  void evaluate(int64_t step) {
-    if (cfg_.data.val.empty()) return;
+  // After a stop signal that every rank saw (parallel::agreed_stop_signal): checkpoints the steps done since the
+  // last checkpoint, if any, and returns the exit code that asks for a requeue.
+  int stop_for_requeue() {
+    if (state_.step > saved_step_) {
+      opts_.drain();
+      std::string dir = save_checkpoint(cfg_, state_, opts_, tokenizer_);
+      saved_step_ = state_.step;
+      say("stopped by a signal after step %lld; checkpoint %s; exit %d so the job can be requeued",
+          static_cast<long long>(state_.step), dir.c_str(), kExitRequeue);
+    } else {
+      say("stopped by a signal %s: nothing to save, no checkpoint written; exit %d so the job can be requeued",
+          state_.step == first_step_ ? "before the first step"
+                                     : strf("at step %lld, which is checkpointed", static_cast<long long>(state_.step))
+                                           .c_str(),
+          kExitRequeue);
+    }
+    return kExitRequeue;
+  }
+
+  // Returns false when a stop signal ended the evaluation early (on every rank: the check is collective, after
+  // each micro-batch, so that a large train.eval_batches cannot hold off a requeue).
+  bool evaluate(int64_t step) {
+    if (cfg_.data.val.empty()) return true;
     opts_.drain();
     backend_->range_push("eval");
-    const double sum = runner_->evaluate(cfg_.train.eval_batches, [&](int i) { return val_->batch(i); }) *
-                       (place_.tp_rank == 0);
+    const std::optional<double> loss = runner_->evaluate(cfg_.train.eval_batches, [&](int i) { return val_->batch(i); },
+                                                         [] { return parallel::agreed_stop_signal() != 0; });
     backend_->range_pop();
+    if (!loss) return false;
+    const double sum = *loss * (place_.tp_rank == 0);
     const double val = parallel::allreduce_sum(sum) /
                        (static_cast<double>(cfg_.train.eval_batches) * groups_.topology().pipelines().size());
     say("val    %6lld | val_loss %.4f", static_cast<long long>(step), val);
     if (metrics_) metrics_->write(JsonLine().add("step", static_cast<long long>(step)).add("val_loss", val));
+    return true;
   }
 
   Config cfg_;
@@ -403,6 +482,7 @@ class Trainer {
   PeakFlops peak_;
   std::string tokenizer_;
   TrainState state_;
+  int64_t first_step_ = 0, saved_step_ = 0;  // where this run started; the newest step in a checkpoint
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Program> program_;
   // After the backend, so destroyed before it: the backend's teardown waits on streams behind NCCL events (and
@@ -425,6 +505,8 @@ int train_main(const std::vector<std::string>& args) {
   // Compared before validation: a value that only some ranks refuse would leave the others waiting.
   parallel::check_same_text_everywhere(cfg.hash(), cfg.to_ini(), "the resolved config", ini_difference);
   validate(cfg, parallel::world().size);
+  parallel::watch_waits(cfg.dist.timeout_s);
+  const RunDirOwner owner(cfg.run.dir);
   say("# yuanlm train: resolved config\n%s", cfg.to_ini().c_str());
   return Trainer(cfg).run();
 }

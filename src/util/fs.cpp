@@ -2,11 +2,14 @@
 
 #include <fcntl.h>
 #include <glob.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "util/error.h"
 
@@ -55,6 +58,39 @@ std::vector<std::string> expand_glob(const std::string& pattern) {
   globfree(&g);
   YUAN_CHECK(rc == 0 || rc == GLOB_NOMATCH, "%s: cannot expand glob (error %d)", pattern.c_str(), rc);
   return paths;
+}
+
+FileLock::~FileLock() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+FileLock::Result FileLock::acquire(const std::string& path, const std::string& holder, std::string* other) {
+  YUAN_CHECK(fd_ < 0, "%s: lock taken twice", path.c_str());
+  // CLOEXEC: a child process would otherwise keep the lock after this one dies.
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  YUAN_CHECK(fd >= 0, "cannot open the lock file '%s': %s", path.c_str(), std::strerror(errno));
+  int rc;
+  while ((rc = ::flock(fd, LOCK_EX | LOCK_NB)) != 0 && errno == EINTR) {
+  }
+  if (rc != 0) {
+    const int e = errno;
+    ::close(fd);
+    if (e != EWOULDBLOCK) {
+      *other = std::strerror(e);
+      return Unsupported;
+    }
+    std::ifstream in(path);
+    std::ostringstream text;
+    text << in.rdbuf();
+    *other = text.str();
+    while (!other->empty() && (other->back() == '\n' || other->back() == ' ')) other->pop_back();
+    return Held;
+  }
+  fd_ = fd;
+  const std::string line = holder + "\n";
+  bool ok = ::ftruncate(fd, 0) == 0 && ::pwrite(fd, line.data(), line.size(), 0) == static_cast<ssize_t>(line.size());
+  YUAN_CHECK(ok, "cannot write the lock file '%s': %s", path.c_str(), std::strerror(errno));
+  return Taken;
 }
 
 }  // namespace yuan

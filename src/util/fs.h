@@ -11,4 +11,23 @@ void sync_dir(const std::string& dir);   // fsync a directory, so renames in it 
 // The paths matching a glob(3) pattern, sorted (so every rank sees the same order); empty when none match.
 // Throws naming the pattern when glob itself fails.
 std::vector<std::string> expand_glob(const std::string& pattern);
+
+// An exclusive flock(2) on a file, held until the object is destroyed or the process ends: the kernel releases it
+// when the process dies, so kill -9 leaves no stale lock.
+class FileLock {
+ public:
+  FileLock() = default;
+  ~FileLock();
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+  enum Result { Taken, Held, Unsupported };
+  // Creates `path` if needed and takes the lock without waiting, then writes `holder` (who holds it) into the file.
+  // Held: another process has it; *other gets the file's text (its holder's line, "" if not written yet).
+  // Unsupported: the filesystem has no flock (Lustre mounted without -o flock, say); *other gets the reason.
+  // Throws Error naming the file when it cannot be opened or written.
+  Result acquire(const std::string& path, const std::string& holder, std::string* other);
+
+ private:
+  int fd_ = -1;
+};
 }  // namespace yuan

@@ -1,0 +1,143 @@
+#include "parallel/watchdog.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+
+#include "parallel/mpi_check.h"
+#include "parallel/world.h"
+
+namespace yuan::parallel {
+
+namespace {
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// One per thread that waits in MPI (the main thread, ZeRO-3's communication threads), read by the watchdog without
+// locks: `since_ns` is written last on entry and first on exit, so a non-zero value comes with its op and group.
+struct Slot {
+  std::atomic<bool> taken{false};
+  std::atomic<int64_t> since_ns{0};  // 0: not waiting
+  std::atomic<const char*> op{nullptr}, group{nullptr};
+  std::atomic<int> peer{-1};
+};
+constexpr int kSlots = 64;
+Slot g_slots[kSlots];
+
+// The calling thread's slot, taken on its first wait and given back when the thread ends. A thread beyond
+// kSlots at once goes unwatched rather than failing.
+struct ThreadSlot {
+  Slot* slot = nullptr;
+  ThreadSlot() {
+    for (Slot& s : g_slots) {
+      bool expected = false;
+      if (s.taken.compare_exchange_strong(expected, true)) {
+        slot = &s;
+        break;
+      }
+    }
+  }
+  ~ThreadSlot() {
+    if (slot) slot->taken.store(false);
+  }
+};
+Slot* my_slot() {
+  thread_local ThreadSlot t;
+  return t.slot;
+}
+
+class Watchdog {
+ public:
+  ~Watchdog() { stop(); }
+  void start(double seconds) {
+    limit_ns_.store(static_cast<int64_t>(seconds * 1e9));
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!thread_.joinable()) {
+      quit_ = false;
+      thread_ = std::thread([this] { run(); });
+    }
+  }
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      quit_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void run() {
+    std::unique_lock<std::mutex> lock(mu_);
+    int64_t last = now_ns();
+    while (!quit_) {
+      const int64_t limit = limit_ns_.load();
+      // A tenth of the deadline, within [10 ms, 1 s]: the job ends within 10% (or a second) past it.
+      const int64_t period = std::clamp<int64_t>(limit / 10, 10000000, 1000000000);
+      if (cv_.wait_for(lock, std::chrono::nanoseconds(period), [this] { return quit_; })) return;
+      const int64_t now = now_ns();
+      // Woken far too late: this process itself was stopped (SIGSTOP, then the SIGCONT with which mpirun starts
+      // killing the job). Its peers did not keep it waiting, so its waits start over rather than blaming them.
+      const bool was_stopped = now - last > 2 * period + 1000000000;
+      last = now;
+      for (Slot& s : g_slots) {
+        int64_t since = s.since_ns.load();
+        if (since != 0 && was_stopped) s.since_ns.compare_exchange_strong(since, now);  // unless it just ended
+        else if (since != 0 && now - since > limit) give_up(s, (now - since) / 1e9, limit / 1e9);
+      }
+    }
+  }
+
+  [[noreturn]] static void give_up(const Slot& s, double waited, double limit) {
+    const int peer = s.peer.load();
+    std::fprintf(stderr,
+                 "error: [rank %d@%s] no progress for %.0f s: waiting in %s on group %s%s, longer than dist.timeout_s "
+                 "%g; a peer is stopped, stuck or unreachable (the ranks that print no such line); ending the job\n",
+                 process_rank(), process_host().c_str(), waited, s.op.load(), s.group.load(),
+                 peer >= 0 ? strf(" for world rank %d", peer).c_str() : "", limit);
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    std::_Exit(1);  // MPI_Abort does not return; should it, the job must still end
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::thread thread_;
+  bool quit_ = false;
+  std::atomic<int64_t> limit_ns_{0};
+};
+Watchdog g_watchdog;
+
+}  // namespace
+
+void watch_waits(double seconds) {
+  YUAN_CHECK(initialized(), "parallel::watch_waits before parallel::init");
+  if (world().size > 1) g_watchdog.start(seconds);
+}
+
+void stop_watchdog() { g_watchdog.stop(); }
+
+Waiting::Waiting(const char* op, const char* group, int peer) {
+  Slot* s = my_slot();
+  if (!s || s->since_ns.load() != 0) return;
+  s->op.store(op);
+  s->group.store(group);
+  s->peer.store(peer);
+  s->since_ns.store(now_ns());
+  armed_ = true;
+}
+
+Waiting::~Waiting() {
+  if (armed_) my_slot()->since_ns.store(0);
+}
+
+}  // namespace yuan::parallel

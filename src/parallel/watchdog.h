@@ -1,0 +1,36 @@
+// No wait without a deadline. Without one, a peer that is stopped (SIGSTOP), stuck or unreachable leaves every
+// other rank blocked in MPI for ever, busy-polling at 100% CPU with nothing printed, until the batch system's time
+// limit. Every blocking MPI call (the agreements of parallel/world.h, the MPI communicator's collectives and
+// transfers) runs inside a Waiting scope on its thread; a watchdog thread ends the job with one line naming the
+// rank, host, operation and group when one such wait lasts longer than the deadline (dist.timeout_s).
+//
+// The deadline bounds one wait, not a phase: it must exceed the longest work a rank does between two collectives
+// while its peers wait (a step's compute of the slowest pipeline stage, writing or reading its checkpoint shard,
+// one evaluation micro-batch). NCCL operations on the GPU have a deadline of their own (dist.nccl_timeout_s).
+#pragma once
+
+namespace yuan::parallel {
+
+constexpr double kDefaultTimeoutSeconds = 300;
+
+// Starts the watchdog on the first call (after parallel::init, with more than one rank) and sets its deadline in
+// seconds; a later call changes the deadline.
+void watch_waits(double seconds);
+// Stops and joins the watchdog thread (before MPI_Finalize: it must not call MPI_Abort after it).
+void stop_watchdog();
+
+// Marks the calling thread as waiting in `op` on `group` until the scope ends. Both strings must outlive the
+// scope; `peer`: the world rank a transfer waits for (-1 in a collective: any member may be the late one).
+// Nested scopes keep the outermost.
+class Waiting {
+ public:
+  Waiting(const char* op, const char* group, int peer = -1);
+  ~Waiting();
+  Waiting(const Waiting&) = delete;
+  Waiting& operator=(const Waiting&) = delete;
+
+ private:
+  bool armed_ = false;
+};
+
+}  // namespace yuan::parallel
