@@ -1,0 +1,92 @@
+#!/usr/bin/python3
+"""The include graph of yuanlm's folders: each folder of src/ is a node, and cuda/ one node (cuda/emu, the
+emulator, is left out: it stands in for the CUDA toolkit, not for a layer). Prints the folders bottom-up, each with
+the folders it includes, and exits 1 naming the folders of a cycle and the #include lines that close it, so that a
+layer never reaches up. Run from anywhere: /usr/bin/python3 tools/folder_graph.py"""
+import os
+import re
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+INCLUDE = re.compile(r'\s*#\s*include\s+"([^"]+)"')
+
+
+def folder(path):
+    """The node of a repository-relative path: 'cuda', 'main' (src/main.cpp) or the folder under src/."""
+    parts = path.split('/')
+    if parts[0] == 'cuda':
+        return 'cuda'
+    return parts[1] if len(parts) > 2 else 'main'
+
+
+def sources():
+    for top in ('src', 'cuda'):
+        for d, dirs, files in os.walk(os.path.join(ROOT, top)):
+            dirs[:] = sorted(x for x in dirs if os.path.relpath(os.path.join(d, x), ROOT) != 'cuda/emu')
+            for f in sorted(files):
+                if f.endswith(('.h', '.cpp', '.cu', '.cuh')):
+                    yield os.path.relpath(os.path.join(d, f), ROOT)
+
+
+def resolve(including, name):
+    """The file an #include "name" in `including` means, as the compilers' -Isrc -Icuda search finds it; None for
+    headers outside the repository."""
+    for candidate in (os.path.join(os.path.dirname(including), name), os.path.join('src', name),
+                      os.path.join('cuda', name)):
+        if os.path.isfile(os.path.join(ROOT, candidate)):
+            return os.path.normpath(candidate)
+    return None
+
+
+def graph():
+    """edges[a] = {b: ['file:line', ...]} for each include from folder a into another folder b."""
+    edges = {}
+    for path in sources():
+        a = folder(path)
+        edges.setdefault(a, {})
+        with open(os.path.join(ROOT, path), encoding='utf-8') as f:
+            for number, line in enumerate(f, 1):
+                m = INCLUDE.match(line)
+                target = m and resolve(path, m.group(1))
+                if target and folder(target) != a:
+                    edges[a].setdefault(folder(target), []).append(f'{path}:{number}')
+    return edges
+
+
+def layers(edges):
+    """Kahn's order, lowest layer first (ties by name); the folders left over lie on or above a cycle."""
+    order, placed = [], set()
+    while True:
+        ready = sorted(a for a in edges if a not in placed and all(b in placed for b in edges[a]))
+        if not ready:
+            return order, [a for a in sorted(edges) if a not in placed]
+        order += ready
+        placed.update(ready)
+
+
+def find_cycle(edges, among):
+    """One cycle among the folders `among`, each of which includes another of them (what layers() leaves over), as a
+    list of folders closing on itself."""
+    path, seen = [among[0]], set()
+    while path[-1] not in seen:
+        seen.add(path[-1])
+        path.append(next(b for b in sorted(edges[path[-1]]) if b in among))
+    return path[path.index(path[-1]):]
+
+
+def main():
+    edges = graph()
+    order, left = layers(edges)
+    for a in order + left:
+        print(f'{a:<9} -> {" ".join(sorted(edges[a], key=(order + left).index)) or "(nothing)"}')
+    if not left:
+        return 0
+    cycle = find_cycle(edges, left)
+    print(f'error: the folders {" -> ".join(cycle)} include each other in a cycle:', file=sys.stderr)
+    for a, b in zip(cycle, cycle[1:]):
+        print(f'  {a} -> {b}: {", ".join(edges[a][b])}', file=sys.stderr)
+    return 1
+
+
+if __name__ == '__main__':
+    sys.exit(main())
