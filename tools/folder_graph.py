@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """The include graph of yuanlm's folders: each folder of src/ is a node, and cuda/ one node (cuda/emu, the
 emulator, is left out: it stands in for the CUDA toolkit, not for a layer). Prints the folders bottom-up, each with
-the folders it includes, and exits 1 naming the folders of a cycle and the #include lines that close it, so that a
+its layer (one above the highest folder it includes; '?' on or above a cycle) and the folders it includes, and
+exits 1 naming the folders of a cycle and the #include lines that close it, so that a
 layer never reaches up. Run from anywhere: /usr/bin/python3 tools/folder_graph.py"""
 import os
 import re
@@ -54,13 +55,14 @@ def graph():
 
 
 def layers(edges):
-    """Kahn's order, lowest layer first (ties by name); the folders left over lie on or above a cycle."""
-    order, placed = [], set()
+    """The folders by layer, lowest first: a folder's layer is one above the highest it includes (Kahn's rounds);
+    and the folders left over, which lie on or above a cycle."""
+    rounds, placed = [], set()
     while True:
         ready = sorted(a for a in edges if a not in placed and all(b in placed for b in edges[a]))
         if not ready:
-            return order, [a for a in sorted(edges) if a not in placed]
-        order += ready
+            return rounds, [a for a in sorted(edges) if a not in placed]
+        rounds.append(ready)
         placed.update(ready)
 
 
@@ -76,12 +78,15 @@ def find_cycle(edges, among):
 
 def main():
     edges = graph()
-    order, left = layers(edges)
-    for a in order + left:
-        print(f'{a:<9} -> {" ".join(sorted(edges[a], key=(order + left).index)) or "(nothing)"}')
+    rounds, left = layers(edges)
+    order = [a for r in rounds for a in r] + left
+    for a in order:
+        layer = next((str(i) for i, r in enumerate(rounds) if a in r), '?')
+        print(f'{layer:>2}  {a:<9} -> {" ".join(sorted(edges[a], key=order.index)) or "(nothing)"}')
     if not left:
         return 0
     cycle = find_cycle(edges, left)
+    sys.stdout.flush()
     print(f'error: the folders {" -> ".join(cycle)} include each other in a cycle:', file=sys.stderr)
     for a, b in zip(cycle, cycle[1:]):
         print(f'  {a} -> {b}: {", ".join(edges[a][b])}', file=sys.stderr)
