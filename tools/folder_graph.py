@@ -67,13 +67,29 @@ def layers(edges):
 
 
 def find_cycle(edges, among):
-    """One cycle among the folders `among`, each of which includes another of them (what layers() leaves over), as a
-    list of folders closing on itself."""
-    path, seen = [among[0]], set()
-    while path[-1] not in seen:
-        seen.add(path[-1])
-        path.append(next(b for b in sorted(edges[path[-1]]) if b in among))
-    return path[path.index(path[-1]):]
+    """A shortest cycle among the folders `among` (what layers() leaves over), as a list of folders closing on
+    itself: the fewest include lines to look at."""
+    best = None
+    for start in among:
+        parent, frontier = {start: None}, [start]
+        while frontier and start not in [b for a in frontier for b in edges[a]]:
+            step = []
+            for a in frontier:
+                for b in sorted(edges[a]):
+                    if b in among and b not in parent:
+                        parent[b] = a
+                        step.append(b)
+            frontier = step
+        if not frontier:
+            continue
+        path, a = [start], next(a for a in frontier if start in edges[a])
+        while a is not None:
+            path.append(a)
+            a = parent[a]
+        path.reverse()
+        if best is None or len(path) < len(best):
+            best = path
+    return best
 
 
 def main():
