@@ -1,7 +1,7 @@
 // Device helpers shared by the kernels in cuda/: 16-byte vector access, warp and block reductions, launch sizes.
 //
 // The kernels come one family per file (cuda/<family>.cu, declared in <family>.cuh), each the twin of
-// src/ops/<family>.cpp, whose header (src/ops/ops.h) states the math and the conventions: N = B*T rows, C
+// src/ops/<family>.cpp, whose header (src/ops/reference_ops.h) states the math and the conventions: N = B*T rows, C
 // channels, OC output channels, weights [out, in], row-major. Differences from the CPU ops, all for speed:
 //   - weights and activations are bf16 (every sum in fp32); parameter gradients are fp32 and, as on the CPU,
 //     ADDED into; activation gradients are written, not added, unless a function says otherwise;

@@ -1,4 +1,4 @@
-// The op vocabulary (backend/ops.h) on the kernels of cuda/ and cuBLASLt GEMMs, all enqueued on the backend's
+// The op vocabulary (backend/ops_interface.h) on the kernels of cuda/ and cuBLASLt GEMMs, all enqueued on the backend's
 // compute stream. Where the structure differs from the CPU ops (src/backend/cpu_ops.cpp), it is a fusion:
 //   - a residual add rides in the GEMM that produces the branch (matmul_forward's residual is cuBLASLt's C
 //     operand, beta 1);

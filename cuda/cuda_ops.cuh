@@ -1,11 +1,11 @@
-// The op vocabulary of backend/ops.h on one GPU (cuda_ops.cu), and the sizes behind the CUDA backend's
+// The op vocabulary of backend/ops_interface.h on one GPU (cuda_ops.cu), and the sizes behind the CUDA backend's
 // TensorFormats (cuda_backend.cu assembles them).
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 
-#include "backend/ops.h"
+#include "backend/ops_interface.h"
 #include "common.cuh"
 
 namespace yuan::gpu {

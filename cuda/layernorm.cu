@@ -7,7 +7,7 @@
 // bias_residual is that pass. The backward fuses the residual side: it adds dx into the fp32 residual gradient
 // and writes the bf16 copy the next GEMM reads, in one pass.
 #include "layernorm.cuh"
-#include "ops/ops.h"
+#include "ops/reference_ops.h"
 
 namespace yuan::gpu {
 namespace {

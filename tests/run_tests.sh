@@ -32,6 +32,15 @@ gtest() {
   [ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && { echo "  $name: exit $rc with no failed test"; fail=$((fail + 1)); }
 }
 
+echo "== the folders' include graph has no cycle (tools/folder_graph.py)"
+if /usr/bin/python3 tools/folder_graph.py >"$log/folder_graph.log" 2>&1; then
+  pass=$((pass + 1))
+  echo "  PASS folder_graph"
+else
+  fail=$((fail + 1))
+  echo "  FAIL folder_graph:"
+  sed 's/^/    /' "$log/folder_graph.log"
+fi
 echo "== GoogleTest, one process"
 gtest serial bin/test_yuanlm --gtest_filter='-Mpi*'
 for np in 1 2 3 4; do

@@ -9,6 +9,7 @@
 
 #include "config/command_line.h"
 #include "config/config.h"
+#include "parallel/layout.h"
 #include "util/error.h"
 
 using yuan::Config;
@@ -52,7 +53,7 @@ std::string parse_error(const std::vector<std::string>& args) {
   return error_of([&] { parse({args}); });
 }
 
-// A config that passes validate() with world 2.
+// A config that passes parallel::validate() with world 2.
 Config valid() {
   Config c;
   c.model = {2, 2, 8, 16, 32};
@@ -63,7 +64,7 @@ Config valid() {
 std::string validate_error(const std::function<void(Config&)>& edit, int world = 2) {
   Config c = valid();
   edit(c);
-  return error_of([&] { yuan::validate(c, world); });
+  return error_of([&] { yuan::parallel::validate(c, world); });
 }
 
 const char* kDeck = R"(# a comment
@@ -156,8 +157,8 @@ TEST(ConfigParse, EveryDeckInInputValidates) {
     SCOPED_TRACE(d);
     Config c = parse({d});
     EXPECT_GT(c.model.n_layer, 0);
-    EXPECT_NO_THROW(yuan::validate(c, 1));
-    EXPECT_NO_THROW(yuan::validate(c, 2));
+    EXPECT_NO_THROW(yuan::parallel::validate(c, 1));
+    EXPECT_NO_THROW(yuan::parallel::validate(c, 2));
   }
 }
 
@@ -215,7 +216,7 @@ TEST(ConfigParse, EmptyValueOnTheCommandLine) {
   EXPECT_EQ(parse_error({"--parallel.template="}), "parallel.template: '' does not start with a name and ':'");
   Config c = valid();
   c.run.dir = parse({"--run.dir="}).run.dir;
-  EXPECT_EQ(error_of([&] { yuan::validate(c, 2); }), "run.dir must not be empty");
+  EXPECT_EQ(error_of([&] { yuan::parallel::validate(c, 2); }), "run.dir must not be empty");
   EXPECT_EQ(yuan::split_empty_values({"--a=", "--b=1", "-c=", "x=", "--d", "--="}),
             (std::vector<std::string>{"--a", "", "--b=1", "-c=", "x=", "--d", "--="}));
 }
@@ -242,7 +243,7 @@ TEST(CommandOptions, NumbersAreCheckedWhateverTheCommand) {
 }
 
 TEST(ConfigValidate, Ranges) {
-  EXPECT_NO_THROW(yuan::validate(valid(), 2));
+  EXPECT_NO_THROW(yuan::parallel::validate(valid(), 2));
   EXPECT_EQ(validate_error([](Config& c) { c.model.n_layer = 0; }), "model.n_layer must be >= 1 (got 0)");
   EXPECT_EQ(validate_error([](Config& c) { c.model.vocab_size = 1; }), "model.vocab_size must be >= 2 (got 1)");
   EXPECT_EQ(validate_error([](Config& c) { c.optim.lr = 0; }), "optim.lr must be > 0 (got 0)");
@@ -256,7 +257,7 @@ TEST(ConfigValidate, Ranges) {
               std::string("profile.steps must be A:B with 1 <= A <= B (got '") + bad + "')");
   Config window = valid();
   window.profile.steps = "3:5";
-  EXPECT_NO_THROW(yuan::validate(window, 2));
+  EXPECT_NO_THROW(yuan::parallel::validate(window, 2));
   EXPECT_EQ(window.profile.window(), std::make_pair(3, 5));
   struct Case {
     const char* key;

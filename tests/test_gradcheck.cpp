@@ -1,4 +1,4 @@
-// Finite-difference checks of every backward in ops/ops.h. Each op gets tiny odd shapes and the loss
+// Finite-difference checks of every backward in ops/reference_ops.h. Each op gets tiny odd shapes and the loss
 // L = sum(out * R) for a fixed random R, so dL/dout = R; the analytic gradient of every input and parameter is
 // compared with central differences (L(x+h) - L(x-h)) / 2h.
 //
@@ -9,7 +9,7 @@
 // elements may be ~0). Wrong indexing, a missing term or a factor error shows up as O(1).
 //
 // Gradient buffers are pre-filled with random values and the fill is subtracted afterwards, which also checks
-// that backward ADDS into them (the contract of ops.h) instead of overwriting.
+// that backward ADDS into them (the contract of reference_ops.h) instead of overwriting.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "ops/ops.h"
+#include "ops/reference_ops.h"
 #include "util/rng.h"
 
 namespace {

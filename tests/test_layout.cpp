@@ -166,8 +166,9 @@ TEST(JobLayout, EveryMismatchIsNamedWithItsKey) {
 
 TEST(JobLayout, ConfigValidationRunsTheLayoutChecks) {
   Config c = job({"two: wte, wpe | h.0-h.3, ln_f"}, "two", "two:4");
-  EXPECT_EQ(testing::error_of([&] { validate(c, 2); }), "");
-  EXPECT_NE(testing::error_of([&] { validate(c, 3); }).find("does not match world size"), std::string::npos);
+  EXPECT_EQ(testing::error_of([&] { parallel::validate(c, 2); }), "");
+  EXPECT_NE(testing::error_of([&] { parallel::validate(c, 3); }).find("does not match world size"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -11,9 +11,9 @@
 
 #include "backend/backend.h"
 #include "model/gpt.h"
-#include "model/program.h"
 #include "parallel/groups.h"
 #include "parallel/world.h"
+#include "program/program.h"
 #include "test_util.h"
 #include "util/rng.h"
 

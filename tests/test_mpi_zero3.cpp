@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "model/program.h"
 #include "optim/zero.h"
 #include "parallel/groups.h"
 #include "parallel/world.h"
+#include "program/program.h"
 #include "test_util.h"
 #include "util/memory.h"
 #include "util/rng.h"

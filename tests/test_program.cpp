@@ -1,4 +1,4 @@
-// The one GPT program (model/program.h) on the CPU backend: a model cut into pipeline stages, a recomputed model
+// The one GPT program (program/program.h) on the CPU backend: a model cut into pipeline stages, a recomputed model
 // and a model with several micro-batches in flight compute what the whole model computes. The whole model itself
 // is checked against PyTorch in test_reference.cpp; here every variant is compared with it, bit for bit where
 // the arithmetic is the same, and the parameter-table subsets the stages hold.
@@ -10,7 +10,7 @@
 
 #include "backend/backend.h"
 #include "model/gpt.h"
-#include "model/program.h"
+#include "program/program.h"
 #include "test_util.h"
 #include "util/rng.h"
 
@@ -130,7 +130,7 @@ TEST(ProgramStages, ACutModelComputesTheWholeModel) {
         const Tensor from = st[s - 1]->output(0), to = st[s]->input_buffer(0, kB);
         std::memcpy(to.data, from.data, from.numel() * sizeof(float));
       }
-      st[s]->forward(0, st[s]->embeds() || st[s]->heads() ? tok : nullptr, kB);
+      st[s]->forward(0, st[s]->embeds() || st[s]->runs_head() ? tok : nullptr, kB);
     }
     const float loss = st.back()->loss(0, 1.0f);
     EXPECT_EQ(loss, whole.loss);

@@ -22,17 +22,17 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "model/program.h"
-#include "run/commands.h"
 #include "config/config.h"
-#include "parallel/communicator.h"
 #include "model/gpt.h"
 #include "optim/lr_schedule.h"
 #include "optim/zero.h"
+#include "parallel/communicator.h"
+#include "program/program.h"
+#include "run/commands.h"
+#include "test_util.h"
 #include "util/dtype.h"
 #include "util/error.h"
 #include "util/safetensors.h"
-#include "test_util.h"
 
 namespace {
 

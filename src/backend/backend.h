@@ -1,6 +1,6 @@
 // A backend: one device's memory for the parameters of a GPT layout (the flat working weights and fp32 gradients),
-// the op vocabulary on that memory (backend/ops.h), memory for the program's activations, and the transfers
-// between device and host that the optimizer's offload pipeline needs. The GPT program (model/program.h) drives
+// the op vocabulary on that memory (backend/ops_interface.h), memory for the program's activations, and the transfers
+// between device and host that the optimizer's offload pipeline needs. The GPT program (program/program.h) drives
 // the ops; the ZeRO optimizer (optim/zero.h) and the communicators (parallel/communicator.h) work on the flat
 // buffers. Backends are chosen by Device through the registry at the bottom of this file.
 //
@@ -24,7 +24,7 @@
 #include <string>
 #include <utility>
 
-#include "backend/ops.h"
+#include "backend/ops_interface.h"
 #include "model/gpt.h"
 #include "util/dtype.h"
 #include "util/error.h"
@@ -51,7 +51,7 @@ using ModuleReadyFn = std::function<void(int module)>;
 // flat buffer from element `origin` on.
 Tensor tensor_view(void* base, DType dt, const TensorSpec& t, size_t origin = 0);
 
-// Where the program (model/program.h) finds a module's weights and gradients. A Backend is one: its flat buffers
+// Where the program (program/program.h) finds a module's weights and gradients. A Backend is one: its flat buffers
 // hold every module for the whole run. ZeRO-3 (optim/zero.h) holds shards only and gathers a module's weights for
 // the span between acquire and release.
 class ParamSource {

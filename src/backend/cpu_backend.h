@@ -1,6 +1,6 @@
 // The CPU reference backend: fp32 weights, gradients and activations in host memory; the ops are src/ops's,
-// behind the op vocabulary of backend/ops.h (cpu_ops.cpp). Test doubles of the optimizer derive from it for its
-// host buffers.
+// behind the op vocabulary of backend/ops_interface.h (cpu_ops.cpp). Test doubles of the optimizer derive from it
+// for its host buffers.
 #pragma once
 #include <memory>
 

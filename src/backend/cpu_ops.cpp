@@ -1,10 +1,10 @@
-// The op vocabulary (backend/ops.h) on the CPU reference ops of src/ops. Those ops ADD into every gradient they
-// produce; where the vocabulary says an activation gradient is written, the output is zeroed first, which gives
-// the same bits as a write (0 + x == x).
+// The op vocabulary (backend/ops_interface.h) on the CPU reference ops of src/ops. Those ops ADD into every
+// gradient they produce; where the vocabulary says an activation gradient is written, the output is zeroed first,
+// which gives the same bits as a write (0 + x == x).
 #include <cstring>
 
 #include "backend/cpu_backend.h"
-#include "ops/ops.h"
+#include "ops/reference_ops.h"
 
 namespace yuan {
 namespace {

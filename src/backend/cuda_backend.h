@@ -1,10 +1,10 @@
 // The CUDA backend (cuda/): the Backend contract of backend/backend.h on one GPU, the op vocabulary of
-// backend/ops.h on the kernels of cuda/ and cuBLASLt GEMMs. Plain C++: host code includes this, never a CUDA
+// backend/ops_interface.h on the kernels of cuda/ and cuBLASLt GEMMs. Plain C++: host code includes this, never a CUDA
 // header.
 //
 // Device memory (cudaMalloc only): bf16 working weights; fp32 gradients, so that micro-batches accumulate without
 // bf16 rounding and the host optimizer and the Communicator get them as they are (grads() is F32); bf16
-// activations, allocated by the programs that run on it (model/program.h).
+// activations, allocated by the programs that run on it (program/program.h).
 //
 // Every public call returns with its device work finished, so the buffers are safe to hand to anything, except
 // the ops (enqueued on stream()), the asynchronous transfers of backend.h (to_host_async,
@@ -15,7 +15,6 @@
 #include <memory>
 
 #include "backend/backend.h"
-#include "ops/adamw.h"
 
 namespace yuan {
 
@@ -38,28 +37,5 @@ const TensorFormats& cuda_tensor_formats();
 // Throws Error when there is no device or the shape is unsupported (n_embd % 8 != 0, head size not a multiple of
 // 8 or above 128).
 std::unique_ptr<Backend> make_cuda_backend(const BackendSpec& spec);
-
-// AdamW with its state on the GPU, for benchmarks that compare ZeRO-Offload with a GPU-resident optimizer: fp32
-// master weights and both moments of the range [offset, offset+count) of a CUDA backend's flat buffer stay in
-// device memory, and each step writes the new weights into the backend's bf16 working copy (cuda/adamw.cu: the
-// math of ops/adamw.h).
-class CudaAdamW {
- public:
-  CudaAdamW(Backend& cuda_backend, size_t offset, size_t count, const float* init_master);
-  ~CudaAdamW();
-  CudaAdamW(const CudaAdamW&) = delete;
-  CudaAdamW& operator=(const CudaAdamW&) = delete;
-  // Sum of squares of the backend's fp32 gradient over the range, in double (for the global clipping norm).
-  double grad_sum_squares();
-  // One step over the range from the backend's gradient: h.weight_decay applies to matrices and embeddings
-  // (TensorSpec::decay), none to biases, LayerNorm and the padding tail.
-  void step(const ops::AdamWHyper& h);
-  // fp32 master weights of the range, into host memory (count values).
-  void master_to_host(float* dst);
-
- private:
-  struct State;
-  std::unique_ptr<State> s_;
-};
 
 }  // namespace yuan

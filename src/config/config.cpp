@@ -13,9 +13,7 @@
 
 #include <boost/program_options.hpp>
 
-#include "backend/backend.h"
 #include "config/command_line.h"
-#include "parallel/layout.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -435,7 +433,7 @@ bool parse_config(const std::vector<std::string>& args, const std::string& comma
   return true;
 }
 
-void validate(const Config& c, int world) {
+void validate_model_data_train(const Config& c) {
   at_least("model.n_layer", c.model.n_layer, 1);
   at_least("model.n_head", c.model.n_head, 1);
   at_least("model.n_embd", c.model.n_embd, 1);
@@ -455,8 +453,9 @@ void validate(const Config& c, int world) {
   at_least("train.eval_every", c.train.eval_every, 0);
   at_least("train.eval_batches", c.train.eval_batches, 1);
   at_least("train.max_bad_steps", c.train.max_bad_steps, 1);
-  parse_device(c.train.device, "train.device");
+}
 
+void validate_optim_run(const Config& c) {
   const OptimConfig& o = c.optim;
   above("optim.lr", o.lr, 0);
   at_least("optim.min_lr", o.min_lr, 0);
@@ -483,14 +482,6 @@ void validate(const Config& c, int world) {
     if (std::sscanf(c.profile.steps.c_str(), "%d:%d%c", &a, &b, &end) != 2 || a < 1 || b < a)
       throw Error(strf("profile.steps must be A:B with 1 <= A <= B (got '%s')", c.profile.steps.c_str()), true);
   }
-  // The [parallel] layout against the model, the batch and the world.
-  const parallel::Topology topo = parallel::make_topology(c, world);
-  for (const parallel::Pipeline& p : topo.pipelines())
-    if (o.zero == 3 && p.stages.size() > 1)
-      throw Error(strf("optim.zero = 3 needs one stage per pipeline (template '%s' has %zu): its gathers and "
-                       "reductions in every pass would make stages of different pipelines wait on each other",
-                       p.name.c_str(), p.stages.size()),
-                  true);
 }
 
 }  // namespace yuan

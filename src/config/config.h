@@ -1,7 +1,7 @@
 // The run's configuration: one struct per INI section. Decks in input/*.ini set values, `--section.key=value`
-// on the command line overrides them, and validate() turns every bad value into a one-line error naming the
-// key. The resolved config is printed at start, saved to run.dir/config.ini, and hashed so ranks can check they
-// all run the same thing.
+// on the command line overrides them, and parallel::validate (parallel/layout.h) turns every bad value into a
+// one-line error naming the key. The resolved config is printed at start, saved to run.dir/config.ini, and
+// hashed so ranks can check they all run the same thing.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -104,9 +104,12 @@ struct Config {
 std::string ini_difference(const std::string& ini_a, const std::string& name_a, const std::string& ini_b,
                            const std::string& name_b);
 
-// Checks ranges and consistency, the parallel layout's included (parallel/layout.h); throws Error naming the
-// offending key. `world` is the number of ranks.
-void validate(const Config& c, int world);
+// The checks of ranges and consistency of the keys, in deck order, in two parts; each throws Error naming the
+// offending key. parallel::validate (parallel/layout.h) runs them with the checks that need the layers above
+// (train.device, a backend's name, between the two; the [parallel] layout against the world after), so that a deck
+// with several bad keys is told about the same one first wherever a check lives.
+void validate_model_data_train(const Config& c);
+void validate_optim_run(const Config& c);
 
 struct ConfigOption {
   std::string key;  // "section.key"

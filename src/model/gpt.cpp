@@ -109,6 +109,22 @@ ParamLayout::ParamLayout(const GPTConfig& c, const std::vector<int>& modules, Te
   }
 }
 
+std::vector<DecaySegment> decay_segments(const ParamLayout& layout, size_t lo, size_t hi) {
+  std::vector<DecaySegment> out;
+  auto add = [&](size_t begin, size_t end, bool decay) {
+    begin = std::max(begin, lo);
+    end = std::min(end, hi);
+    if (begin >= end) return;
+    if (!out.empty() && out.back().decay == decay) {
+      out.back().count += end - begin;
+      return;
+    }
+    out.push_back({begin, end - begin, decay});
+  };
+  for (const TensorSpec& t : layout.tensors()) add(t.offset, t.offset + t.numel, t.decay);
+  return out;
+}
+
 void check_tensor_parallel(const GPTConfig& c, int n) {
   const auto fail = [&](const char* what, int v) {
     throw Error(strf("parallel.tp_size = %d: %s (%d) does not split over %d tensor-parallel ranks", n, what, v, n),

@@ -118,6 +118,14 @@ class ParamLayout {
   size_t total_ = 0;
 };
 
+// [lo, hi) of a flat buffer cut where weight decay changes (TensorSpec::decay; off past layout.total(), the
+// padding), in absolute offsets.
+struct DecaySegment {
+  size_t offset = 0, count = 0;
+  bool decay = false;
+};
+std::vector<DecaySegment> decay_segments(const ParamLayout& layout, size_t lo, size_t hi);
+
 // Throws a collective Error naming parallel.tp_size when the model does not split over `tp_size` ranks: heads,
 // the MLP's 4 n_embd and the vocabulary must divide.
 void check_tensor_parallel(const GPTConfig& c, int tp_size);

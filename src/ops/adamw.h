@@ -1,4 +1,4 @@
-// AdamW on a contiguous range of fp32 parameters, in one fused pass (CPU; cuda/adamw.cu is the GPU twin).
+// AdamW on a contiguous range of fp32 parameters, in one fused pass (CPU; cuda/adamw_kernel.cu is the GPU twin).
 // Per element, with g = grad_scale * grad (grad_scale carries the gradient-clipping factor) and t >= 1:
 //   p = p * (1 - lr*wd)                                    decoupled weight decay, before the update
 //   m = b1*m + (1-b1)*g,  v = b2*v + (1-b2)*g*g

@@ -4,7 +4,7 @@
 //             dk += ds q / sqrt(hs)
 #include <cmath>
 
-#include "ops/ops.h"
+#include "ops/reference_ops.h"
 
 namespace yuan::ops {
 

@@ -2,7 +2,7 @@
 //   loss = logsumexp(z) - z[y];   dz = scale * (softmax(z) - onehot(y))
 #include <cmath>
 
-#include "ops/ops.h"
+#include "ops/reference_ops.h"
 
 namespace yuan::ops {
 

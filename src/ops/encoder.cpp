@@ -1,5 +1,5 @@
 // Token + position embedding. out[b,t,:] = wte[tok[b,t],:] + wpe[t,:]
-#include "ops/ops.h"
+#include "ops/reference_ops.h"
 
 namespace yuan::ops {
 

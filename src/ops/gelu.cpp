@@ -3,7 +3,7 @@
 //   dy/dx = 0.5 (1 + th) + 0.5 x (1 - th^2) k (1 + 3 * 0.044715 x^2)
 #include <cmath>
 
-#include "ops/ops.h"
+#include "ops/reference_ops.h"
 
 namespace yuan::ops {
 

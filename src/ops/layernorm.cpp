@@ -3,7 +3,7 @@
 //   dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)),  dxhat = dy * w,  xhat = (x - mean) * rstd
 #include <cmath>
 
-#include "ops/ops.h"
+#include "ops/reference_ops.h"
 
 namespace yuan::ops {
 

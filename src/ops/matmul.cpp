@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "ops/ops.h"
+#include "ops/reference_ops.h"
 #include "util/error.h"
 
 // Debian's directory for this architecture's libraries, where its OpenBLAS variants live.

@@ -105,22 +105,6 @@ ops::AdamWHyper adamw_hyper(const OptimConfig& o, double lr, int64_t t, double g
   return h;
 }
 
-std::vector<DecaySegment> decay_segments(const ParamLayout& layout, size_t lo, size_t hi) {
-  std::vector<DecaySegment> out;
-  auto add = [&](size_t begin, size_t end, bool decay) {
-    begin = std::max(begin, lo);
-    end = std::min(end, hi);
-    if (begin >= end) return;
-    if (!out.empty() && out.back().decay == decay) {
-      out.back().count += end - begin;
-      return;
-    }
-    out.push_back({begin, end - begin, decay});
-  };
-  for (const TensorSpec& t : layout.tensors()) add(t.offset, t.offset + t.numel, t.decay);
-  return out;
-}
-
 static char* at(const Tensor& flat, size_t offset) {
   return static_cast<char*>(flat.data) + offset * dtype_size(flat.dtype);
 }

@@ -55,10 +55,10 @@
 
 #include "backend/backend.h"
 #include "config/config.h"
-#include "model/program.h"
+#include "ops/adamw.h"
 #include "parallel/comm_thread.h"
 #include "parallel/communicator.h"
-#include "ops/adamw.h"
+#include "program/program.h"
 #include "util/memory.h"
 
 namespace yuan {
@@ -90,22 +90,14 @@ ZeroHostMemory zero_host_memory(const OptimConfig& o, size_t shard, size_t large
                                 DType weights);
 // ZeRO-3's module buffers (above) for `modules` of `layout`, in elements: as many working weights as gradients.
 size_t zero3_buffer_elements(const ParamLayout& layout, ModuleRange modules);
-// The device memory of a backend for `layout` (model/program.h ParamMemory): whole, or with `shards` (ZeRO-3's
+// The device memory of a backend for `layout` (program/program.h ParamMemory): whole, or with `shards` (ZeRO-3's
 // BackendSpec::shards) those and the module buffers.
 ParamMemory zero_param_memory(const ParamLayout& layout, std::optional<size_t> shards);
 
 // The AdamW settings of `o` for step t (from 1) at learning rate lr, with the gradient scaled down to
 // o.grad_clip when the global norm exceeds it (torch.nn.utils.clip_grad_norm_). Weight decay is o's: callers
-// turn it off where it does not apply (decay_segments).
+// turn it off where it does not apply (model/gpt.h decay_segments).
 ops::AdamWHyper adamw_hyper(const OptimConfig& o, double lr, int64_t t, double grad_norm);
-
-// [lo, hi) of a flat buffer cut where weight decay changes (TensorSpec::decay; off past layout.total(), the
-// padding), in absolute offsets.
-struct DecaySegment {
-  size_t offset = 0, count = 0;
-  bool decay = false;
-};
-std::vector<DecaySegment> decay_segments(const ParamLayout& layout, size_t lo, size_t hi);
 
 struct ZeroStepStats {
   double grad_norm = 0;           // global L2 norm before clipping, as passed to step()
@@ -154,7 +146,7 @@ class ZeroOptimizer : public ParamSource {
   ZeroOptimizer(const ZeroOptimizer&) = delete;  // the ready hook captures `this`
   ZeroOptimizer& operator=(const ZeroOptimizer&) = delete;
 
-  // Pass as the program's `ready` hook (model/program.h).
+  // Pass as the program's `ready` hook (program/program.h).
   const ModuleReadyFn& ready_hook() const { return ready_; }
   // Optional, before the step's last micro-batch: zero 0 and 1 then reduce and copy out each bucket as backward
   // finishes it, instead of all of them in reduce_gradients().

@@ -5,6 +5,7 @@
 #include <limits>
 #include <map>
 
+#include "backend/backend.h"
 #include "util/error.h"
 
 namespace yuan::parallel {
@@ -288,6 +289,20 @@ Topology make_topology(const Config& c, int world) {
               "(%s) x tp_size %d = %ld, world size %d", c.parallel.pipelines.c_str(), counted.c_str(),
               c.parallel.tp_size, ranks, world));
   return Topology(std::move(pipelines), c.parallel.tp_size, n);
+}
+
+void validate(const Config& c, int world) {
+  validate_model_data_train(c);
+  parse_device(c.train.device, "train.device");
+  validate_optim_run(c);
+  // The [parallel] layout against the model, the batch and the world.
+  const Topology topo = make_topology(c, world);
+  for (const Pipeline& p : topo.pipelines())
+    if (c.optim.zero == 3 && p.stages.size() > 1)
+      throw Error(strf("optim.zero = 3 needs one stage per pipeline (template '%s' has %zu): its gathers and "
+                       "reductions in every pass would make stages of different pipelines wait on each other",
+                       p.name.c_str(), p.stages.size()),
+                  true);
 }
 
 }  // namespace yuan::parallel

@@ -44,4 +44,9 @@ Topology make_topology(const Config& c, int world);
 // The ranks the [parallel] pipelines take (sum of stages x tp_size); 0 without pipelines.
 int layout_ranks(const Config& c);
 
+// Every check of a deck before a run, on every rank: the keys (config.h), train.device, the [parallel] layout
+// against the model, the batch and `world` ranks; throws Error naming the offending key. It lives here, not in
+// config/, because the device and the layout are known to layers above the deck's.
+void validate(const Config& c, int world);
+
 }  // namespace yuan::parallel

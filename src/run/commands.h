@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "model/program.h"
 #include "config/command_line.h"
+#include "program/program.h"
 #include "train/checkpoint.h"
 
 namespace yuan {

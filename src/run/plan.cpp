@@ -11,14 +11,14 @@
 #include <nlohmann/json.hpp>
 
 #include "config/config.h"
-#include "model/program.h"
 #include "parallel/layout.h"
 #include "parallel/schedule.h"
+#include "program/program.h"
 #include "run/commands.h"
 #include "train/memory_plan.h"
-#include "train/metrics.h"
 #include "util/error.h"
 #include "util/log.h"
+#include "util/memory.h"
 
 namespace yuan {
 
@@ -128,7 +128,7 @@ int plan_main(const std::vector<std::string>& args) {
     print_modules(cfg.model);
     return 0;
   }
-  validate(cfg, world);
+  parallel::validate(cfg, world);
   print_layout(cfg, world, json);
   return 0;
 }

@@ -6,17 +6,16 @@
 #include <filesystem>
 #include <map>
 #include <optional>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <tuple>
-#include <type_traits>
 
 #include "data/shard.h"
 #include "parallel/world.h"
 #include "model/gpt.h"
 #include "util/error.h"
 #include "util/fs.h"
+#include "util/json.h"
 #include "util/log.h"
 #include "util/memory.h"
 #include "util/safetensors.h"
@@ -32,14 +31,6 @@ namespace {
 constexpr const char* kFormat = "yuanlm-checkpoint-1";
 
 std::string step_name(int64_t step) { return strf("step_%07lld", static_cast<long long>(step)); }
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  YUAN_CHECK(in, "cannot read '%s'", path.c_str());
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // One optimizer shard: `count` values, the pieces of the model as tensor rank tp_rank of tp_size holds it one after
 // the other (ZeroOptimizer::shard_pieces; the whole model's flat buffer at tp_size 1). state.json gives one piece as
@@ -124,53 +115,30 @@ void check_coverage(const std::string& what, const State& s, const GPTConfig& mo
   }
 }
 
-// The JSON object in `path`; `what` names it in errors ("checkpoint DIR: state.json").
-json read_json_object(const std::string& path, const std::string& what) {
-  json j;
-  try {
-    j = json::parse(read_text(path));
-  } catch (const json::parse_error& e) {
-    throw Error(strf("%s: unreadable: %s", what.c_str(), e.what()));
-  }
-  YUAN_CHECK(j.is_object(), "%s: not a JSON object", what.c_str());
-  return j;
-}
-
-// A member of a JSON object that must be present and of the type T (integers non-negative).
-template <typename T>
-T field(const json& obj, const char* key, const std::string& what) {
-  const auto it = obj.find(key);
-  YUAN_CHECK(it != obj.end(), "%s: no \"%s\"", what.c_str(), key);
-  const bool ok = std::is_same_v<T, std::string> ? it->is_string() : it->is_number_unsigned();
-  YUAN_CHECK(ok, "%s: \"%s\" is not a %s", what.c_str(), key,
-             std::is_same_v<T, std::string> ? "string" : "non-negative integer");
-  return it->get<T>();
-}
-
 State read_state(const std::string& dir) {
   const std::string what = "checkpoint " + dir + ": state.json";
   const json t = read_json_object(dir + "/state.json", what);
   State s;
-  YUAN_CHECK(field<std::string>(t, "format", what) == kFormat, "checkpoint %s: state.json format is not %s",
+  YUAN_CHECK(json_field<std::string>(t, "format", what) == kFormat, "checkpoint %s: state.json format is not %s",
              dir.c_str(), kFormat);
-  s.train.step = field<int64_t>(t, "step", what);
-  if (t.contains("run")) s.train.run = field<int64_t>(t, "run", what);
-  s.train.next_sample = field<uint64_t>(t, "next_sample", what);
-  s.adam_step = field<int64_t>(t, "adam_step", what);
-  s.world = field<int>(t, "world", what);
-  s.n_params = field<size_t>(t, "n_params", what);
-  if (t.contains("tokenizer")) s.tokenizer = field<std::string>(t, "tokenizer", what);
+  s.train.step = json_field<int64_t>(t, "step", what);
+  if (t.contains("run")) s.train.run = json_field<int64_t>(t, "run", what);
+  s.train.next_sample = json_field<uint64_t>(t, "next_sample", what);
+  s.adam_step = json_field<int64_t>(t, "adam_step", what);
+  s.world = json_field<int>(t, "world", what);
+  s.n_params = json_field<size_t>(t, "n_params", what);
+  if (t.contains("tokenizer")) s.tokenizer = json_field<std::string>(t, "tokenizer", what);
   const auto files = t.find("files");
   YUAN_CHECK(files != t.end() && files->is_array(), "%s: no \"files\" list", what.c_str());
   for (const json& f : *files) {
     YUAN_CHECK(f.is_object(), "%s: a \"files\" entry is not an object", what.c_str());
-    const std::string name = field<std::string>(f, "name", what);
+    const std::string name = json_field<std::string>(f, "name", what);
     const std::string entry = what + ": file '" + name + "'";
-    s.checksums.emplace_back(name, field<std::string>(f, "sha256", entry));
+    s.checksums.emplace_back(name, json_field<std::string>(f, "sha256", entry));
     if (f.contains("offset") || f.contains("pieces")) {
-      ShardFile shard{name, field<size_t>(f, "count", entry), {}};
+      ShardFile shard{name, json_field<size_t>(f, "count", entry), {}};
       if (f.contains("offset")) {
-        shard.pieces.push_back({field<size_t>(f, "offset", entry), shard.count});
+        shard.pieces.push_back({json_field<size_t>(f, "offset", entry), shard.count});
       } else {
         size_t total = 0;
         for (const json& p : f["pieces"]) {
@@ -183,8 +151,8 @@ State read_state(const std::string& dir) {
                    shard.count);
       }
       if (f.contains("tp_size")) {
-        shard.tp_rank = field<int>(f, "tp_rank", entry);
-        shard.tp_size = field<int>(f, "tp_size", entry);
+        shard.tp_rank = json_field<int>(f, "tp_rank", entry);
+        shard.tp_size = json_field<int>(f, "tp_size", entry);
       }
       s.shards.push_back(shard);
     }
@@ -203,8 +171,8 @@ State read_state(const std::string& dir) {
   // Last, so that an edited entry is reported by what is wrong with it rather than as a checksum mismatch.
   s.sealed = t.contains("sha256");
   if (s.sealed)
-    YUAN_CHECK(field<std::string>(t, "sha256", what) == state_checksum(t), "%s does not match its own sha256: it was "
-               "changed after it was written", what.c_str());
+    YUAN_CHECK(json_field<std::string>(t, "sha256", what) == state_checksum(t),
+               "%s does not match its own sha256: it was changed after it was written", what.c_str());
   return s;
 }
 
@@ -535,25 +503,6 @@ CheckpointModel load_checkpoint_model(const std::string& path) {
 
 void check_tokenizer(const CheckpointModel& m, const std::string& glob) {
   check_shard_tokenizer(m.dir, m.tokenizer, m.tokenizer_sha256, glob);
-}
-
-std::string find_tokenizer_for(const std::string& train_glob) {
-  const std::vector<std::string> shards = expand_glob(train_glob);
-  if (shards.empty()) return "";
-  const fs::path dir = fs::path(shards[0]).parent_path();
-  const fs::path manifest = dir / "manifest.json";
-  if (!fs::exists(manifest)) return "";
-  const json t = read_json_object(manifest.string(), manifest.string());
-  const std::string file = t.contains("tokenizer_file") ? field<std::string>(t, "tokenizer_file", manifest) : "";
-  if (file.empty()) return "";
-  fs::path p = fs::path(file).is_absolute() ? fs::path(file) : dir / file;
-  YUAN_CHECK(fs::exists(p), "%s names tokenizer '%s', which does not exist", manifest.c_str(), p.c_str());
-  const std::string name = t.contains("tokenizer") ? field<std::string>(t, "tokenizer", manifest) : "";
-  const std::string sum = sha256_file(p.string());
-  YUAN_CHECK(name.size() >= sum.size() && name.compare(name.size() - sum.size(), sum.size(), sum) == 0,
-             "%s: tokenizer '%s' has sha256 %s, the manifest says '%s'", manifest.c_str(), p.c_str(), sum.c_str(),
-             name.c_str());
-  return p.string();
 }
 
 }  // namespace yuan

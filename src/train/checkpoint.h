@@ -71,8 +71,4 @@ CheckpointModel load_checkpoint_model(const std::string& path);
 // "tokenizer" attribute names it with its sha256). Shards or checkpoints that do not say are accepted.
 void check_tokenizer(const CheckpointModel& m, const std::string& glob);
 
-// The tokenizer file behind a training glob: manifest.json beside the first shard names it ("" when there is
-// no manifest, e.g. shards written by another tool).
-std::string find_tokenizer_for(const std::string& train_glob);
-
 }  // namespace yuan

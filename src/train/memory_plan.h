@@ -1,7 +1,7 @@
 // What a rank of a job will allocate, by purpose, and the check that refuses a job before it allocates what its
 // nodes do not have. `yuanlm plan` prints rank_memory; the trainer checks the same figures (one derivation), so a
 // deck that plan says needs more than a node has is refused in a second instead of being killed by the kernel
-// minutes later. The parts come from the plans the trainer allocates by: model/program.h plan_memory (the backend
+// minutes later. The parts come from the plans the trainer allocates by: program/program.h plan_memory (the backend
 // and the program), optim/zero.h zero_host_memory (optimizer state and staging), data/loader.h (read-ahead).
 #pragma once
 #include <cstddef>
@@ -9,9 +9,9 @@
 
 #include "backend/backend.h"
 #include "config/config.h"
-#include "model/program.h"
 #include "optim/zero.h"
 #include "parallel/topology.h"
+#include "program/program.h"
 
 namespace yuan {
 

@@ -87,14 +87,4 @@ std::string format_duration(double s) {
   return strf("%lds", t);
 }
 
-std::string format_bytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (b >= 1024 && u < 4) {
-    b /= 1024;
-    u++;
-  }
-  return strf(u ? "%.2f %s" : "%.0f %s", b, units[u]);
-}
-
 }  // namespace yuan

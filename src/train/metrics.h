@@ -41,6 +41,5 @@ class MetricsLog {
 void truncate_metrics(const std::string& path, int64_t step);
 
 std::string format_duration(double seconds);  // "1h02m", "3m07s", "42s"
-std::string format_bytes(double bytes);       // "1.50 GiB"
 
 }  // namespace yuan

@@ -11,10 +11,10 @@ StageRunner::StageRunner(Program& program, Backend& backend, Communicator* pipel
       micro_batch_(micro_batch) {
   YUAN_CHECK(stages == 1 || (pipe_ && pipe_->size() == stages && pipe_->rank() == stage),
              "stage runner: stage %d of %d without its pipeline communicator", stage, stages);
-  YUAN_CHECK(program.embeds() == (stage == 0) && program.heads() == (stage == stages - 1),
+  YUAN_CHECK(program.embeds() == (stage == 0) && program.runs_head() == (stage == stages - 1),
              "stage runner: stage %d of %d runs a program that %s and %s", stage, stages,
-             program.embeds() ? "embeds" : "does not embed", program.heads() ? "heads" : "does not head");
-  if (!program.heads()) {
+             program.embeds() ? "embeds" : "does not embed", program.runs_head() ? "heads" : "does not head");
+  if (!program.runs_head()) {
     const Tensor out = program.input_buffer(0, micro_batch);  // the shape of this stage's output as well
     recv_mem_ = backend.alloc(out.numel() * sizeof(float), Mem::Comm);
     recv_grad_ = Tensor(recv_mem_.as<void>(), DType::F32, out.rows, out.cols);
@@ -51,7 +51,7 @@ double StageRunner::run(const parallel::Schedule& schedule, float grad_scale, co
   const double start = now_seconds();
   compute_seconds_ = 0;
   double loss = 0;
-  const bool reads = program_.embeds() || program_.heads();
+  const bool reads = program_.embeds() || program_.runs_head();
   for (const parallel::PipeAction& a : schedule.actions()) {
     if (a.kind == parallel::PipeAction::Forward) {
       if (hooks.before_forward) hooks.before_forward(a.micro);
@@ -59,18 +59,18 @@ double StageRunner::run(const parallel::Schedule& schedule, float grad_scale, co
       backend_.range_push("forward");
       forward(a.slot, tokens);
       const double t0 = now_seconds();
-      if (program_.heads()) loss += program_.loss(a.slot, grad_scale);
+      if (program_.runs_head()) loss += program_.loss(a.slot, grad_scale);
       compute_seconds_ += now_seconds() - t0;
-      if (!program_.heads()) {
+      if (!program_.runs_head()) {
         const Tensor out = program_.output(a.slot);
         pending_ = {out.data, bytes_of(out), stage_ + 1};
       }
     } else {
       backend_.range_push("backward");
-      if (!program_.heads()) exchange(recv_grad_.data, bytes_of(recv_grad_), stage_ + 1);
+      if (!program_.runs_head()) exchange(recv_grad_.data, bytes_of(recv_grad_), stage_ + 1);
       else exchange(nullptr, 0, -1);
       const double t0 = now_seconds();
-      program_.backward(a.slot, program_.heads() ? Tensor() : recv_grad_, hooks.ready);
+      program_.backward(a.slot, program_.runs_head() ? Tensor() : recv_grad_, hooks.ready);
       compute_seconds_ += now_seconds() - t0;
       if (!program_.embeds()) {
         const Tensor g = program_.input_grad(a.slot);
@@ -88,10 +88,10 @@ double StageRunner::run(const parallel::Schedule& schedule, float grad_scale, co
 std::optional<double> StageRunner::evaluate(int batches, const std::function<const int32_t*(int)>& tokens,
                                             const std::function<bool()>& stop) {
   double loss = 0;
-  const bool reads = program_.embeds() || program_.heads();
+  const bool reads = program_.embeds() || program_.runs_head();
   for (int i = 0; i < batches; i++) {
     forward(0, reads ? tokens(i) : nullptr);
-    if (program_.heads()) {
+    if (program_.runs_head()) {
       loss += program_.loss(0, 0.0f);
     } else {
       const Tensor out = program_.output(0);

@@ -13,9 +13,9 @@
 #include <optional>
 
 #include "backend/backend.h"
-#include "model/program.h"
 #include "parallel/communicator.h"
 #include "parallel/schedule.h"
+#include "program/program.h"
 
 namespace yuan {
 

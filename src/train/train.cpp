@@ -29,7 +29,7 @@
 #include "backend/backend.h"
 #include "config/config.h"
 #include "data/loader.h"
-#include "model/program.h"
+#include "data/manifest.h"
 #include "optim/lr_schedule.h"
 #include "optim/zero.h"
 #include "parallel/communicator.h"
@@ -39,6 +39,7 @@
 #include "parallel/topology.h"
 #include "parallel/watchdog.h"
 #include "parallel/world.h"
+#include "program/program.h"
 #include "train/checkpoint.h"
 #include "train/memory_plan.h"
 #include "train/metrics.h"
@@ -191,7 +192,7 @@ class Trainer {
     state_.run = resume.run;
 
     // Both ends of a pipeline read its micro-batches: the first stage embeds them, the last takes the targets.
-    if (program_->embeds() || program_->heads()) {
+    if (program_->embeds() || program_->runs_head()) {
       LoaderSpec spec;
       spec.glob = cfg.data.train;
       spec.seq_len = cfg.model.seq_len;
@@ -504,7 +505,7 @@ int train_main(const std::vector<std::string>& args) {
   if (!parse_config(args, "train", cfg)) return 0;
   // Compared before validation: a value that only some ranks refuse would leave the others waiting.
   parallel::check_same_text_everywhere(cfg.hash(), cfg.to_ini(), "the resolved config", ini_difference);
-  validate(cfg, parallel::world().size);
+  parallel::validate(cfg, parallel::world().size);
   parallel::watch_waits(cfg.dist.timeout_s);
   const RunDirOwner owner(cfg.run.dir);
   say("# yuanlm train: resolved config\n%s", cfg.to_ini().c_str());

@@ -38,6 +38,14 @@ void write_file_atomic(const std::string& path, const std::string& content) {
   sync_dir(std::filesystem::path(path).parent_path().string());
 }
 
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  YUAN_CHECK(in, "cannot read '%s'", path.c_str());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
 void sync_dir(const std::string& dir) {
   int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
   YUAN_CHECK(fd >= 0, "cannot open directory '%s': %s", dir.c_str(), std::strerror(errno));

@@ -172,4 +172,14 @@ void detail::out_of_host_memory(size_t bytes, const char* what) {
                    node.source.c_str()));
 }
 
+std::string format_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) {
+    b /= 1024;
+    u++;
+  }
+  return strf(u ? "%.2f %s" : "%.0f %s", b, units[u]);
+}
+
 }  // namespace yuan

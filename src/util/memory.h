@@ -16,6 +16,7 @@ size_t mem_bytes(Mem m);       // live bytes in this category on this process
 size_t host_peak_rss_bytes();  // VmHWM of this process
 size_t host_rss_bytes();       // VmRSS of this process
 const char* mem_name(Mem m);   // "optimizer", ... (for messages)
+std::string format_bytes(double bytes);  // "1.50 GiB"
 
 // The host memory this process's node can still give it: the smaller of /proc/meminfo's MemAvailable and the
 // room left under the memory cgroup of this process (v2: memory.max - memory.current, v1: memory.limit_in_bytes -

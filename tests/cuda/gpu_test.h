@@ -18,7 +18,7 @@
 #include "backend/backend.h"
 #include "cuda_check.h"
 #include "model/gpt.h"
-#include "model/program.h"
+#include "program/program.h"
 #include "util/dtype.h"
 #include "../test_util.h"
 

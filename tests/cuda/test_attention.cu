@@ -10,7 +10,7 @@
 
 #include "attention.cuh"
 #include "gpu_test.h"
-#include "ops/ops.h"
+#include "ops/reference_ops.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// The CUDA backend under the one GPT program (model/program.h): the same Program on the CPU backend and on the
+// The CUDA backend under the one GPT program (program/program.h): the same Program on the CPU backend and on the
 // CUDA backend, from the same bf16-rounded weights, compute the same loss, logits and gradients; then the
 // contract of backend/backend.h: recompute, accumulation, ready order, parameter and gradient ranges, a model cut
 // into two pipeline stages, and the GPU AdamW. Tolerances against the CPU: loss 1e-2 relative, logits 3e-2 and
@@ -10,11 +10,12 @@
 #include <cstring>
 #include <string>
 
+#include "backend/cuda_adamw.h"
 #include "backend/cuda_backend.h"
 #include "gpu_test.h"
 #include "model/gpt.h"
-#include "model/program.h"
 #include "ops/adamw.h"
+#include "program/program.h"
 
 namespace {
 

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <tuple>
 
-#include "adamw.cuh"
+#include "adamw_kernel.cuh"
 #include "cast.cuh"
 #include "classifier.cuh"
 #include "encoder.cuh"
@@ -17,7 +17,7 @@
 #include "layernorm.cuh"
 #include "matmul.cuh"
 #include "ops/adamw.h"
-#include "ops/ops.h"
+#include "ops/reference_ops.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// The memory plan on the CUDA device (model/program.h) is arithmetic on the CUDA tensor formats, so these run
+// The memory plan on the CUDA device (program/program.h) is arithmetic on the CUDA tensor formats, so these run
 // without a GPU; the last one compares it with what a backend and a program take from the device.
 #include <gtest/gtest.h>
 
@@ -6,7 +6,7 @@
 
 #include "backend/cuda_backend.h"
 #include "gpu_test.h"
-#include "model/program.h"
+#include "program/program.h"
 #include "util/error.h"
 
 namespace {

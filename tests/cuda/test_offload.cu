@@ -8,12 +8,13 @@
 #include <cmath>
 #include <string>
 
+#include "backend/cuda_adamw.h"
 #include "backend/cuda_backend.h"
-#include "parallel/communicator.h"
-#include "parallel/nccl.h"
 #include "gpu_test.h"
 #include "model/gpt.h"
 #include "optim/zero.h"
+#include "parallel/communicator.h"
+#include "parallel/nccl.h"
 
 namespace {
 

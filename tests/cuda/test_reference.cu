@@ -10,6 +10,7 @@
 
 #include <cmath>
 
+#include "backend/cuda_adamw.h"
 #include "backend/cuda_backend.h"
 #include "config/config.h"
 #include "gpu_test.h"

@@ -27,9 +27,9 @@
 #ifdef YUAN_CUDA
 #include "backend/cuda_backend.h"
 #include "model/gpt.h"
-#include "model/program.h"
 #include "optim/zero.h"
 #include "parallel/communicator.h"
+#include "program/program.h"
 #include "util/error.h"
 #include "util/log.h"
 #include "util/rng.h"
@@ -94,7 +94,7 @@ size_t host_plan_bytes(size_t n, bool delayed) {
   return 4 * n + zero_optimizer_bytes(n, delayed) + (delayed ? 2 * n : 0);
 }
 
-// Device bytes of the model at micro-batch B (model/program.h's plan).
+// Device bytes of the model at micro-batch B (program/program.h's plan).
 size_t device_plan_bytes(const GPTConfig& c, int B, bool recompute) {
   return plan_memory(Device::Cuda, c, {{}, B, 1, recompute}, ParamLayout(c).total()).total();
 }

@@ -14,11 +14,12 @@
 #include <vector>
 
 #ifdef YUAN_CUDA
+#include "backend/cuda_adamw.h"
 #include "backend/cuda_backend.h"
 #include "config/config.h"
 #include "model/gpt.h"
-#include "model/program.h"
 #include "optim/zero.h"
+#include "program/program.h"
 #include "util/error.h"
 #include "util/log.h"
 #include "util/rng.h"

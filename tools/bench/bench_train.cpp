@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "model/program.h"
-#include "parallel/communicator.h"
-#include "ops/ops.h"
+#include "ops/reference_ops.h"
 #include "optim/zero.h"
+#include "parallel/communicator.h"
+#include "program/program.h"
 #include "util/log.h"
 #include "util/memory.h"
 #include "util/peak.h"

@@ -1,7 +1,7 @@
-// The op vocabulary of the GPT program (src/model/program.h): one interface, implemented once per backend.
+// The op vocabulary of the GPT program (src/program/program.h): one interface, implemented once per backend.
 // CpuOps (src/backend/cpu_ops.cpp) composes the CPU reference ops of src/ops; CudaOps (cuda/cuda_ops.cu) launches
-// the kernels of cuda/ and cuBLASLt. The math of each family is stated once, in src/ops/ops.h; what this interface
-// adds is the contract that lets one program drive either backend:
+// the kernels of cuda/ and cuBLASLt. The math of each family is stated once, in src/ops/reference_ops.h; what this
+// interface adds is the contract that lets one program drive either backend:
 //
 //   - Tensors are views of the backend's memory (host or device) with their dtype; an op checks the dtypes and
 //     shapes it is given. Weights and activations come in the backend's formats (TensorFormats): fp32 on the CPU,
@@ -44,7 +44,7 @@ struct Tensor {
 };
 
 // How a backend stores the program's tensors. Known without a device, so that memory plans can be computed
-// anywhere (src/model/program.h).
+// anywhere (src/program/program.h).
 struct TensorFormats {
   DType weights = DType::F32;      // working weights, what the ops read
   DType activations = DType::F32;  // activations kept for backward and activation gradients

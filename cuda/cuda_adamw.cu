@@ -1,10 +1,12 @@
-// CudaAdamW (backend/cuda_backend.h): the optimizer state of a range of a CUDA backend's flat buffer in device
-// memory, updated by the kernel of adamw.cu on the backend's compute stream.
-#include "adamw.cuh"
+// CudaAdamW (backend/cuda_adamw.h): the optimizer state of a range of a CUDA backend's flat buffer in device
+// memory, updated by the kernel of adamw_kernel.cu on the backend's compute stream.
+#include "backend/cuda_adamw.h"
+
+#include "adamw_kernel.cuh"
 #include "backend/cuda_backend.h"
 #include "device.cuh"
 #include "grad_norm.cuh"
-#include "optim/zero.h"
+#include "model/gpt.h"
 
 namespace yuan {
 

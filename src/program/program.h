@@ -1,5 +1,5 @@
 // The GPT forward and backward, written once, over a contiguous range of the model's modules, against the op
-// vocabulary of backend/ops.h. A whole model, a pipeline stage and a recomputed block are this same code:
+// vocabulary of backend/ops_interface.h. A whole model, a pipeline stage and a recomputed block are this same code:
 //
 //   embedding (wte, wpe)  ->  blocks h.i  ->  head (ln_f, then the logits through the tied wte, the loss)
 //
@@ -88,8 +88,8 @@ class Program {
 
   Backend& backend() { return backend_; }
   int micro_batch() const { return spec_.micro_batch; }
-  bool embeds() const { return embeds_; }  // first stage: runs wte and wpe
-  bool heads() const { return heads_; }    // last stage: runs ln_f and the loss
+  bool embeds() const { return embeds_; }        // first stage: runs wte and wpe
+  bool runs_head() const { return runs_head_; }  // last stage: runs ln_f and the loss
 
   // ---- one stage of a pipeline (or the whole model), micro-batch by micro-batch ----
   // `tokens`: B rows of T+1 ids (T = seq_len), read by the stages that embed or compute the loss (others may pass
@@ -158,10 +158,10 @@ class Program {
   const GPTConfig cfg_;
   ProgramSpec spec_;
   int tp_size_ = 1;
-  int heads_local_ = 0;        // attention heads of this rank
+  int attention_heads_ = 0;    // attention heads of this rank
   int64_t vocab_begin_ = 0;    // the first id of this rank's part of the vocabulary
   int first_layer_ = 0, end_layer_ = 0;  // the blocks [first, end) of the range
-  bool embeds_ = false, heads_ = false;
+  bool embeds_ = false, runs_head_ = false;
   Allocation memory_[2];  // activations, buffers
   std::vector<Slot> slots_;
   Block scratch_;     // the recompute set

@@ -2,7 +2,7 @@
 // scalars formed in double on the host, so a GPU step matches a CPU step to fp32 rounding (FMA contraction aside).
 #include <cmath>
 
-#include "adamw.cuh"
+#include "adamw_kernel.cuh"
 
 namespace yuan::gpu {
 namespace {

@@ -1,4 +1,4 @@
-#include "model/program.h"
+#include "program/program.h"
 
 #include <algorithm>
 
@@ -173,18 +173,18 @@ Program::Program(Backend& backend, const ProgramSpec& spec, Communicator* tensor
              "program: tensor parallelism over %d ranks needs the backend's part (it holds 1 of %d) and the tensor "
              "group's communicator", spec.tp_size, tp.size);
   tp_size_ = tp.size;
-  heads_local_ = cfg_.n_head / tp.size;
+  attention_heads_ = cfg_.n_head / tp.size;
   vocab_begin_ = static_cast<int64_t>(tp.rank) * (cfg_.vocab_size / tp.size);
   const Range r = resolve(cfg_, spec_);
   first_layer_ = r.first_layer;
   end_layer_ = r.end_layer;
   embeds_ = r.embeds;
-  heads_ = r.heads;
+  runs_head_ = r.heads;
   const ParamLayout& pl = backend.layout();
   for (int m = spec_.modules.first; m < spec_.modules.end; m++)
     YUAN_CHECK(pl.has(m), "program: module %d of [%d, %d) is not in the backend's layout", m, spec_.modules.first,
                spec_.modules.end);
-  YUAN_CHECK(!heads_ || pl.has(kWteModule), "program: the head needs wte (the tied classifier) in the layout");
+  YUAN_CHECK(!runs_head_ || pl.has(kWteModule), "program: the head needs wte (the tied classifier) in the layout");
 
   BumpAllocator k;
   const TensorFormats& f = backend.formats();
@@ -259,7 +259,7 @@ void Program::run_forward(int slot, const int32_t* tokens, int B, int T, int str
   YUAN_CHECK(B >= 1 && B <= spec_.micro_batch, "program: micro-batch %d outside [1, %d]", B, spec_.micro_batch);
   Slot& s = slots_[slot];
   s.B = B, s.T = T, s.stride = stride;
-  if (embeds_ || heads_) {
+  if (embeds_ || runs_head_) {
     check_token_ids(tokens, B, stride, cfg_.vocab_size);
     const Tensor tok(s.tokens.data, DType::I32, B, stride);
     ops_.load_tokens(tok, tokens);
@@ -297,7 +297,7 @@ void Program::block_forward(int slot, int l, bool keep_output) {
   const Tensor x = rows(block_input(slot, l), slot), res2 = rows(a.res2, slot);
   ops_.layernorm_forward(rows(a.ln1, slot), rows(a.ln1_mean, slot), rows(a.ln1_rstd, slot), x, W(kLn1W), W(kLn1B));
   ops_.matmul_forward(rows(a.qkv, slot), rows(a.ln1, slot), W(kQkvW), W(kQkvB), {}, {});
-  ops_.attention_forward(rows(a.atty, slot), a.att_state, rows(a.qkv, slot), s.B, s.T, heads_local_);
+  ops_.attention_forward(rows(a.atty, slot), a.att_state, rows(a.qkv, slot), s.B, s.T, attention_heads_);
   row_parallel(res2, rows(a.atty, slot), W(kAttnProjW), W(kAttnProjB), x);
   ops_.layernorm_forward(rows(a.ln2, slot), rows(a.ln2_mean, slot), rows(a.ln2_rstd, slot), res2, W(kLn2W),
                          W(kLn2B));
@@ -329,7 +329,7 @@ void Program::head_forward(int slot) {
 
 float Program::loss(int slot, float grad_scale) {
   check_slot(slot, "loss");
-  YUAN_CHECK(heads_, "program: loss on a stage without the head (modules [%d, %d))", spec_.modules.first,
+  YUAN_CHECK(runs_head_, "program: loss on a stage without the head (modules [%d, %d))", spec_.modules.first,
              spec_.modules.end);
   Slot& s = slots_[slot];
   YUAN_CHECK(s.stride == s.T + 1, "program: loss needs targets (rows of T+1 ids)");
@@ -382,7 +382,7 @@ void Program::backward(int slot, const Tensor& dout, const ModuleReadyFn& ready)
   YUAN_CHECK(s.stride == s.T + 1, "program: backward of a forward without targets");
   backend_.compute_after_transfers();
   const Tensor dres = rows(dres_, slot);
-  const Tensor from = heads_ ? (spec_.slots > 1 ? rows(s.head_grad, slot) : dres) : dout;
+  const Tensor from = runs_head_ ? (spec_.slots > 1 ? rows(s.head_grad, slot) : dres) : dout;
   YUAN_CHECK(from.data && from.dtype == DType::F32 && from.rows == dres.rows && from.cols == dres.cols,
              "program: backward needs the fp32 [%lld, %lld] gradient of the stage output",
              static_cast<long long>(dres.rows), static_cast<long long>(dres.cols));
@@ -392,7 +392,7 @@ void Program::backward(int slot, const Tensor& dout, const ModuleReadyFn& ready)
   }
   // The head's gradients were taken with the loss; they are reported with the micro-batch's backward, so that
   // every module is reported once per backward in schedule order.
-  if (heads_) {
+  if (runs_head_) {
     notify(ready, ln_f_module(cfg_));
     if (!embeds_) notify(ready, kWteModule);  // the tied classifier's copy of wte is complete
   }
@@ -435,7 +435,7 @@ void Program::block_backward(int slot, int l) {
   // res2 = x + attproj
   ops_.matmul_backward(datty, G(kAttnProjW), G(kAttnProjB), dres_op, rows(a.atty, slot), W(kAttnProjW), {});
   ops_.attention_backward(dqkv, att_scratch_, datty, rows(a.qkv, slot), rows(a.atty, slot), a.att_state, s.B, s.T,
-                          heads_local_);
+                          attention_heads_);
   ops_.matmul_backward(dln, G(kQkvW), G(kQkvB), dqkv, rows(a.ln1, slot), W(kQkvW), {});
   if (tp()) tp_reduce(dln, ReduceOp::Sum);
   ops_.layernorm_backward(dres, dres_operand(slot, true), G(kLn1W), G(kLn1B), dln, rows(block_input(slot, l), slot),
@@ -445,7 +445,7 @@ void Program::block_backward(int slot, int l) {
 // ---- the whole model ----
 
 float Program::forward_backward(const int32_t* tokens, int B, float grad_scale, const ModuleReadyFn& ready) {
-  YUAN_CHECK(embeds_ && heads_, "program: forward_backward runs the whole model");
+  YUAN_CHECK(embeds_ && runs_head_, "program: forward_backward runs the whole model");
   run_forward(0, tokens, B, cfg_.seq_len, cfg_.seq_len + 1);
   const float loss = this->loss(0, grad_scale);
   backward(0, {}, ready);
@@ -453,13 +453,13 @@ float Program::forward_backward(const int32_t* tokens, int B, float grad_scale, 
 }
 
 float Program::forward_loss(const int32_t* tokens, int B) {
-  YUAN_CHECK(embeds_ && heads_, "program: forward_loss runs the whole model");
+  YUAN_CHECK(embeds_ && runs_head_, "program: forward_loss runs the whole model");
   run_forward(0, tokens, B, cfg_.seq_len, cfg_.seq_len + 1);
   return loss(0, 0.0f);
 }
 
 void Program::forward_logits(const int32_t* ids, int len, float* logits) {
-  YUAN_CHECK(embeds_ && heads_, "program: forward_logits runs the whole model");
+  YUAN_CHECK(embeds_ && runs_head_, "program: forward_logits runs the whole model");
   YUAN_CHECK(len >= 1 && len <= cfg_.seq_len, "forward_logits: length %d outside [1, seq_len=%d]", len,
              cfg_.seq_len);
   run_forward(0, ids, 1, len, len);

@@ -1,4 +1,4 @@
-// AdamW on the GPU (adamw.cu): the math of src/ops/adamw.h.
+// AdamW on the GPU (adamw_kernel.cu): the math of src/ops/adamw.h.
 #pragma once
 #include <cstddef>
 

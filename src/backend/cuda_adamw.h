@@ -1,0 +1,36 @@
+// CudaAdamW (cuda/cuda_adamw.cu): an optimizer for the kernel tests and the GPU benchmarks, not for the trainer,
+// which always keeps the optimizer on the host (optim/zero.h). Apart from backend/cuda_backend.h so that the
+// backend's production header carries none of it.
+#pragma once
+#include <cstddef>
+#include <memory>
+
+#include "backend/backend.h"
+#include "ops/adamw.h"
+
+namespace yuan {
+
+// AdamW with its state on the GPU, for benchmarks that compare ZeRO-Offload with a GPU-resident optimizer: fp32
+// master weights and both moments of the range [offset, offset+count) of a CUDA backend's flat buffer stay in
+// device memory, and each step writes the new weights into the backend's bf16 working copy (cuda/adamw_kernel.cu:
+// the math of ops/adamw.h).
+class CudaAdamW {
+ public:
+  CudaAdamW(Backend& cuda_backend, size_t offset, size_t count, const float* init_master);
+  ~CudaAdamW();
+  CudaAdamW(const CudaAdamW&) = delete;
+  CudaAdamW& operator=(const CudaAdamW&) = delete;
+  // Sum of squares of the backend's fp32 gradient over the range, in double (for the global clipping norm).
+  double grad_sum_squares();
+  // One step over the range from the backend's gradient: h.weight_decay applies to matrices and embeddings
+  // (TensorSpec::decay), none to biases, LayerNorm and the padding tail.
+  void step(const ops::AdamWHyper& h);
+  // fp32 master weights of the range, into host memory (count values).
+  void master_to_host(float* dst);
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+}  // namespace yuan
