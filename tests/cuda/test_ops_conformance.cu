@@ -34,7 +34,7 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "backend/ops.h"
+#include "backend/ops_interface.h"
 #include "gpu_test.h"
 
 namespace {
