@@ -316,11 +316,6 @@ std::vector<float> initial_params(size_t n) {
 double lr_at(int step) { return 1e-2 * (1.0 + 0.5 * step); }
 
 
-// One optimizer step as the trainer takes it: reduce, the global norm from every rank's share, update.
-ZeroStepStats step(ZeroOptimizer& opt, Communicator& comm, double lr) {
-  const double norm = std::sqrt(comm.sum(opt.reduce_gradients()));
-  return opt.step(lr, norm);
-}
 
 struct Trajectory {
   std::vector<float> params;
@@ -352,7 +347,7 @@ Trajectory run_zero(const OptimConfig& oc, int accum, int steps, const Drive& dr
       be.forward_backward(tok.data(), kRows, 1.0f / static_cast<float>(nranks() * accum), opt.ready_hook());
       opt.after_micro_batch();
     }
-    ZeroStepStats st = step(opt, *comm, lr_at(s));
+    ZeroStepStats st = end_step(opt, *comm, lr_at(s));
     out.norms.push_back(st.grad_norm);
     std::vector<float> g(be.size());
     be.grads_to_host(0, g.size(), g.data());
@@ -560,7 +555,7 @@ TEST(MpiZero, StateAccessWaitsForDrain) {
   std::vector<int32_t> tok = batch_tokens(0, rank(), 0);
   be.forward_backward(tok.data(), kRows, 1.0f / nranks(), opt.ready_hook());
   opt.after_micro_batch();
-  step(opt, *comm, 1e-2);
+  end_step(opt, *comm, 1e-2);
   EXPECT_THROW(opt.master(), Error);  // the update is still in flight
   opt.drain();
   EXPECT_NE(opt.master(), nullptr);

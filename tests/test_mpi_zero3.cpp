@@ -83,8 +83,7 @@ struct Replica {
       loss += program->forward_backward(tok.data(), kB, 1.0f / (kMicro * nranks()), opt->ready_hook());
       opt->after_micro_batch();
     }
-    const double norm = std::sqrt(comm->sum(opt->reduce_gradients()));
-    opt->step(1e-2, norm);
+    end_step(*opt, *comm, 1e-2);
     return loss / kMicro;
   }
 };

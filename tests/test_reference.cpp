@@ -261,7 +261,7 @@ TEST(Reference, ThreeTrainingStepsMatchTorchAdamW) {
       float loss = model.program->forward_backward(ref.batch(step), ref.B, 1.0f, opt.ready_hook());
       opt.after_micro_batch();
       const double lr = yuan::lr_at(oc, step, ref.steps);
-      yuan::ZeroStepStats st = opt.step(lr, std::sqrt(comm->sum(opt.reduce_gradients())));
+      const yuan::ZeroStepStats st = yuan::end_step(opt, *comm, lr, loss);
       EXPECT_LE(rel_err(loss, losses[step]), 1e-5) << "loss of step " << step;
       EXPECT_LE(rel_err(lr, lrs[step]), 1e-12) << "lr of step " << step;
       EXPECT_LE(rel_err(st.grad_norm, norms[step]), 1e-5) << "grad norm of step " << step;

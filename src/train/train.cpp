@@ -287,12 +287,7 @@ class Trainer {
       if (world_.rank == 0 && step == faults_.kill_step) std::raise(SIGKILL);
       loss = parallel::allreduce_sum(loss) / micro_total_;
       backend_->range_push("optimizer");
-      const double share = opts_.reduce_gradients();
-      const double t_norm = now_seconds();
-      const double grad_norm = std::sqrt(world_comm_->sum(share));
-      const double norm_s = now_seconds() - t_norm;
-      ZeroStepStats st = opts_.step(lr, grad_norm, !std::isfinite(loss));
-      st.comm_seconds += norm_s;
+      const ZeroStepStats st = end_step(opts_, *world_comm_, lr, loss);
       backend_->range_pop();
       const double t1 = now_seconds(), dt = t1 - t0;
       const int done = step + 1;

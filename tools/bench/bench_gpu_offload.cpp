@@ -133,7 +133,7 @@ Measured run(const GPTConfig& c, int B, bool recompute, bool delayed, int accum,
       opt->after_micro_batch();
     }
     const double t1 = now_seconds();
-    const ZeroStepStats st = opt->step(oc.lr, std::sqrt(comm->sum(opt->reduce_gradients())));
+    const ZeroStepStats st = end_step(*opt, *comm, oc.lr);
     const double t2 = now_seconds();
     if (s < 2) continue;
     YUAN_CHECK(!st.skipped, "step %d skipped: gradient norm %g", s, st.grad_norm);

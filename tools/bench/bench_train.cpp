@@ -2,7 +2,6 @@
 // same run. Training steps are the real ones (CPU backend + ZeRO AdamW, one rank) on random tokens.
 //
 // usage: bench_train [--steps N]
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -62,7 +61,7 @@ static void bench_model(const char* name, GPTConfig c, int B, int steps, double 
     double t0 = now_seconds();
     program.forward_backward(tokens.data(), B, 1.0f, opt.ready_hook());
     opt.after_micro_batch();
-    opt.step(1e-4, std::sqrt(comm.sum(opt.reduce_gradients())));
+    end_step(opt, comm, 1e-4);
     if (s > 0) total += now_seconds() - t0;  // step 0 warms up
   }
   double tok_s = static_cast<double>(B) * c.seq_len * steps / total;
