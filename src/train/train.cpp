@@ -146,20 +146,12 @@ class Trainer {
 #ifdef YUAN_CUDA
     if (device_ == Device::Cuda) gpu = cuda_select_device(world_.local_rank);
 #endif
-    const ModuleRange stage = topo.stage_modules(world_.rank);
-    const TensorParallel tp{place_.tp_rank, topo.tp_size()};
-    BackendSpec bspec{cfg.model, held_modules(cfg.model, stage), tp};
-    const ParamLayout layout(cfg.model, bspec.modules, tp);
-    const ProgramSpec pspec{stage, cfg.train.micro_batch, schedule_.slots(), cfg.train.recompute, tp.size};
-    if (cfg.optim.zero == 3) {  // one module group (validate): the data group holds the whole stage
-      const parallel::ProcessGroup& data = groups_.get(parallel::Group::Data);
-      bspec.shards = zero_shard_elements(layout, {}, data.size(), data.rank(), 3);
-    }
-    const RankMemory need = rank_memory(cfg, topo, device_, world_.rank);
-    check_node_memory(need, gpu, memory_hint(cfg, world_.size, need));
+    const RankPlan plan = plan_rank(cfg, topo, device_, world_.rank);
+    const ParamLayout layout(cfg.model, plan.backend.modules, plan.backend.tp);
+    check_node_memory(plan.memory, gpu, memory_hint(cfg, world_.size, plan.memory));
     n_params_ = ParamLayout(cfg.model).total();
     flops_per_token_ = flops_per_token(cfg.model, n_params_);
-    assemble_replica(replica_, {device_, bspec, pspec}, [&](Replica& r) -> Communicator* {
+    assemble_replica(replica_, {device_, plan.backend, plan.program}, [&](Replica& r) -> Communicator* {
       world_comm_ = &communicator(parallel::Group::World);
       // Reductions overlap backward only where every member of a group runs the same passes independently: with
       // pipelines, a rank waiting in a reduction could hold up the neighbour its group partner waits for.
@@ -179,7 +171,7 @@ class Trainer {
         r.opts->add(std::make_unique<ZeroOptimizer>(cfg.optim, *r.backend, communicator(parallel::Group::Data, i),
                                                     init, groups_.data_modules()[i], overlap, std::move(gathers)));
       }
-      return tp.size > 1 ? &communicator(parallel::Group::Tensor) : nullptr;
+      return plan.backend.tp.size > 1 ? &communicator(parallel::Group::Tensor) : nullptr;
     });
     runner_ = std::make_unique<StageRunner>(*replica_.program, *replica_.backend,
                                             stages_ > 1 ? &communicator(parallel::Group::Pipeline) : nullptr,
