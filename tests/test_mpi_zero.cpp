@@ -562,6 +562,30 @@ TEST(MpiZero, StateAccessWaitsForDrain) {
   EXPECT_EQ(opt.adam_step(), 1);
 }
 
+// end_step: the norm is the world's (every rank reports the same), a non-finite loss skips the update and keeps
+// the weights and the AdamW step, a finite one updates.
+TEST(MpiZero, EndStepSkipsOnANonFiniteLoss) {
+  ParamLayout layout(tiny_config());
+  QuadraticBackend be(tiny_config());
+  std::unique_ptr<Communicator> comm = world_communicator();
+  std::vector<float> init = initial_params(layout.total());
+  ZeroOptimizer opt(optim_config(1, 0.001, 1.0), be, *comm, init.data());
+  std::vector<float> before(layout.total()), after(layout.total());
+  for (int s = 0; s < 2; s++) {
+    const std::vector<int32_t> tok = batch_tokens(s, rank(), 0);
+    be.forward_backward(tok.data(), kRows, 1.0f / nranks(), opt.ready_hook());
+    opt.after_micro_batch();
+    be.get_params(before.data(), 0, before.size());
+    const ZeroStepStats st = end_step(opt, *comm, 1e-2, s == 0 ? NAN : 1.0);
+    be.get_params(after.data(), 0, after.size());
+    EXPECT_EQ(st.skipped, s == 0) << "step " << s;
+    EXPECT_EQ(opt.adam_step(), s) << "step " << s;
+    EXPECT_EQ(before == after, s == 0) << "step " << s;
+    EXPECT_GT(st.grad_norm, 0) << "step " << s;
+    EXPECT_EQ(comm->sum(st.grad_norm), nranks() * st.grad_norm) << "step " << s;
+  }
+}
+
 TEST(MpiZero, ShardsReassembleTheWeights) {
   // A checkpoint restore writes master() shard by shard; load_backend_params must rebuild every rank's weights.
   ParamLayout layout(tiny_config());
