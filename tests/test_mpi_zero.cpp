@@ -316,11 +316,6 @@ std::vector<float> initial_params(size_t n) {
 double lr_at(int step) { return 1e-2 * (1.0 + 0.5 * step); }
 
 
-// One optimizer step as the trainer takes it: reduce, the global norm from every rank's share, update.
-ZeroStepStats step(ZeroOptimizer& opt, Communicator& comm, double lr) {
-  const double norm = std::sqrt(comm.sum(opt.reduce_gradients()));
-  return opt.step(lr, norm);
-}
 
 struct Trajectory {
   std::vector<float> params;
@@ -352,7 +347,7 @@ Trajectory run_zero(const OptimConfig& oc, int accum, int steps, const Drive& dr
       be.forward_backward(tok.data(), kRows, 1.0f / static_cast<float>(nranks() * accum), opt.ready_hook());
       opt.after_micro_batch();
     }
-    ZeroStepStats st = step(opt, *comm, lr_at(s));
+    ZeroStepStats st = end_step(opt, *comm, lr_at(s));
     out.norms.push_back(st.grad_norm);
     std::vector<float> g(be.size());
     be.grads_to_host(0, g.size(), g.data());
@@ -560,11 +555,35 @@ TEST(MpiZero, StateAccessWaitsForDrain) {
   std::vector<int32_t> tok = batch_tokens(0, rank(), 0);
   be.forward_backward(tok.data(), kRows, 1.0f / nranks(), opt.ready_hook());
   opt.after_micro_batch();
-  step(opt, *comm, 1e-2);
+  end_step(opt, *comm, 1e-2);
   EXPECT_THROW(opt.master(), Error);  // the update is still in flight
   opt.drain();
   EXPECT_NE(opt.master(), nullptr);
   EXPECT_EQ(opt.adam_step(), 1);
+}
+
+// end_step: the norm is the world's (every rank reports the same), a non-finite loss skips the update and keeps
+// the weights and the AdamW step, a finite one updates.
+TEST(MpiZero, EndStepSkipsOnANonFiniteLoss) {
+  ParamLayout layout(tiny_config());
+  QuadraticBackend be(tiny_config());
+  std::unique_ptr<Communicator> comm = world_communicator();
+  std::vector<float> init = initial_params(layout.total());
+  ZeroOptimizer opt(optim_config(1, 0.001, 1.0), be, *comm, init.data());
+  std::vector<float> before(layout.total()), after(layout.total());
+  for (int s = 0; s < 2; s++) {
+    const std::vector<int32_t> tok = batch_tokens(s, rank(), 0);
+    be.forward_backward(tok.data(), kRows, 1.0f / nranks(), opt.ready_hook());
+    opt.after_micro_batch();
+    be.get_params(before.data(), 0, before.size());
+    const ZeroStepStats st = end_step(opt, *comm, 1e-2, s == 0 ? NAN : 1.0);
+    be.get_params(after.data(), 0, after.size());
+    EXPECT_EQ(st.skipped, s == 0) << "step " << s;
+    EXPECT_EQ(opt.adam_step(), s) << "step " << s;
+    EXPECT_EQ(before == after, s == 0) << "step " << s;
+    EXPECT_GT(st.grad_norm, 0) << "step " << s;
+    EXPECT_EQ(comm->sum(st.grad_norm), nranks() * st.grad_norm) << "step " << s;
+  }
 }
 
 TEST(MpiZero, ShardsReassembleTheWeights) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "optim/replica.h"
 #include "optim/zero.h"
 #include "parallel/groups.h"
 #include "parallel/world.h"
@@ -54,25 +55,25 @@ std::vector<int32_t> batch(int step, int micro) {
   return t;
 }
 
-// A replica at `zero`: the backend (sharded at 3), its optimizer and the program reading through it; with
-// `thread`, ZeRO-3 gathers on a communication thread.
-struct Replica {
+// A replica at `zero` (optim/replica.h): the backend (sharded at 3), its optimizer and the program reading through
+// it; with `thread`, ZeRO-3 gathers on a communication thread.
+struct ZeroReplica {
   std::unique_ptr<Communicator> comm = world_comm();
-  std::unique_ptr<Backend> backend;
-  std::unique_ptr<ZeroOptimizer> opt;
-  std::unique_ptr<Program> program;
+  Replica r;
+  ZeroOptimizer* opt = nullptr;
 
-  Replica(int zero, bool recompute, bool thread = false) {
+  ZeroReplica(int zero, bool recompute, bool thread = false) {
     const ParamLayout layout(kCfg);
     BackendSpec spec{kCfg, {}};
     if (zero == 3) spec.shards = zero_shard_elements(layout, {}, nranks(), rank(), 3);
-    backend = make_backend(Device::Cpu, spec);
     std::vector<float> init(layout.total());
     init_gpt2(layout, 11, init.data());
-    opt = std::make_unique<ZeroOptimizer>(optim(zero), *backend, *comm, init.data(), ModuleRange{}, true,
-                                          thread ? world_comm(true) : nullptr);
-    program = std::make_unique<Program>(*backend, ProgramSpec{{}, kB, 1, recompute}, nullptr,
-                                        zero == 3 ? opt.get() : nullptr);
+    assemble_replica(r, {Device::Cpu, spec, ProgramSpec{{}, kB, 1, recompute}}, [&](Replica& rr) -> Communicator* {
+      rr.opts->add(std::make_unique<ZeroOptimizer>(optim(zero), *rr.backend, *comm, init.data(), ModuleRange{}, true,
+                                                   thread ? world_comm(true) : nullptr));
+      return nullptr;
+    });
+    opt = r.opts->all().front().get();
   }
 
   // The trainer's step; returns the mean loss over the micro-batches of this rank.
@@ -80,11 +81,10 @@ struct Replica {
     double loss = 0;
     for (int k = 0; k < kMicro; k++) {
       const std::vector<int32_t> tok = batch(s, k);
-      loss += program->forward_backward(tok.data(), kB, 1.0f / (kMicro * nranks()), opt->ready_hook());
+      loss += r.program->forward_backward(tok.data(), kB, 1.0f / (kMicro * nranks()), opt->ready_hook());
       opt->after_micro_batch();
     }
-    const double norm = std::sqrt(comm->sum(opt->reduce_gradients()));
-    opt->step(1e-2, norm);
+    end_step(*opt, *comm, 1e-2);
     return loss / kMicro;
   }
 };
@@ -94,17 +94,17 @@ TEST(MpiZero3, MatchesZero2ThroughTheProgram) {
   for (auto [recompute, thread] : {std::pair{false, false}, {true, false}, {false, true}, {true, true}}) {
     SCOPED_TRACE(std::string(recompute ? "recompute" : "activations kept") +
                  (thread ? ", gathers on a thread" : ", gathers in the caller"));
-    Replica z2(2, recompute), z3(3, recompute, thread);
+    ZeroReplica z2(2, recompute), z3(3, recompute, thread);
     for (int s = 0; s < kSteps; s++) {
       const double want = z2.step(s), got = z3.step(s);
       EXPECT_LE(std::fabs(got - want), 1e-6 * std::fabs(want)) << "loss of step " << s;
     }
     // The forward of the updated weights, gathered afresh, and the shard against ZeRO-2's whole weights.
     const std::vector<int32_t> tok = batch(kSteps, 0);
-    const float want = z2.program->forward_loss(tok.data(), kB), got = z3.program->forward_loss(tok.data(), kB);
+    const float want = z2.r.program->forward_loss(tok.data(), kB), got = z3.r.program->forward_loss(tok.data(), kB);
     EXPECT_LE(std::fabs(got - want), 1e-6 * std::fabs(want)) << "loss after the last update";
-    std::vector<float> whole(z2.backend->size());
-    z2.backend->get_params(whole.data(), 0, whole.size());
+    std::vector<float> whole(z2.r.backend->size());
+    z2.r.backend->get_params(whole.data(), 0, whole.size());
     size_t at = 0;
     double err = 0;
     for (const ShardPiece& p : z3.opt->shard_pieces())
@@ -119,10 +119,10 @@ TEST(MpiZero3, DeviceMemoryIsTheShardAndTheModuleBuffers) {
   const ParamLayout layout(kCfg);
   const size_t params0 = mem_bytes(Mem::Params), grads0 = mem_bytes(Mem::Grads);
   {
-    Replica z3(3, false);
-    EXPECT_TRUE(z3.backend->sharded());
-    EXPECT_FALSE(z3.backend->grads());
-    const ParamMemory plan = zero_param_memory(layout, z3.backend->size());
+    ZeroReplica z3(3, false);
+    EXPECT_TRUE(z3.r.backend->sharded());
+    EXPECT_FALSE(z3.r.backend->grads());
+    const ParamMemory plan = zero_param_memory(layout, z3.r.backend->size());
     // The CPU backend keeps fp32 weights: shard plus gathered modules under Params, their gradients under Grads.
     EXPECT_EQ(mem_bytes(Mem::Params) - params0, plan.weights * sizeof(float));
     EXPECT_EQ(mem_bytes(Mem::Grads) - grads0, plan.grads * sizeof(float));
@@ -130,7 +130,7 @@ TEST(MpiZero3, DeviceMemoryIsTheShardAndTheModuleBuffers) {
     EXPECT_EQ(plan.grads, layout.module(kWteModule).numel + layout.module(kWpeModule).numel +
                               layout.module(ln_f_module(kCfg)).numel + 2 * layout.module(block_module(0)).numel);
     // The shards tile every module.
-    EXPECT_EQ(z3.comm->sum(static_cast<double>(z3.backend->size())), static_cast<double>(layout.total()));
+    EXPECT_EQ(z3.comm->sum(static_cast<double>(z3.r.backend->size())), static_cast<double>(layout.total()));
   }
   EXPECT_EQ(mem_bytes(Mem::Params), params0);
   EXPECT_EQ(mem_bytes(Mem::Grads), grads0);
@@ -140,7 +140,7 @@ TEST(MpiZero3, MisuseIsAnError) {
   const ParamLayout layout(kCfg);
   const TensorSpec& qkv = layout.block(1, kQkvW);
   {
-    Replica z3(3, false);
+    ZeroReplica z3(3, false);
     ZeroOptimizer& opt = *z3.opt;
     EXPECT_THROW(opt.weight(qkv), Error);  // never acquired
     EXPECT_THROW(opt.release(block_module(1)), Error);

@@ -25,6 +25,7 @@
 #include "config/config.h"
 #include "model/gpt.h"
 #include "optim/lr_schedule.h"
+#include "optim/replica.h"
 #include "optim/zero.h"
 #include "parallel/communicator.h"
 #include "program/program.h"
@@ -84,11 +85,10 @@ struct Reference {
     return out;
   }
   const int32_t* batch(int step) const { return tokens.data() + static_cast<size_t>(step) * B * (cfg.seq_len + 1); }
-  // The CPU backend and the program over every module, for micro-batches of up to B rows.
-  yuan::Replica model() const {
+  // The CPU backend and the program over every module, for micro-batches of up to B rows; `hook` adds optimizers.
+  yuan::Replica model(const yuan::ReplicaHook& hook = {}) const {
     yuan::Replica m;
-    m.backend = yuan::make_backend(yuan::Device::Cpu, {cfg, {}});
-    m.program = std::make_unique<yuan::Program>(*m.backend, yuan::ProgramSpec{{}, B, 1, false});
+    yuan::assemble_replica(m, {yuan::Device::Cpu, {cfg, {}}, yuan::ProgramSpec{{}, B, 1, false}}, hook);
     return m;
   }
 };
@@ -254,19 +254,22 @@ TEST(Reference, ThreeTrainingStepsMatchTorchAdamW) {
     yuan::OptimConfig oc = ref.optim;
     oc.zero = stage;
     oc.bucket_mb = 0.02;  // ~20 KB: several buckets for this 116 KB model
-    yuan::Replica model = ref.model();
-  yuan::Backend* be = model.backend.get();
-    yuan::ZeroOptimizer opt(oc, *be, *comm, ref.params.data());
+    yuan::Replica model = ref.model([&](yuan::Replica& r) -> yuan::Communicator* {
+      r.opts->add(std::make_unique<yuan::ZeroOptimizer>(oc, *r.backend, *comm, ref.params.data()));
+      return nullptr;
+    });
+    yuan::Backend* be = model.backend.get();
+    yuan::ZeroOptimizers& opt = *model.opts;
     for (int step = 0; step < ref.steps; step++) {
       float loss = model.program->forward_backward(ref.batch(step), ref.B, 1.0f, opt.ready_hook());
       opt.after_micro_batch();
       const double lr = yuan::lr_at(oc, step, ref.steps);
-      yuan::ZeroStepStats st = opt.step(lr, std::sqrt(comm->sum(opt.reduce_gradients())));
+      const yuan::ZeroStepStats st = yuan::end_step(opt, *comm, lr, loss);
       EXPECT_LE(rel_err(loss, losses[step]), 1e-5) << "loss of step " << step;
       EXPECT_LE(rel_err(lr, lrs[step]), 1e-12) << "lr of step " << step;
       EXPECT_LE(rel_err(st.grad_norm, norms[step]), 1e-5) << "grad norm of step " << step;
     }
-    EXPECT_EQ(opt.adam_step(), ref.steps);
+    EXPECT_EQ(opt.all().front()->adam_step(), ref.steps);
     std::vector<float> got(ref.layout->total());
     be->get_params(got.data(), 0, got.size());
     for (const auto& t : ref.layout->tensors())

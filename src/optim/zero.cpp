@@ -692,4 +692,25 @@ ParamSource* ZeroOptimizers::param_source() {
   return opts_.front().get();
 }
 
+namespace {
+template <typename Optimizer>
+ZeroStepStats end_step_of(Optimizer& opt, Communicator& world, double lr, double loss) {
+  const double share = opt.reduce_gradients();
+  const double t0 = now_seconds();
+  const double grad_norm = std::sqrt(world.sum(share));
+  const double norm_s = now_seconds() - t0;
+  ZeroStepStats st = opt.step(lr, grad_norm, !std::isfinite(loss));
+  st.comm_seconds += norm_s;
+  return st;
+}
+}  // namespace
+
+ZeroStepStats end_step(ZeroOptimizer& opt, Communicator& world, double lr, double loss) {
+  return end_step_of(opt, world, lr, loss);
+}
+
+ZeroStepStats end_step(ZeroOptimizers& opts, Communicator& world, double lr, double loss) {
+  return end_step_of(opts, world, lr, loss);
+}
+
 }  // namespace yuan

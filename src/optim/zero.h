@@ -17,8 +17,8 @@
 // [r*S, min((r+1)*S, n)), S = ceil(n/N) (the last shards may be shorter, or empty); at zero 3 each module is cut
 // that way on its own, so that a module gathers from N blocks. Communication goes bucket by bucket
 // (optim.bucket_mb, whole modules in reverse layout order, the order backward finishes them; zero 3: one module).
-// Clipping uses the exact global norm: reduce_gradients() gives this rank's share of its square, the caller sums
-// the shares of all optimizers over the world and passes the norm to step().
+// Clipping uses the exact global norm: reduce_gradients() gives this rank's share of its square, end_step() (below)
+// sums the shares of all optimizers over the world and passes the norm to step().
 //
 // The pipeline, per bucket: reduce (Communicator, on its stream for NCCL) -> this rank's part copied into a
 // host gradient buffer (Backend::to_host_async into transfer memory, on a copy stream) -> after backward: the
@@ -303,5 +303,12 @@ class ZeroOptimizers {
   std::vector<ZeroOptimizer*> of_module_;  // by module index
   ModuleReadyFn ready_;
 };
+
+// The end of a training step, after the last micro-batch's backward and after_micro_batch(): reduce the gradients,
+// the global norm from every rank's share (`world`: all the ranks of the run, each with its optimizers), clip,
+// update; a non-finite `loss` (the step's, when the caller has it) or norm skips the update. Collective over
+// `world`. The stats' comm_seconds include the norm's reduction.
+ZeroStepStats end_step(ZeroOptimizer& opt, Communicator& world, double lr, double loss = 0);
+ZeroStepStats end_step(ZeroOptimizers& opts, Communicator& world, double lr, double loss = 0);
 
 }  // namespace yuan

@@ -2,13 +2,11 @@
 // prompt) and export (HuggingFace GPT-2 directory). Each takes a checkpoint directory or a run directory (its
 // newest checkpoint) and builds the model from the checkpoint's config.ini and optimizer shards alone.
 #pragma once
-#include <memory>
 #include <string>
 #include <vector>
 
-#include "backend/backend.h"
 #include "config/command_line.h"
-#include "program/program.h"
+#include "optim/replica.h"
 #include "train/checkpoint.h"
 
 namespace yuan {
@@ -19,11 +17,7 @@ int export_main(const std::vector<std::string>& args);
 int plan_main(const std::vector<std::string>& args);
 
 // The checkpoint's model on `device` (cpu | cuda | auto): a backend holding its weights and the program over every
-// module, for micro-batches of up to `micro_batch` rows.
-struct Replica {
-  std::unique_ptr<Backend> backend;
-  std::unique_ptr<Program> program;
-};
+// module, for micro-batches of up to `micro_batch` rows; no optimizer.
 Replica checkpoint_replica(const CheckpointModel& m, const std::string& device, int micro_batch);
 
 }  // namespace yuan

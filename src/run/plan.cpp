@@ -2,7 +2,7 @@
 // with their parameters and training FLOPs per token (what pipeline templates cut, and what `auto:K` balances).
 // Without it, the job's layout ([parallel], or data parallelism over --world ranks): every pipeline's stages and
 // ranks, the memory of each rank, and the bubble its schedule leaves. Memory comes from the same plans the
-// trainer allocates by (train/memory_plan.h rank_memory, which the trainer also checks against its nodes before
+// trainer allocates by (train/memory_plan.h plan_rank, which the trainer also builds from and checks before
 // it allocates), for the device the deck asks for (cuda when built with it, for train.device=auto), with no device
 // needed; the formulas are in docs/MEMORY.md.
 #include <boost/program_options.hpp>
@@ -68,7 +68,7 @@ void print_layout(const Config& c, int world, bool json) {
     for (int s = 0; s < stages; s++) {
       // Tensor ranks hold parts of the same sizes: the first speaks for them.
       const int rank = topo.rank_of({static_cast<int>(p), s, 0});
-      const RankMemory m = rank_memory(c, topo, device, rank);
+      const RankMemory m = plan_rank(c, topo, device, rank).memory;
       const parallel::Schedule schedule(kind, s, stages, pl.micro_batches);
       const std::string ranks = T == 1 ? strf("rank %d", rank) : strf("ranks %d-%d", rank, rank + T - 1);
       if (json) {

@@ -18,9 +18,7 @@ Replica checkpoint_replica(const CheckpointModel& m, const std::string& device, 
   check_node_memory(need, d == Device::Cuda ? parallel::world().local_rank : -1,
                     micro_batch > 1 ? "a smaller --micro-batch or fewer ranks per node" : "fewer ranks per node");
   Replica r;
-  r.backend = make_backend(d, {m.cfg.model, {}});
-  r.backend->set_params(m.weights.data(), 0, m.weights.size());
-  r.program = std::make_unique<Program>(*r.backend, spec);
+  assemble_replica(r, {d, {m.cfg.model, {}}, spec, m.weights.data()});
   return r;
 }
 

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <array>
 #include <climits>
-#include <optional>
 #include <vector>
 
 #include "data/loader.h"
@@ -23,19 +22,22 @@ size_t RankMemory::host_bytes() const {
 
 size_t RankMemory::device_bytes() const { return device == Device::Cpu ? 0 : on_device.total(); }
 
-RankMemory rank_memory(const Config& c, const parallel::Topology& topo, Device device, int rank) {
+RankPlan plan_rank(const Config& c, const parallel::Topology& topo, Device device, int rank) {
   const parallel::Place& place = topo.place(rank);
   const parallel::Pipeline& pl = topo.pipelines()[place.pipeline];
   const int stages = static_cast<int>(pl.stages.size());
   const ModuleRange& range = pl.stages[place.stage];
-  const ParamLayout held(c.model, held_modules(c.model, range), {place.tp_rank, topo.tp_size()});
+  const TensorParallel tp{place.tp_rank, topo.tp_size()};
+  RankPlan plan;
+  plan.backend = {c.model, held_modules(c.model, range), tp};
+  const ParamLayout held(c.model, plan.backend.modules, tp);
   const parallel::Schedule schedule(parallel::parse_schedule(c.parallel.schedule), place.stage, stages,
                                     pl.micro_batches);
+  plan.program = {range, c.train.micro_batch, schedule.slots(), c.train.recompute, tp.size};
   const DType weights = tensor_formats(device).weights;
-  RankMemory m;
+  RankMemory& m = plan.memory;
   m.device = device;
   m.params = held.total();
-  std::optional<size_t> shards;
   for (const ModuleRange& g : topo.module_groups_of(rank)) {
     const std::vector<int> holders = topo.holders(g.first, place.tp_rank);
     const int group_rank = static_cast<int>(std::find(holders.begin(), holders.end(), rank) - holders.begin());
@@ -50,11 +52,9 @@ RankMemory rank_memory(const Config& c, const parallel::Topology& topo, Device d
     const ZeroHostMemory h = zero_host_memory(c.optim, shard, tile, topo.replicas_only(), weights);
     m.host.optimizer += h.optimizer;
     m.host.staging += h.staging;
-    if (c.optim.zero == 3) shards = shard;  // one module group (validate)
+    if (c.optim.zero == 3) plan.backend.shards = shard;  // one module group (validate)
   }
-  m.on_device = plan_memory(device, c.model,
-                            {range, c.train.micro_batch, schedule.slots(), c.train.recompute, topo.tp_size()},
-                            zero_param_memory(held, shards));
+  m.on_device = plan_memory(device, c.model, plan.program, zero_param_memory(held, plan.backend.shards));
   // Both ends of a pipeline read its micro-batches (the trainer's loaders).
   if (range.first == kWteModule || range.end == module_count(c.model)) {
     LoaderSpec spec;
@@ -63,7 +63,7 @@ RankMemory rank_memory(const Config& c, const parallel::Topology& topo, Device d
     spec.prefetch = c.data.prefetch;
     m.data = train_loader_bytes(spec) + (c.data.val.empty() ? 0 : val_loader_bytes(spec));
   }
-  return m;
+  return plan;
 }
 
 std::string memory_hint(const Config& c, int world, const RankMemory& m) {

@@ -1,5 +1,6 @@
 // What a rank of a job will allocate, by purpose, and the check that refuses a job before it allocates what its
-// nodes do not have. `yuanlm plan` prints rank_memory; the trainer checks the same figures (one derivation), so a
+// nodes do not have. `yuanlm plan` prints plan_rank's memory; the trainer builds its replica from the same plan and
+// checks the same figures (one derivation), so a
 // deck that plan says needs more than a node has is refused in a second instead of being killed by the kernel
 // minutes later. The parts come from the plans the trainer allocates by: program/program.h plan_memory (the backend
 // and the program), optim/zero.h zero_host_memory (optimizer state and staging), data/loader.h (read-ahead).
@@ -26,8 +27,13 @@ struct RankMemory {
   size_t total() const { return on_device.total() + host.optimizer + host.staging + data; }
 };
 
-// What rank `rank` of the job of `c` on `topo` allocates on `device` (needs no device).
-RankMemory rank_memory(const Config& c, const parallel::Topology& topo, Device device, int rank);
+// Everything rank `rank` of the job of `c` on `topo` sets up on `device`, derived once (needs no device).
+struct RankPlan {
+  BackendSpec backend;  // its stage's modules, this tensor rank's part of them, ZeRO-3's shard elements
+  ProgramSpec program;  // its stage, the micro-batch, the micro-batches kept at once, recompute, tensor ranks
+  RankMemory memory;    // what it allocates
+};
+RankPlan plan_rank(const Config& c, const parallel::Topology& topo, Device device, int rank);
 
 // What the process itself needs beyond the plan (MPI's buffers, the libraries' workspaces, thread stacks; on the
 // device NCCL's and cuBLAS's): counted for every rank, on the host and on the device.

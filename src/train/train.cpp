@@ -31,6 +31,7 @@
 #include "data/loader.h"
 #include "data/manifest.h"
 #include "optim/lr_schedule.h"
+#include "optim/replica.h"
 #include "optim/zero.h"
 #include "parallel/communicator.h"
 #include "parallel/groups.h"
@@ -145,22 +146,13 @@ class Trainer {
 #ifdef YUAN_CUDA
     if (device_ == Device::Cuda) gpu = cuda_select_device(world_.local_rank);
 #endif
-    const ModuleRange stage = topo.stage_modules(world_.rank);
-    const TensorParallel tp{place_.tp_rank, topo.tp_size()};
-    BackendSpec bspec{cfg.model, held_modules(cfg.model, stage), tp};
-    const ParamLayout layout(cfg.model, bspec.modules, tp);
-    const ProgramSpec pspec{stage, cfg.train.micro_batch, schedule_.slots(), cfg.train.recompute, tp.size};
-    if (cfg.optim.zero == 3) {  // one module group (validate): the data group holds the whole stage
-      const parallel::ProcessGroup& data = groups_.get(parallel::Group::Data);
-      bspec.shards = zero_shard_elements(layout, {}, data.size(), data.rank(), 3);
-    }
-    const RankMemory need = rank_memory(cfg, topo, device_, world_.rank);
-    check_node_memory(need, gpu, memory_hint(cfg, world_.size, need));
-    backend_ = make_backend(device_, bspec);
-    world_comm_ = &communicator(parallel::Group::World);
+    const RankPlan plan = plan_rank(cfg, topo, device_, world_.rank);
+    const ParamLayout layout(cfg.model, plan.backend.modules, plan.backend.tp);
+    check_node_memory(plan.memory, gpu, memory_hint(cfg, world_.size, plan.memory));
     n_params_ = ParamLayout(cfg.model).total();
     flops_per_token_ = flops_per_token(cfg.model, n_params_);
-    {
+    assemble_replica(replica_, {device_, plan.backend, plan.program}, [&](Replica& r) -> Communicator* {
+      world_comm_ = &communicator(parallel::Group::World);
       // Reductions overlap backward only where every member of a group runs the same passes independently: with
       // pipelines, a rank waiting in a reduction could hold up the neighbour its group partner waits for.
       const bool overlap = topo.replicas_only();
@@ -176,23 +168,21 @@ class Trainer {
           gathers->count_into(&traffic_[static_cast<int>(parallel::Group::Data)]);
         }
         gather_thread_ = gathers != nullptr;
-        opts_.add(std::make_unique<ZeroOptimizer>(cfg.optim, *backend_, communicator(parallel::Group::Data, i), init,
-                                                  groups_.data_modules()[i], overlap, std::move(gathers)));
+        r.opts->add(std::make_unique<ZeroOptimizer>(cfg.optim, *r.backend, communicator(parallel::Group::Data, i),
+                                                    init, groups_.data_modules()[i], overlap, std::move(gathers)));
       }
-    }
-    program_ = std::make_unique<Program>(
-        *backend_, pspec, tp.size > 1 ? &communicator(parallel::Group::Tensor) : nullptr,
-        opts_.param_source());
-    runner_ = std::make_unique<StageRunner>(*program_, *backend_,
+      return plan.backend.tp.size > 1 ? &communicator(parallel::Group::Tensor) : nullptr;
+    });
+    runner_ = std::make_unique<StageRunner>(*replica_.program, *replica_.backend,
                                             stages_ > 1 ? &communicator(parallel::Group::Pipeline) : nullptr,
                                             place_.stage, stages_, cfg.train.micro_batch);
     tokenizer_ = find_tokenizer_for(cfg.data.train);
     const ResumeChoice resume = choose_resume(cfg);
-    if (!resume.dir.empty()) state_ = load_checkpoint(resume.dir, cfg, opts_);
+    if (!resume.dir.empty()) state_ = load_checkpoint(resume.dir, cfg, *replica_.opts);
     state_.run = resume.run;
 
     // Both ends of a pipeline read its micro-batches: the first stage embeds them, the last takes the targets.
-    if (program_->embeds() || program_->runs_head()) {
+    if (replica_.program->embeds() || replica_.program->runs_head()) {
       LoaderSpec spec;
       spec.glob = cfg.data.train;
       spec.seq_len = cfg.model.seq_len;
@@ -211,7 +201,7 @@ class Trainer {
         val_ = std::make_unique<ValLoader>(spec, cfg.train.eval_batches);
       }
     }
-    peak_ = backend_->peak_flops();
+    peak_ = replica_.backend->peak_flops();
     if (world_.rank == 0) {
       make_dirs(cfg.run.dir);
       write_file_atomic(cfg.run.dir + "/config.ini", cfg.to_ini());
@@ -228,9 +218,9 @@ class Trainer {
         n_params_, n_params_ / 1e6, flops_per_token_, c.model.n_layer, c.model.n_head, c.model.n_embd,
         c.model.seq_len, c.model.vocab_size);
     describe_layout();
-    say("ZeRO stage %d, backend %s, optimizer on the host%s%s", opts_.stage(), backend_->name(),
+    say("ZeRO stage %d, backend %s, optimizer on the host%s%s", replica_.opts->stage(), replica_.backend->name(),
         c.optim.delayed_update ? " with a one-step delayed update" : "",
-        opts_.stage() < 3 || device_ != Device::Cpu ? ""
+        replica_.opts->stage() < 3 || device_ != Device::Cpu ? ""
         : gather_thread_                            ? "; modules gathered on a communication thread"
                                                     : "; modules gathered in the compute thread (MPI has no "
                                                       "MPI_THREAD_MULTIPLE, or one rank)");
@@ -260,20 +250,20 @@ class Trainer {
     StageRunner::Hooks hooks;
     double data_wait = 0;
     hooks.tokens = [&] {
-      backend_->range_push("data");
+      replica_.backend->range_push("data");
       const double w0 = loader_->wait_seconds();
       const int32_t* t = loader_->next_micro_batch();
       data_wait += loader_->wait_seconds() - w0;
-      backend_->range_pop();
+      replica_.backend->range_pop();
       return t;
     };
-    hooks.ready = opts_.ready_hook();
+    hooks.ready = replica_.opts->ready_hook();
     hooks.before_forward = [&](int micro) {
-      if (micro == pipeline().micro_batches - 1) opts_.before_last_micro_batch();
+      if (micro == pipeline().micro_batches - 1) replica_.opts->before_last_micro_batch();
     };
-    hooks.after_backward = [&] { opts_.after_micro_batch(); };
+    hooks.after_backward = [&] { replica_.opts->after_micro_batch(); };
     for (int step = first; step < c.train.steps; step++) {
-      if (step + 1 == profile_first) backend_->profiler(true);
+      if (step + 1 == profile_first) replica_.backend->profiler(true);
       const double t0 = now_seconds();
       std::copy(std::begin(traffic_), std::end(traffic_), step_start_traffic_);
       data_wait = 0;
@@ -286,17 +276,12 @@ class Trainer {
       const double t_compute = now_seconds();
       if (world_.rank == 0 && step == faults_.kill_step) std::raise(SIGKILL);
       loss = parallel::allreduce_sum(loss) / micro_total_;
-      backend_->range_push("optimizer");
-      const double share = opts_.reduce_gradients();
-      const double t_norm = now_seconds();
-      const double grad_norm = std::sqrt(world_comm_->sum(share));
-      const double norm_s = now_seconds() - t_norm;
-      ZeroStepStats st = opts_.step(lr, grad_norm, !std::isfinite(loss));
-      st.comm_seconds += norm_s;
-      backend_->range_pop();
+      replica_.backend->range_push("optimizer");
+      const ZeroStepStats st = end_step(*replica_.opts, *world_comm_, lr, loss);
+      replica_.backend->range_pop();
       const double t1 = now_seconds(), dt = t1 - t0;
       const int done = step + 1;
-      if (done == profile_last) backend_->profiler(false);
+      if (done == profile_last) replica_.backend->profiler(false);
       state_.step = done;
       state_.next_sample += static_cast<uint64_t>(c.train.global_batch);
       if (step > first) timed += dt;
@@ -346,8 +331,8 @@ class Trainer {
         warn("step %d: non-finite %s, update skipped (%d in a row, train.max_bad_steps %d)", done,
              std::isfinite(loss) ? "gradient norm" : "loss", ++bad_run, c.train.max_bad_steps);
         if (bad_run >= c.train.max_bad_steps) {
-          opts_.drain();
-          std::string dir = save_checkpoint(cfg_, state_, opts_, tokenizer_);
+          replica_.opts->drain();
+          std::string dir = save_checkpoint(cfg_, state_, *replica_.opts, tokenizer_);
           saved_step_ = state_.step;
           throw Error(strf("%d consecutive steps with a non-finite loss or gradient norm (steps %d-%d); %s holds "
                            "the weights from before them",
@@ -380,7 +365,7 @@ class Trainer {
     const parallel::ProcessGroup& g = groups_.get(kind, static_cast<int>(index));
     std::unique_ptr<Communicator>& c = comms_[g.world_ranks()];
     const bool made = c == nullptr;
-    if (made) c = parallel::make_communicator(g, device_, backend_->stream(), cfg_.dist.nccl_timeout_s);
+    if (made) c = parallel::make_communicator(g, device_, replica_.backend->stream(), cfg_.dist.nccl_timeout_s);
     if (made || kind != parallel::Group::World) c->count_into(&traffic_[static_cast<int>(kind)]);
     return *c;
   }
@@ -423,9 +408,9 @@ class Trainer {
   }
 
   void checkpoint() {
-    opts_.drain();
+    replica_.opts->drain();
     double t0 = now_seconds();
-    std::string dir = save_checkpoint(cfg_, state_, opts_, tokenizer_);
+    std::string dir = save_checkpoint(cfg_, state_, *replica_.opts, tokenizer_);
     saved_step_ = state_.step;
     say("checkpoint %s (%.1f s)", dir.c_str(), now_seconds() - t0);
   }
@@ -434,8 +419,8 @@ class Trainer {
   // last checkpoint, if any, and returns the exit code that asks for a requeue.
   int stop_for_requeue() {
     if (state_.step > saved_step_) {
-      opts_.drain();
-      std::string dir = save_checkpoint(cfg_, state_, opts_, tokenizer_);
+      replica_.opts->drain();
+      std::string dir = save_checkpoint(cfg_, state_, *replica_.opts, tokenizer_);
       saved_step_ = state_.step;
       say("stopped by a signal after step %lld; checkpoint %s; exit %d so the job can be requeued",
           static_cast<long long>(state_.step), dir.c_str(), kExitRequeue);
@@ -453,11 +438,11 @@ class Trainer {
   // each micro-batch, so that a large train.eval_batches cannot hold off a requeue).
   bool evaluate(int64_t step) {
     if (cfg_.data.val.empty()) return true;
-    opts_.drain();
-    backend_->range_push("eval");
+    replica_.opts->drain();
+    replica_.backend->range_push("eval");
     const std::optional<double> loss = runner_->evaluate(cfg_.train.eval_batches, [&](int i) { return val_->batch(i); },
                                                          [] { return parallel::agreed_stop_signal() != 0; });
-    backend_->range_pop();
+    replica_.backend->range_pop();
     if (!loss) return false;
     const double sum = *loss * (place_.tp_rank == 0);
     const double val = parallel::allreduce_sum(sum) /
@@ -484,15 +469,13 @@ class Trainer {
   std::string tokenizer_;
   TrainState state_;
   int64_t first_step_ = 0, saved_step_ = 0;  // where this run started; the newest step in a checkpoint
-  std::unique_ptr<Backend> backend_;
-  std::unique_ptr<Program> program_;
-  // After the backend, so destroyed before it: the backend's teardown waits on streams behind NCCL events (and
+  Replica replica_;  // backend, optimizers, program
+  // After the replica, so destroyed before its backend: the backend's teardown waits on streams behind NCCL events (and
   // cudaFree on the whole device) with no deadline; a communicator finalizes within dist.nccl_timeout_s or aborts.
   std::map<std::vector<int>, std::unique_ptr<Communicator>> comms_;
   Traffic traffic_[4] = {}, step_start_traffic_[4] = {};  // by parallel::Group
   Communicator* world_comm_ = nullptr;
   std::unique_ptr<StageRunner> runner_;
-  ZeroOptimizers opts_;
   std::unique_ptr<TrainLoader> loader_;
   std::unique_ptr<ValLoader> val_;
   std::unique_ptr<MetricsLog> metrics_;

@@ -18,6 +18,7 @@
 #include "backend/backend.h"
 #include "cuda_check.h"
 #include "model/gpt.h"
+#include "optim/replica.h"
 #include "program/program.h"
 #include "util/dtype.h"
 #include "../test_util.h"
@@ -91,22 +92,13 @@ double rel_err(const std::vector<A>& a, const std::vector<B>& ref) {
   return rel_err(a.data(), ref.data(), std::min(a.size(), ref.size()));
 }
 
-// A backend on `device` holding the modules the program of `spec` runs, and that program. With `weights` (the
-// whole model's, in ParamLayout(cfg) order) the backend gets its modules' part of them.
-struct Model {
-  std::unique_ptr<Backend> backend;
-  std::unique_ptr<Program> program;
-};
+// A replica on `device` (optim/replica.h, no optimizer) holding the modules the program of `spec` runs. With
+// `weights` (the whole model's, in ParamLayout(cfg) order) the backend gets its modules' part of them.
+using Model = Replica;
 inline Model make_model(Device device, const GPTConfig& cfg, const ProgramSpec& spec, const float* weights) {
   const std::vector<int> held = held_modules(cfg, spec.modules.size() ? spec.modules : all_modules(cfg));
   Model m;
-  m.backend = make_backend(device, {cfg, held});
-  if (weights) {
-    const ParamLayout whole(cfg);
-    for (const ModuleSpec& mod : m.backend->layout().modules())
-      m.backend->set_params(weights + whole.module(mod.index).offset, mod.offset, mod.numel);
-  }
-  m.program = std::make_unique<Program>(*m.backend, spec);
+  assemble_replica(m, {device, {cfg, held}, spec, weights});
   return m;
 }
 

@@ -64,10 +64,6 @@ std::vector<float> train_on_gpu(const std::vector<float>& init, int accum, int s
   return weights_of(*m.backend);
 }
 
-// One optimizer step as the trainer takes it: reduce, the global norm from the ranks' shares (one rank), update.
-yuan::ZeroStepStats step(yuan::ZeroOptimizer& opt, yuan::Communicator& comm, double lr) {
-  return opt.step(lr, std::sqrt(comm.sum(opt.reduce_gradients())));
-}
 
 // The same with optim.offload=cpu: ZeroOptimizer on one rank; returns the weights.
 std::vector<float> train_offloaded(const std::vector<float>& init, const yuan::OptimConfig& oc, int accum,
@@ -81,7 +77,7 @@ std::vector<float> train_offloaded(const std::vector<float>& init, const yuan::O
       m.program->forward_backward(tokens(s, k).data(), kB, 1.0f / accum, opt.ready_hook());
       opt.after_micro_batch();
     }
-    step(opt, *comm, oc.lr);
+    yuan::end_step(opt, *comm, oc.lr);
   }
   opt.drain();
   return weights_of(*m.backend);
@@ -125,7 +121,7 @@ TEST(CudaOffload, DelayedUpdateTrains) {
     opt.before_last_micro_batch();
     losses.push_back(m.program->forward_backward(tok.data(), kB, 1.0f, opt.ready_hook()));
     opt.after_micro_batch();
-    const yuan::ZeroStepStats st = step(opt, *comm, oc.lr);
+    const yuan::ZeroStepStats st = yuan::end_step(opt, *comm, oc.lr);
     EXPECT_TRUE(std::isfinite(st.grad_norm));
   }
   opt.drain();

@@ -27,6 +27,7 @@
 #ifdef YUAN_CUDA
 #include "backend/cuda_backend.h"
 #include "model/gpt.h"
+#include "optim/replica.h"
 #include "optim/zero.h"
 #include "parallel/communicator.h"
 #include "program/program.h"
@@ -109,18 +110,21 @@ Measured run(const GPTConfig& c, int B, bool recompute, bool delayed, int accum,
   const ParamLayout layout(c);
   const ProgramSpec spec{{}, B, 1, recompute};
   check_memory(Device::Cuda, c, spec, layout.total(), cuda_free_bytes());
-  auto be = make_backend(Device::Cuda, {c, {}});
-  Program program(*be, spec);
   auto comm = make_local_communicator();
   OptimConfig oc;
   oc.zero = 1;
   oc.lr = 1e-4;
   oc.delayed_update = delayed;
-  std::unique_ptr<ZeroOptimizer> opt;
+  Replica r;
   {
     const std::vector<float> init = quick_init(layout);
-    opt = std::make_unique<ZeroOptimizer>(oc, *be, *comm, init.data());
+    assemble_replica(r, {Device::Cuda, {c, {}}, spec}, [&](Replica& rr) -> Communicator* {
+      rr.opts->add(std::make_unique<ZeroOptimizer>(oc, *rr.backend, *comm, init.data()));
+      return nullptr;
+    });
   }
+  Program& program = *r.program;
+  ZeroOptimizers* opt = r.opts.get();
   std::vector<int32_t> tok(static_cast<size_t>(B) * (c.seq_len + 1));
   Rng rng(3, 0);
   for (auto& t : tok) t = static_cast<int32_t>(rng.next_u64() % static_cast<uint64_t>(c.vocab_size));
@@ -133,7 +137,7 @@ Measured run(const GPTConfig& c, int B, bool recompute, bool delayed, int accum,
       opt->after_micro_batch();
     }
     const double t1 = now_seconds();
-    const ZeroStepStats st = opt->step(oc.lr, std::sqrt(comm->sum(opt->reduce_gradients())));
+    const ZeroStepStats st = end_step(*opt, *comm, oc.lr);
     const double t2 = now_seconds();
     if (s < 2) continue;
     YUAN_CHECK(!st.skipped, "step %d skipped: gradient norm %g", s, st.grad_norm);

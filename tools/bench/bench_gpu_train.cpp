@@ -18,6 +18,7 @@
 #include "backend/cuda_backend.h"
 #include "config/config.h"
 #include "model/gpt.h"
+#include "optim/replica.h"
 #include "optim/zero.h"
 #include "program/program.h"
 #include "util/error.h"
@@ -60,10 +61,10 @@ static void run(const Bench& b, int steps, bool recompute, const PeakFlops& peak
     try {
       const ProgramSpec spec{{}, B, 1, recompute};
       check_memory(Device::Cuda, c, spec, layout.total(), cuda_free_bytes());
-      auto be = make_backend(Device::Cuda, {c, {}});
-      Program program(*be, spec);
-      be->set_params(init.data(), 0, layout.total());
-      CudaAdamW opt(*be, 0, layout.total(), init.data());
+      Replica r;
+      assemble_replica(r, {Device::Cuda, {c, {}}, spec, init.data()});
+      Program& program = *r.program;
+      CudaAdamW opt(*r.backend, 0, layout.total(), init.data());
       for (int w = 1; w <= 2; w++) train_step(program, opt, tok, B, w);  // GEMM plans, module load, allocator
       const double t0 = now_seconds();
       for (int s = 0; s < steps; s++) train_step(program, opt, tok, B, 3 + s);

@@ -2,14 +2,15 @@
 // same run. Training steps are the real ones (CPU backend + ZeRO AdamW, one rank) on random tokens.
 //
 // usage: bench_train [--steps N]
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "backend/backend.h"
 #include "ops/reference_ops.h"
+#include "optim/replica.h"
 #include "optim/zero.h"
 #include "parallel/communicator.h"
 #include "program/program.h"
@@ -47,13 +48,17 @@ static void bench_gemm(double peak) {
 }
 
 static void bench_model(const char* name, GPTConfig c, int B, int steps, double peak, Communicator& comm) {
-  auto backend = make_backend(Device::Cpu, {c, {}});
-  Program program(*backend, {{}, B, 1, false});
-  const ParamLayout& layout = backend->layout();
+  const ParamLayout layout(c);
   std::vector<float> init(layout.total());
   init_gpt2(layout, 1, init.data());
   OptimConfig oc;
-  ZeroOptimizer opt(oc, *backend, comm, init.data());
+  Replica r;
+  assemble_replica(r, {Device::Cpu, {c, {}}, {{}, B, 1, false}}, [&](Replica& rr) -> Communicator* {
+    rr.opts->add(std::make_unique<ZeroOptimizer>(oc, *rr.backend, comm, init.data()));
+    return nullptr;
+  });
+  Program& program = *r.program;
+  ZeroOptimizers& opt = *r.opts;
   std::vector<int32_t> tokens(static_cast<size_t>(B) * (c.seq_len + 1));
   Rng rng(3, 0);
   for (auto& t : tokens) t = static_cast<int32_t>(rng.next_u64() % static_cast<uint64_t>(c.vocab_size));
@@ -62,7 +67,7 @@ static void bench_model(const char* name, GPTConfig c, int B, int steps, double 
     double t0 = now_seconds();
     program.forward_backward(tokens.data(), B, 1.0f, opt.ready_hook());
     opt.after_micro_batch();
-    opt.step(1e-4, std::sqrt(comm.sum(opt.reduce_gradients())));
+    end_step(opt, comm, 1e-4);
     if (s > 0) total += now_seconds() - t0;  // step 0 warms up
   }
   double tok_s = static_cast<double>(B) * c.seq_len * steps / total;
