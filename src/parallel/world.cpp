@@ -124,17 +124,32 @@ std::string broadcast_string(const std::string& s, int root) {
   return out;
 }
 
+std::string first_problem(const std::string& mine) {
+  int first = mine.empty() ? INT_MAX : g_world.rank;
+  {
+    Waiting wait("first_problem", "world");
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  }
+  return first == INT_MAX ? std::string() : broadcast_string(mine, first);
+}
+
 void barrier() {
   YUAN_CHECK(g_initialized, "parallel::barrier before parallel::init");
   Waiting wait("barrier", "world");
   MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
 }
 
+// Every rank's `value`, in rank order, on every rank; `op` names the wait for the watchdog.
+static std::vector<uint64_t> allgather(uint64_t value, const char* op) {
+  std::vector<uint64_t> all(static_cast<size_t>(g_world.size));
+  Waiting wait(op, "world");
+  MPI_CHECK(MPI_Allgather(&value, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD));
+  return all;
+}
+
 void check_same_everywhere(uint64_t value, const char* what) {
   YUAN_CHECK(g_initialized, "parallel::check_same_everywhere(%s) before parallel::init", what);
-  std::vector<uint64_t> all(static_cast<size_t>(g_world.size));
-  Waiting wait("check_same_everywhere", "world");
-  MPI_CHECK(MPI_Allgather(&value, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD));
+  const std::vector<uint64_t> all = allgather(value, "check_same_everywhere");
   for (int r = 1; r < g_world.size; r++) {
     if (all[r] == all[0]) continue;
     // Every rank sees the same gathered values, so every rank throws this same collective error.
@@ -203,8 +218,7 @@ void check_same_text_everywhere(
     const std::function<std::string(const std::string&, const std::string&, const std::string&, const std::string&)>&
         describe) {
   YUAN_CHECK(g_initialized, "parallel::check_same_text_everywhere(%s) before parallel::init", what);
-  std::vector<uint64_t> all(static_cast<size_t>(g_world.size));
-  MPI_CHECK(MPI_Allgather(&hash, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD));
+  const std::vector<uint64_t> all = allgather(hash, "check_same_text_everywhere");
   int r = 1;
   while (r < g_world.size && all[r] == all[0]) r++;
   if (r == g_world.size) return;

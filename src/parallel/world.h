@@ -31,6 +31,9 @@ void barrier();
 std::vector<std::string> gather_strings(const std::string& mine);  // rank 0: every rank's, in rank order
 std::vector<double> gather(double mine);                           // rank 0: every rank's, in rank order
 std::string broadcast_string(const std::string& s, int root);
+// The non-empty `mine` of the lowest rank that has one, on every rank ("" when none has): one rank's problem, which
+// every rank then reports, so that all end with the same collective error.
+std::string first_problem(const std::string& mine);
 // Throws Error naming the first rank whose value differs from rank 0's.
 void check_same_everywhere(uint64_t value, const char* what);
 

@@ -202,16 +202,15 @@ void warn_unsealed(const std::string& dir, const State& s) {
 }
 
 // A checkpoint's ckpt.resume=DIR / auto-resume check, collective only through the caller: this rank's share of the
-// files. `why` gets the error.
-bool verify(const std::string& dir, int rank, int world, std::string* why) {
+// files. Returns what is wrong ("" when nothing is).
+std::string verify(const std::string& dir, int rank, int world) {
   try {
     const State s = read_state(dir);
     warn_unsealed(dir, s);
     check_files(dir, s, rank, world);
-    return true;
+    return "";
   } catch (const Error& e) {
-    *why = e.what();
-    return false;
+    return e.what();
   }
 }
 
@@ -415,12 +414,7 @@ ResumeChoice choose_resume(const Config& cfg) {
   }
   // Each candidate is checked by every rank, each hashing its share of the files; the lowest failing rank's
   // reason is the one reported.
-  auto failure = [&](const std::string& dir) {
-    std::string why;
-    const bool ok = verify(dir, w.rank, w.size, &why);
-    const int bad = w.size - static_cast<int>(parallel::allreduce_max(ok ? 0.0 : w.size - w.rank));
-    return bad == w.size ? std::string() : parallel::broadcast_string(why, bad);
-  };
+  auto failure = [&](const std::string& dir) { return parallel::first_problem(verify(dir, w.rank, w.size)); };
   if (cfg.ckpt.resume != "auto") {
     const std::string why = failure(cfg.ckpt.resume);
     if (!why.empty()) throw Error(strf("ckpt.resume=%s: %s", cfg.ckpt.resume.c_str(), why.c_str()), true);

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <array>
-#include <climits>
 #include <vector>
 
 #include "data/loader.h"
@@ -167,12 +166,9 @@ void check_node_memory(const RankMemory& mine, int device_index, const std::stri
     problem = shortfall(dev, device_ranks, strf("%s device %d of node %s", device_name(mine.device), device_index,
                                                 w.host.c_str()),
                         "device memory", device_free_bytes(mine.device), "free on the device");
-  // The lowest rank that found a shortfall speaks for every rank, which all end with the same collective error.
-  int first = problem.empty() ? INT_MAX : w.rank;
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
-  if (first == INT_MAX) return;
-  const std::string message = parallel::broadcast_string(problem, first);
-  throw Error(strf("memory: %s; try %s", message.c_str(), hint.c_str()), true);
+  // The lowest rank that found a shortfall speaks for every rank.
+  const std::string message = parallel::first_problem(problem);
+  if (!message.empty()) throw Error(strf("memory: %s; try %s", message.c_str(), hint.c_str()), true);
 }
 
 }  // namespace yuan

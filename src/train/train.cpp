@@ -331,9 +331,7 @@ class Trainer {
         warn("step %d: non-finite %s, update skipped (%d in a row, train.max_bad_steps %d)", done,
              std::isfinite(loss) ? "gradient norm" : "loss", ++bad_run, c.train.max_bad_steps);
         if (bad_run >= c.train.max_bad_steps) {
-          replica_.opts->drain();
-          std::string dir = save_checkpoint(cfg_, state_, *replica_.opts, tokenizer_);
-          saved_step_ = state_.step;
+          const std::string dir = save();
           throw Error(strf("%d consecutive steps with a non-finite loss or gradient norm (steps %d-%d); %s holds "
                            "the weights from before them",
                            bad_run, done - bad_run + 1, done, dir.c_str()),
@@ -407,11 +405,18 @@ class Trainer {
     }
   }
 
-  void checkpoint() {
+  // Writes the state after the steps done so far (the pending update applied first) and returns its directory.
+  std::string save() {
     replica_.opts->drain();
-    double t0 = now_seconds();
     std::string dir = save_checkpoint(cfg_, state_, *replica_.opts, tokenizer_);
     saved_step_ = state_.step;
+    return dir;
+  }
+
+  void checkpoint() {
+    replica_.opts->drain();  // before the clock starts: the time printed is the write's (save() finds it drained)
+    const double t0 = now_seconds();
+    const std::string dir = save();
     say("checkpoint %s (%.1f s)", dir.c_str(), now_seconds() - t0);
   }
 
@@ -419,9 +424,7 @@ class Trainer {
   // last checkpoint, if any, and returns the exit code that asks for a requeue.
   int stop_for_requeue() {
     if (state_.step > saved_step_) {
-      replica_.opts->drain();
-      std::string dir = save_checkpoint(cfg_, state_, *replica_.opts, tokenizer_);
-      saved_step_ = state_.step;
+      const std::string dir = save();
       say("stopped by a signal after step %lld; checkpoint %s; exit %d so the job can be requeued",
           static_cast<long long>(state_.step), dir.c_str(), kExitRequeue);
     } else {

@@ -87,10 +87,7 @@ FileLock::Result FileLock::acquire(const std::string& path, const std::string& h
       *other = std::strerror(e);
       return Unsupported;
     }
-    std::ifstream in(path);
-    std::ostringstream text;
-    text << in.rdbuf();
-    *other = text.str();
+    *other = read_text(path);
     while (!other->empty() && (other->back() == '\n' || other->back() == ' ')) other->pop_back();
     return Held;
   }

@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <sstream>
 
 #include "util/error.h"
 
@@ -21,17 +20,27 @@ size_t mem_bytes(Mem m) { return static_cast<size_t>(g_live[static_cast<int>(m)]
 
 void detail::mem_account(Mem m, std::ptrdiff_t delta) { g_live[static_cast<int>(m)].fetch_add(delta); }
 
-// A "Vm...:" line of /proc/self/status, in bytes (0 where there is none).
-static size_t proc_status_bytes(const char* key) {
-  FILE* f = std::fopen("/proc/self/status", "r");
-  if (!f) return 0;
+// The "KEY: N kB" line of a /proc file (/proc/self/status, /proc/meminfo), in bytes; false where there is none.
+static bool proc_kb_line(const std::string& path, const char* key, size_t* bytes) {
+  FILE* f = std::fopen(path.c_str(), "r");
+  if (!f) return false;
   char line[256];
-  size_t kb = 0;
+  bool found = false;
   const size_t n = std::strlen(key);
   while (std::fgets(line, sizeof line, f))
-    if (std::strncmp(line, key, n) == 0) kb = std::strtoull(line + n, nullptr, 10);
+    if (std::strncmp(line, key, n) == 0) {
+      *bytes = std::strtoull(line + n, nullptr, 10) * 1024;
+      found = true;
+    }
   std::fclose(f);
-  return kb * 1024;
+  return found;
+}
+
+// A "Vm...:" line of /proc/self/status, in bytes (0 where there is none).
+static size_t proc_status_bytes(const char* key) {
+  size_t bytes = 0;
+  proc_kb_line("/proc/self/status", key, &bytes);
+  return bytes;
 }
 
 size_t host_peak_rss_bytes() { return proc_status_bytes("VmHWM:"); }
@@ -126,19 +135,7 @@ NodeMemory node_available_memory(const std::string& root) {
     m.source = "YUANLM_NODE_MEMORY";
     return m;
   }
-  {
-    std::ifstream f(root + "/proc/meminfo");
-    std::string key;
-    size_t kb = 0;
-    std::string unit;
-    while (f >> key >> kb) {
-      std::getline(f, unit);
-      if (key == "MemAvailable:") {
-        m.available = kb * 1024;
-        m.source = "MemAvailable";
-      }
-    }
-  }
+  if (proc_kb_line(root + "/proc/meminfo", "MemAvailable:", &m.available)) m.source = "MemAvailable";
   // Lines of /proc/self/cgroup: "0::/path" (v2) or "N:memory,...:/path" (v1).
   std::ifstream f(root + "/proc/self/cgroup");
   for (std::string line; std::getline(f, line);) {
