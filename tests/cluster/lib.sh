@@ -13,6 +13,9 @@
 #                            prints "SKIP: ..." with the reason and exits 77
 #   on_node K CMD...         runs CMD on node K (its netns, hostname nodeK, its /etc/hosts)
 #   cluster_mpirun HOSTS ARGS...  mpirun started on the first node of HOSTS ("node1:2,node2:2"), across the nodes
+#   cluster_hosts NP R       the HOSTS for NP ranks, R per node
+#   launch NP CMD...         CMD on NP ranks, CLUSTER_RANKS_PER_NODE (default 2) per node: sourced after
+#                            tests/mpi/lib.sh, its train / against_ref run across the nodes
 #   node_kill K              node death: every process in node K killed (SIGKILL), its interface and namespace
 #                            removed: it can be neither reached nor launched on
 #   node_partition K / node_heal K   node K's link down (its processes live on) / up again
@@ -194,20 +197,31 @@ node_partition() { ip link set "$(cluster_veth "$1")" down; }
 node_heal() { ip link set "$(cluster_veth "$1")" up; }
 
 # cluster_mpirun HOSTS [mpirun args...]: mpirun on the first node named in HOSTS, --host HOSTS, launching the
-# other nodes' daemons through the rsh agent; TCP on eth0 between nodes, shared memory inside one.
+# other nodes' daemons through the rsh agent; TCP on eth0 between nodes, shared memory inside one. The MCA
+# settings go in the environment, so that an --mca on the command line overrides them.
 cluster_mpirun() {
-  local hosts=$1 first
+  local hosts=$1 first root=()
   shift
   first=${hosts%%[:,]*}
-  local root=()
   [ "$(id -u)" -eq 0 ] && root=(--allow-run-as-root)
-  on_node "${first#node}" mpirun "${root[@]}" --host "$hosts" --mca plm_rsh_agent "$CLUSTER_AGENT" \
-    --mca btl tcp,self,vader --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 "$@"
+  on_node "${first#node}" env OMPI_MCA_plm_rsh_agent="$CLUSTER_AGENT" OMPI_MCA_btl=tcp,self,vader \
+    OMPI_MCA_btl_tcp_if_include=eth0 OMPI_MCA_oob_tcp_if_include=eth0 mpirun "${root[@]}" --host "$hosts" "$@"
 }
 
-# cluster_hosts NODES RANKS_PER_NODE: "node1:R,node2:R,..." for cluster_mpirun.
+# cluster_hosts NP RANKS_PER_NODE: "node1:R,node2:R,..." for cluster_mpirun: NP ranks, R on each node in turn
+# (the last may get fewer).
 cluster_hosts() {
-  local k out=
-  for k in $(seq "$1"); do out+=${out:+,}node$k:$2; done
+  local left=$1 rpn=$2 k=1 out=
+  for (( ; left > 0; left -= rpn, k++)); do out+=${out:+,}node$k:$((left < rpn ? left : rpn)); done
+  (( k - 1 <= CLUSTER_NODES )) ||
+    { echo "cluster: $1 ranks at $rpn per node need $((k - 1)) nodes; cluster $YUANLM_CLUSTER has $CLUSTER_NODES" >&2; return 1; }
   echo "$out"
+}
+
+# launch NP CMD... (the hook of tests/mpi/lib.sh's train): NP ranks, CLUSTER_RANKS_PER_NODE (default 2) per node.
+launch() {
+  local np=$1 hosts
+  shift
+  hosts=$(cluster_hosts "$np" "${CLUSTER_RANKS_PER_NODE:-2}") || return 1
+  cluster_mpirun "$hosts" -np "$np" "$@"
 }
