@@ -61,7 +61,7 @@ node_reaches() {
   [[ $out == *"Connection refused"* ]]
 }
 
-node_pids() { ip netns pids "$(cluster_netns "$1")" 2>/dev/null; }
+node_pids() { ip netns pids "$(cluster_netns "$1")" 2>/dev/null || true; }
 
 # cluster_check: why namespaces cannot be made here (nothing printed and status 0 when they can).
 cluster_check() {
@@ -125,6 +125,7 @@ cluster_make() {
 
 cluster_up() {
   local why
+  unset YUANLM_CLUSTER  # one inherited from a caller's cluster is not ours to tear down
   why=$(cluster_check) || cluster_skip "$why"
   # The trap removes whatever is made, on every way out (set before anything is made).
   trap 'cluster_exit' EXIT
@@ -159,6 +160,7 @@ cluster_use() {
 # The EXIT trap: the test's status survives the tear-down; $WORK (tests/mpi/lib.sh) goes too.
 cluster_exit() {
   local rc=$?
+  set +e  # tear everything down, whatever fails on the way (a node already gone)
   cluster_down
   [ -n "${WORK:-}" ] && rm -rf "$WORK"
   exit "$rc"
