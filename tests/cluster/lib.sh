@@ -85,6 +85,10 @@ cluster_claim() {
       pid=$(cat "$dir/owner" 2>/dev/null)
       [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && continue
       YUANLM_CLUSTER=ycl$s cluster_remove "$(cat "$dir/nodes" 2>/dev/null || echo "$CLUSTER_MAX_SLOTS")"
+    elif { ip netns list; ip -o link show; } 2>/dev/null | grep -q "ycl${s}[nvb]"; then
+      # Names of a slot without a directory belong to no one (tear-down removes the directory last): left over
+      # from a tear-down that was itself killed.
+      YUANLM_CLUSTER=ycl$s cluster_remove "$CLUSTER_MAX_SLOTS"
     fi
     mkdir -p "$dir"
     echo "$owner" >"$dir/owner"
