@@ -113,7 +113,8 @@ TEST(NodeMap, ManyCrossingGroupsAreCounted) {
   for (int r = 0; r < 40; r++) leader.push_back(r % 2);  // round robin over 2 nodes: every tensor group crosses
   const NodeMap nodes = NodeMap::from_leaders(leader, std::vector<std::string>(40, "h"));
   const std::string tensor = describe_crossings(group_spans(t, nodes))[0];
-  EXPECT_TRUE(has(tensor, "tensor groups: 20, 20 crossing a node boundary: tensor[0.0] ranks 0-1 on nodes 0-1;")) << tensor;
+  EXPECT_TRUE(has(tensor, "tensor groups: 20, 20 crossing a node boundary: tensor[0.0] ranks 0-1 on nodes 0-1;"))
+      << tensor;
   EXPECT_TRUE(has(tensor, "tensor[7.0] ranks 14-15 on nodes 0-1; and 12 more")) << tensor;
 }
 
@@ -139,7 +140,8 @@ TEST(DescribeLayout, ReplicasAndPipelines) {
   ASSERT_EQ(lines.size(), 3u);
   EXPECT_EQ(lines[0], "parallel: 6 ranks in 2 pipelines, 1f1b schedule, 8 sequences/step:");
   EXPECT_EQ(lines[1], "  pipeline 0 (one, 2 micro-batches of 2): ranks 0-1: wte, wpe, h.0-h.4, ln_f");
-  EXPECT_EQ(lines[2], "  pipeline 1 (two, 2 micro-batches of 2): ranks 2-3: wte, wpe, h.0-h.1 | ranks 4-5: h.2-h.4, ln_f");
+  EXPECT_EQ(lines[2],
+            "  pipeline 1 (two, 2 micro-batches of 2): ranks 2-3: wte, wpe, h.0-h.1 | ranks 4-5: h.2-h.4, ln_f");
 }
 
 TEST(DescribeLayout, EachNodeWithItsRanksAndGroups) {

@@ -140,7 +140,8 @@ parallel::NodeMap plan_nodes(int world, const char* source, int nodes, int per_n
                      "whose product is %d",
                      world, source, nodes > 0 ? "--nodes" : "--ranks-per-node", given, world),
                 true);
-  return nodes > 0 ? parallel::NodeMap::blocks(nodes, world / nodes) : parallel::NodeMap::blocks(world / per_node, per_node);
+  return nodes > 0 ? parallel::NodeMap::blocks(nodes, world / nodes)
+                   : parallel::NodeMap::blocks(world / per_node, per_node);
 }
 
 }  // namespace
@@ -188,6 +189,7 @@ int plan_main(const std::vector<std::string>& args) {
   if (ranks < 1 || ranks > kMaxWorld)
     throw Error(strf("plan: %s %ld must be a number of ranks from 1 to %ld", source, ranks, kMaxWorld), true);
   world = static_cast<int>(ranks);
+  const parallel::NodeMap node_map = by_nodes ? plan_nodes(world, source, nodes, per_node) : parallel::NodeMap();
   if (!json)
     say("model: %d layers x %d wide, %d heads, seq %d, vocab %d: %zu parameters, %.4g FLOPs/token",
         cfg.model.n_layer, cfg.model.n_embd, cfg.model.n_head, cfg.model.seq_len, cfg.model.vocab_size,
@@ -197,7 +199,6 @@ int plan_main(const std::vector<std::string>& args) {
     return 0;
   }
   parallel::validate(cfg, world);
-  const parallel::NodeMap node_map = by_nodes ? plan_nodes(world, source, nodes, per_node) : parallel::NodeMap();
   print_layout(cfg, world, json, by_nodes ? &node_map : nullptr);
   return 0;
 }
