@@ -41,8 +41,8 @@ struct GroupSpan {
   bool crosses() const { return nodes.size() > 1; }
 };
 
-// Every group of `topo` with more than one rank: tensor groups, then pipeline groups, then data groups (each
-// module group's, by tensor rank), each kind in order of its lowest rank. `nodes` covers topo's ranks.
+// Every group of `topo` with more than one rank: tensor groups, then pipeline groups, each in order of its lowest
+// rank, then data groups by module group and tensor rank. `nodes` covers topo's ranks.
 std::vector<GroupSpan> group_spans(const Topology& topo, const NodeMap& nodes);
 
 // "0-3", "0,2..14" (a progression), "0-1,4,6-7": increasing ranks or nodes in few characters.

@@ -3,10 +3,10 @@
 // Without it, the job's layout ([parallel], or data parallelism over --world ranks): every pipeline's stages and
 // ranks, the memory of each rank, and the bubble its schedule leaves; with --nodes or --ranks-per-node, the nodes
 // too (consecutive ranks filling each node, as launchers place them by default), each with its ranks and groups,
-// and which groups cross a node boundary. Memory comes from the same plans the
-// trainer allocates by (train/memory_plan.h plan_rank, which the trainer also builds from and checks before
-// it allocates), for the device the deck asks for (cuda when built with it, for train.device=auto), with no device
-// needed; the formulas are in docs/MEMORY.md.
+// and which groups cross a node boundary. Memory comes from the same plans the trainer allocates by
+// (train/memory_plan.h plan_rank, which the trainer also builds from and checks before it allocates), for the
+// device the deck asks for (cuda when built with it, for train.device=auto), with no device needed; the formulas
+// are in docs/MEMORY.md.
 #include <boost/program_options.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -94,9 +94,8 @@ void print_layout(const Config& c, int world, bool json, const parallel::NodeMap
           j["nodes"] = on;
           nlohmann::ordered_json crosses = {{"tensor", false}, {"pipeline", false}, {"data", false}};
           for (const parallel::GroupSpan& g : spans)
-            if (g.crosses() && g.ranks.back() >= rank && std::any_of(g.ranks.begin(), g.ranks.end(), [&](int r) {
-                  return r >= rank && r < rank + T;
-                }))
+            if (g.crosses() &&
+                std::any_of(g.ranks.begin(), g.ranks.end(), [&](int r) { return r >= rank && r < rank + T; }))
               crosses[g.kind] = true;
           j["crosses"] = crosses;
         }
@@ -165,9 +164,9 @@ int plan_main(const std::vector<std::string>& args) {
   YUAN_CHECK(cfg.model.n_layer > 0 && cfg.model.n_embd > 0, "plan: the deck gives no model (model.n_layer, "
              "model.n_embd, ...); usage: yuanlm plan DECK [--modules] [--world N] [--nodes N] [--ranks-per-node G]");
   const bool by_nodes = vm.count("nodes") + vm.count("ranks-per-node") > 0;
-  for (const char* key : {"nodes", "ranks-per-node"})
-    if (vm.count(key) && vm[key].as<int>() < 1)
-      throw Error(strf("plan: --%s %d must be at least 1", key, vm[key].as<int>()), true);
+  if (vm.count("nodes") && nodes < 1) throw Error(strf("plan: --nodes %d must be at least 1", nodes), true);
+  if (vm.count("ranks-per-node") && per_node < 1)
+    throw Error(strf("plan: --ranks-per-node %d must be at least 1", per_node), true);
   // A layout holds a place for every rank: beyond the largest machines, a typo would only exhaust memory.
   constexpr long kMaxWorld = 1 << 20;
   // Pipelines name their ranks; a data-parallel deck plans --world ranks, or --nodes x --ranks-per-node, one by
