@@ -38,10 +38,6 @@ ProcessGroup::~ProcessGroup() {
 
 namespace {
 
-std::string modules_text(const ModuleRange& r) {
-  return r.size() == 1 ? strf("module %d", r.first) : strf("modules %d-%d", r.first, r.end - 1);
-}
-
 // Splits the world into a partition of groups that every rank computes alike; `mine` is the one holding this rank.
 std::unique_ptr<ProcessGroup> split(const std::vector<int>& mine, const std::string& name) {
   MPI_Comm comm = MPI_COMM_NULL;
@@ -57,8 +53,8 @@ ProcessGroups::ProcessGroups(const Topology& topology) : topology_(topology), ra
              topology_.world_size(), world().size);
   const Place& me = topology_.place(rank_);
   world_ = split(topology_.world_ranks(), "world");
-  pipeline_ = split(topology_.pipeline_ranks(rank_), strf("pipeline[%d]", me.pipeline));
-  tensor_ = split(topology_.tensor_ranks(rank_), strf("tensor[%d.%d]", me.pipeline, me.stage));
+  pipeline_ = split(topology_.pipeline_ranks(rank_), pipeline_group_name(me));
+  tensor_ = split(topology_.tensor_ranks(rank_), tensor_group_name(me));
   // One split per module group of the job, in the same order everywhere; ranks outside a group pass
   // MPI_UNDEFINED and get nothing.
   for (const ModuleRange& g : topology_.module_groups()) {
@@ -68,7 +64,7 @@ ProcessGroups::ProcessGroups(const Topology& topology) : topology_(topology), ra
     MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, in ? g.first * topology_.tp_size() + me.tp_rank : MPI_UNDEFINED,
                              rank_, &comm));
     if (!in) continue;
-    data_.push_back(std::make_unique<ProcessGroup>(comm, "data[" + modules_text(g) + "]", members));
+    data_.push_back(std::make_unique<ProcessGroup>(comm, data_group_name(g), members));
     data_modules_.push_back(g);
   }
 }

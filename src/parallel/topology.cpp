@@ -109,4 +109,10 @@ bool Topology::replicas_only() const {
   return true;
 }
 
+std::string pipeline_group_name(const Place& p) { return strf("pipeline[%d]", p.pipeline); }
+std::string tensor_group_name(const Place& p) { return strf("tensor[%d.%d]", p.pipeline, p.stage); }
+std::string data_group_name(const ModuleRange& g) {
+  return g.size() == 1 ? strf("data[module %d]", g.first) : strf("data[modules %d-%d]", g.first, g.end - 1);
+}
+
 }  // namespace yuan::parallel

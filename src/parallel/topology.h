@@ -76,4 +76,10 @@ class Topology {
   std::vector<ModuleRange> module_groups_;
 };
 
+// The names groups go by in messages (ProcessGroups, the watchdog, parallel/nodes.h): "pipeline[P]",
+// "tensor[P.S]", and "data[module M]" or "data[modules A-B]" for a module group's data groups.
+std::string pipeline_group_name(const Place& p);
+std::string tensor_group_name(const Place& p);
+std::string data_group_name(const ModuleRange& modules);
+
 }  // namespace yuan::parallel

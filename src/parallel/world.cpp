@@ -15,6 +15,8 @@ namespace yuan::parallel {
 namespace {
 WorldInfo g_world;
 std::vector<std::string> g_hosts;  // by rank, so errors can say where the odd rank runs
+NodeMap g_nodes;
+MPI_Comm g_node_comm = MPI_COMM_NULL;
 bool g_initialized = false;
 bool g_owns_mpi = false;  // false when the embedding program initialised MPI itself
 volatile std::sig_atomic_t g_stop_signal = 0;
@@ -45,11 +47,15 @@ void init(int* argc, char*** argv) {
 
   MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &g_world.rank));
   MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &g_world.size));
-  MPI_Comm local;
-  MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, g_world.rank, MPI_INFO_NULL, &local));
-  MPI_CHECK(MPI_Comm_rank(local, &g_world.local_rank));
-  MPI_CHECK(MPI_Comm_size(local, &g_world.local_size));
-  MPI_CHECK(MPI_Comm_free(&local));
+  MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, g_world.rank, MPI_INFO_NULL, &g_node_comm));
+  MPI_CHECK(MPI_Comm_set_errhandler(g_node_comm, MPI_ERRORS_RETURN));
+  MPI_CHECK(MPI_Comm_rank(g_node_comm, &g_world.local_rank));
+  MPI_CHECK(MPI_Comm_size(g_node_comm, &g_world.local_size));
+  // Keyed by world rank, the split makes the node's lowest rank its local rank 0: the node's leader.
+  int leader = g_world.rank;
+  MPI_CHECK(MPI_Bcast(&leader, 1, MPI_INT, 0, g_node_comm));
+  std::vector<int> leaders(static_cast<size_t>(g_world.size));
+  MPI_CHECK(MPI_Allgather(&leader, 1, MPI_INT, leaders.data(), 1, MPI_INT, MPI_COMM_WORLD));
 
   char name[MPI_MAX_PROCESSOR_NAME] = {};
   int len = 0;
@@ -60,6 +66,8 @@ void init(int* argc, char*** argv) {
                           MPI_COMM_WORLD));
   g_hosts.clear();
   for (int r = 0; r < g_world.size; r++) g_hosts.emplace_back(all.data() + static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME);
+  g_nodes = NodeMap::from_leaders(leaders, g_hosts);
+  g_world.node = g_nodes.node[g_world.rank];
   set_process_identity(g_world.rank, g_world.host);
 }
 
@@ -71,11 +79,14 @@ void finalize() {
   g_initialized = false;
   int done = 0;
   MPI_Finalized(&done);
+  if (!done && g_node_comm != MPI_COMM_NULL) MPI_Comm_free(&g_node_comm);
   if (g_owns_mpi && !done) MPI_Finalize();
 }
 
 bool initialized() { return g_initialized; }
 const WorldInfo& world() { return g_world; }
+const NodeMap& node_map() { return g_nodes; }
+MPI_Comm node_comm() { return g_node_comm; }
 
 static double allreduce(double x, MPI_Op op) {
   YUAN_CHECK(g_initialized, "parallel::allreduce before parallel::init");

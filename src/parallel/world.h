@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "parallel/mpi_check.h"
+#include "parallel/nodes.h"
 #include "util/error.h"
 
 namespace yuan::parallel {
@@ -14,7 +16,8 @@ namespace yuan::parallel {
 struct WorldInfo {
   int rank = 0, size = 1;
   int local_rank = 0, local_size = 1;  // within the node (MPI_COMM_TYPE_SHARED)
-  std::string host = "localhost";
+  int node = 0;                        // the node's index in node_map()
+  std::string host = "localhost";      // this rank's processor name
   bool thread_multiple = false;  // MPI may be called from several threads at once (MPI_THREAD_MULTIPLE)
 };
 
@@ -23,6 +26,11 @@ void init(int* argc, char*** argv);
 void finalize();
 bool initialized();
 const WorldInfo& world();
+// Every rank's node, gathered once by init(): a node is a shared-memory domain (MPI_COMM_TYPE_SHARED), named after
+// the processor name of its lowest rank, so that the ranks of one node agree on it.
+const NodeMap& node_map();
+// The ranks of this rank's node, in world order (MPI_COMM_NULL before init).
+MPI_Comm node_comm();
 
 double allreduce_sum(double x);
 double allreduce_max(double x);

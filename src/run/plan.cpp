@@ -1,10 +1,12 @@
 // `yuanlm plan`: what a deck asks of a machine, before it is submitted. `--modules` lists the model's modules
 // with their parameters and training FLOPs per token (what pipeline templates cut, and what `auto:K` balances).
 // Without it, the job's layout ([parallel], or data parallelism over --world ranks): every pipeline's stages and
-// ranks, the memory of each rank, and the bubble its schedule leaves. Memory comes from the same plans the
-// trainer allocates by (train/memory_plan.h plan_rank, which the trainer also builds from and checks before
-// it allocates), for the device the deck asks for (cuda when built with it, for train.device=auto), with no device
-// needed; the formulas are in docs/MEMORY.md.
+// ranks, the memory of each rank, and the bubble its schedule leaves; with --nodes or --ranks-per-node, the nodes
+// too (consecutive ranks filling each node, as launchers place them by default), each with its ranks and groups,
+// and which groups cross a node boundary. Memory comes from the same plans the trainer allocates by
+// (train/memory_plan.h plan_rank, which the trainer also builds from and checks before it allocates), for the
+// device the deck asks for (cuda when built with it, for train.device=auto), with no device needed; the formulas
+// are in docs/MEMORY.md.
 #include <boost/program_options.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -12,6 +14,7 @@
 
 #include "config/config.h"
 #include "parallel/layout.h"
+#include "parallel/nodes.h"
 #include "parallel/schedule.h"
 #include "program/program.h"
 #include "run/commands.h"
@@ -40,8 +43,12 @@ void print_modules(const GPTConfig& c) {
 // GPipe and 1F1B, which differ in memory, not in idle time.
 double bubble(int p, int m) { return static_cast<double>(p - 1) / (m + p - 1); }
 
-void print_layout(const Config& c, int world, bool json) {
+// With `nodes` (a plan --nodes), JSON rows also carry the node of each of the stage's tensor ranks ("nodes") and
+// whether its groups cross a node boundary ("crosses": {"tensor", "pipeline", "data"}).
+void print_layout(const Config& c, int world, bool json, const parallel::NodeMap* nodes) {
   const parallel::Topology topo = parallel::make_topology(c, world);
+  const std::vector<parallel::GroupSpan> spans = nodes ? parallel::group_spans(topo, *nodes)
+                                                       : std::vector<parallel::GroupSpan>();
   const Device device = planned_device(parse_device(c.train.device, "train.device"));
   const parallel::ScheduleKind kind = parallel::parse_schedule(c.parallel.schedule);
   const int T = topo.tp_size();
@@ -81,6 +88,17 @@ void print_layout(const Config& c, int world, bool json) {
             {"host_bytes", {{"optimizer", m.host.optimizer}, {"staging", m.host.staging}, {"data", m.data},
                             {"total", m.host.optimizer + m.host.staging + m.data}}},
             {"rank_bytes", m.total()}};
+        if (nodes) {
+          std::vector<int> on;
+          for (int t = 0; t < T; t++) on.push_back(nodes->node[rank + t]);
+          j["nodes"] = on;
+          nlohmann::ordered_json crosses = {{"tensor", false}, {"pipeline", false}, {"data", false}};
+          for (const parallel::GroupSpan& g : spans)
+            if (g.crosses() &&
+                std::any_of(g.ranks.begin(), g.ranks.end(), [&](int r) { return r >= rank && r < rank + T; }))
+              crosses[g.kind] = true;
+          j["crosses"] = crosses;
+        }
         std::printf("%s\n", j.dump().c_str());
         continue;
       }
@@ -96,6 +114,33 @@ void print_layout(const Config& c, int world, bool json) {
                                 : "");
     }
   }
+  if (!nodes) return;
+  for (const std::string& w : parallel::tensor_crossing_warnings(spans, *nodes, T)) warn("%s", w.c_str());
+  if (json) return;
+  std::vector<std::string> lines = parallel::describe_nodes(*nodes, spans);
+  for (const std::string& line : parallel::describe_crossings(spans)) lines.push_back(line);
+  for (size_t i = 0; i < lines.size(); i++) say("%s%s", i == 0 ? "\n" : "", lines[i].c_str());
+}
+
+// The nodes of a plan of `world` ranks from --nodes and --ranks-per-node (0 when not given; not both 0): either
+// follows from the other and the world, and together they must make the world. `source` says where the world
+// comes from, for the error.
+parallel::NodeMap plan_nodes(int world, const char* source, int nodes, int per_node) {
+  if (nodes > 0 && per_node > 0) {
+    if (static_cast<long>(nodes) * per_node != world)
+      throw Error(strf("plan: --nodes %d x --ranks-per-node %d = %ld ranks, but the job has %d (%s)", nodes, per_node,
+                       static_cast<long>(nodes) * per_node, world, source),
+                  true);
+    return parallel::NodeMap::blocks(nodes, per_node);
+  }
+  const int given = nodes > 0 ? nodes : per_node;
+  if (world % given != 0)
+    throw Error(strf("plan: the job's %d ranks (%s) do not divide over %s %d; give --nodes and --ranks-per-node "
+                     "whose product is %d",
+                     world, source, nodes > 0 ? "--nodes" : "--ranks-per-node", given, world),
+                true);
+  return nodes > 0 ? parallel::NodeMap::blocks(nodes, world / nodes)
+                   : parallel::NodeMap::blocks(world / per_node, per_node);
 }
 
 }  // namespace
@@ -103,23 +148,47 @@ void print_layout(const Config& c, int world, bool json) {
 int plan_main(const std::vector<std::string>& args) {
   po::options_description own("plan", kHelpWidth);
   bool modules = false;
-  int world = 0;
+  int world = 0, nodes = 0, per_node = 0;
   bool json = false;
   own.add_options()("modules", po::bool_switch(&modules), "list the model's modules with parameters and FLOPs")(
       "json", po::bool_switch(&json), "the layout's memory as one JSON object per stage (for tools/)")(
       "world", po::value(&world),
-      "ranks of a data-parallel job (decks without parallel.pipelines; pipelines imply their own)");
+      "ranks of a data-parallel job (decks without parallel.pipelines; pipelines imply their own)")(
+      "nodes", po::value(&nodes),
+      "nodes the job runs on, consecutive ranks filling each: prints each node's ranks and groups and which groups "
+      "cross a node boundary (--nodes x --ranks-per-node must make the job's ranks)")(
+      "ranks-per-node", po::value(&per_node), "ranks on each node (with --nodes, or instead of it)");
   Config cfg;
   po::variables_map vm;
   if (!parse_config(args, "plan", cfg, &own, &vm)) return 0;
   YUAN_CHECK(cfg.model.n_layer > 0 && cfg.model.n_embd > 0, "plan: the deck gives no model (model.n_layer, "
-             "model.n_embd, ...); usage: yuanlm plan DECK [--modules] [--world N]");
-  // Pipelines name their ranks; a data-parallel deck plans --world ranks, one by default.
-  if (vm.count("world") == 0) world = std::max(1, parallel::layout_ranks(cfg));
+             "model.n_embd, ...); usage: yuanlm plan DECK [--modules] [--world N] [--nodes N] [--ranks-per-node G]");
+  const bool by_nodes = vm.count("nodes") + vm.count("ranks-per-node") > 0;
+  if (vm.count("nodes") && nodes < 1) throw Error(strf("plan: --nodes %d must be at least 1", nodes), true);
+  if (vm.count("ranks-per-node") && per_node < 1)
+    throw Error(strf("plan: --ranks-per-node %d must be at least 1", per_node), true);
   // A layout holds a place for every rank: beyond the largest machines, a typo would only exhaust memory.
-  constexpr int kMaxWorld = 1 << 20;
-  if (world < 1 || world > kMaxWorld)
-    throw Error(strf("plan: --world %d must be a number of ranks from 1 to %d", world, kMaxWorld), true);
+  constexpr long kMaxWorld = 1 << 20;
+  // Pipelines name their ranks; a data-parallel deck plans --world ranks, or --nodes x --ranks-per-node, one by
+  // default.
+  const char* source = "--world";
+  long ranks = world;
+  if (vm.count("world") == 0) {
+    ranks = parallel::layout_ranks(cfg);
+    source = "the deck's pipelines";
+    if (ranks == 0 && nodes > 0 && per_node > 0) {
+      ranks = static_cast<long>(nodes) * per_node;
+      source = "--nodes x --ranks-per-node";
+    } else if (ranks == 0 && by_nodes) {
+      throw Error("plan: a data-parallel deck (no parallel.pipelines) on nodes needs --world, or both --nodes and "
+                  "--ranks-per-node", true);
+    }
+    ranks = std::max(ranks, 1L);
+  }
+  if (ranks < 1 || ranks > kMaxWorld)
+    throw Error(strf("plan: %s %ld must be a number of ranks from 1 to %ld", source, ranks, kMaxWorld), true);
+  world = static_cast<int>(ranks);
+  const parallel::NodeMap node_map = by_nodes ? plan_nodes(world, source, nodes, per_node) : parallel::NodeMap();
   if (!json)
     say("model: %d layers x %d wide, %d heads, seq %d, vocab %d: %zu parameters, %.4g FLOPs/token",
         cfg.model.n_layer, cfg.model.n_embd, cfg.model.n_head, cfg.model.seq_len, cfg.model.vocab_size,
@@ -129,7 +198,7 @@ int plan_main(const std::vector<std::string>& args) {
     return 0;
   }
   parallel::validate(cfg, world);
-  print_layout(cfg, world, json);
+  print_layout(cfg, world, json, by_nodes ? &node_map : nullptr);
   return 0;
 }
 

@@ -149,22 +149,21 @@ std::string shortfall(const Parts& need, int ranks, const std::string& where, co
 
 void check_node_memory(const RankMemory& mine, int device_index, const std::string& hint) {
   const parallel::WorldInfo& w = parallel::world();
-  // The node's ranks, and among them those of this rank's device (every rank takes part, cpu ones too, so that no
-  // rank waits in a split the others skip). The node's figures are read once all of its ranks have arrived (the
-  // sums), before any of them allocates.
-  MPI_Comm node, device;
-  MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, w.rank, MPI_INFO_NULL, &node));
+  // The node's ranks (parallel/world.h), and among them those of this rank's device (every rank takes part, cpu
+  // ones too, so that no rank waits in a split the others skip). The node's figures are read once all of its ranks
+  // have arrived (the sums), before any of them allocates.
+  MPI_Comm node = parallel::node_comm(), device;
   MPI_CHECK(MPI_Comm_split(node, std::max(device_index, 0), w.rank, &device));
   int node_ranks = 0, device_ranks = 0;
   const Parts host = sum_over(node, host_parts(mine), &node_ranks);
   const Parts dev = sum_over(device, device_parts(mine), &device_ranks);
   MPI_CHECK(MPI_Comm_free(&device));
-  MPI_CHECK(MPI_Comm_free(&node));
   const NodeMemory avail = node_available_memory();
-  std::string problem = shortfall(host, node_ranks, "node " + w.host, "host memory", avail.available, avail.source);
+  const std::string where = parallel::node_map().label(w.node);
+  std::string problem = shortfall(host, node_ranks, where, "host memory", avail.available, avail.source);
   if (problem.empty() && mine.device != Device::Cpu)
-    problem = shortfall(dev, device_ranks, strf("%s device %d of node %s", device_name(mine.device), device_index,
-                                                w.host.c_str()),
+    problem = shortfall(dev, device_ranks, strf("%s device %d of %s", device_name(mine.device), device_index,
+                                                where.c_str()),
                         "device memory", device_free_bytes(mine.device), "free on the device");
   // The lowest rank that found a shortfall speaks for every rank.
   const std::string message = parallel::first_problem(problem);

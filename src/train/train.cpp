@@ -36,6 +36,7 @@
 #include "parallel/communicator.h"
 #include "parallel/groups.h"
 #include "parallel/layout.h"
+#include "parallel/nodes.h"
 #include "parallel/schedule.h"
 #include "parallel/topology.h"
 #include "parallel/watchdog.h"
@@ -386,23 +387,11 @@ class Trainer {
 
   void describe_layout() const {
     const parallel::Topology& topo = groups_.topology();
-    const Config& c = cfg_;
-    if (topo.world_size() == static_cast<int>(topo.pipelines().size())) {
-      say("parallel: %d ranks x %d micro-batch x %d accumulation = %d sequences/step (data parallel)",
-          world_.size, c.train.micro_batch, pipeline().micro_batches, c.train.global_batch);
-      return;
-    }
-    say("parallel: %zu pipelines on %d ranks, %s schedule, %d sequences/step:", topo.pipelines().size(),
-        world_.size, c.parallel.schedule.c_str(), c.train.global_batch);
-    for (size_t p = 0; p < topo.pipelines().size(); p++) {
-      const parallel::Pipeline& pl = topo.pipelines()[p];
-      std::string stages;
-      for (size_t s = 0; s < pl.stages.size(); s++)
-        stages += strf("%s rank %d: %s", s ? " |" : "", topo.rank_of({static_cast<int>(p), static_cast<int>(s), 0}),
-                       parallel::range_name(c.model, pl.stages[s]).c_str());
-      say("  pipeline %zu (%s, %d micro-batches of %d):%s", p, pl.name.c_str(), pl.micro_batches,
-          c.train.micro_batch, stages.c_str());
-    }
+    const parallel::NodeMap& nodes = parallel::node_map();
+    const std::vector<parallel::GroupSpan> spans = parallel::group_spans(topo, nodes);
+    for (const std::string& line : parallel::describe_layout(cfg_, topo)) say("%s", line.c_str());
+    for (const std::string& line : parallel::describe_nodes(nodes, spans)) say("%s", line.c_str());
+    for (const std::string& w : parallel::tensor_crossing_warnings(spans, nodes, topo.tp_size())) warn("%s", w.c_str());
   }
 
   // Writes the state after the steps done so far (the pending update applied first) and returns its directory.
