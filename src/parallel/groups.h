@@ -48,6 +48,9 @@ class ProcessGroups {
  public:
   // Collective over the world: every rank passes the same topology.
   explicit ProcessGroups(const Topology& topology);
+  // Not copied or moved: the communicators count into traffic_ by address.
+  ProcessGroups(const ProcessGroups&) = delete;
+  ProcessGroups& operator=(const ProcessGroups&) = delete;
   const Topology& topology() const { return topology_; }
   int rank() const { return rank_; }
   // Group::Data needs `index`: which of this rank's module groups (Topology::module_groups_of(rank)).
