@@ -4,6 +4,7 @@
 
 #include <numeric>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config/config.h"
@@ -104,6 +105,22 @@ TEST(JobLayout, PipelinesTakeTheirMicroBatchesOfTheGlobalBatch) {
   const Topology dp = make_topology(job({}, "", ""), 2);
   EXPECT_EQ(dp.pipelines().size(), 2u);
   EXPECT_EQ(dp.pipelines()[0].micro_batches, 2);
+}
+
+// The pipelines read consecutive runs of micro-batches of the global batch, in pipeline order; both ends of a
+// pipeline read the same run.
+TEST(JobLayout, EachRankReadsItsPipelinesMicroBatches) {
+  const Topology t = make_topology(job({"one: auto:1", "two: wte, wpe, h.0 | h.1-h.3, ln_f"}, "one, two, two",
+                                       "one:2, two:1"), 5);
+  std::vector<std::pair<int, int>> got;
+  for (int rank = 0; rank < t.world_size(); rank++) {
+    const MicroBatches m = t.micro_batches_of(rank);
+    got.push_back({m.first, m.count});
+  }
+  EXPECT_EQ(got, (std::vector<std::pair<int, int>>{{0, 2}, {2, 1}, {2, 1}, {3, 1}, {3, 1}}));
+  const Topology dp = make_topology(job({}, "", ""), 2);
+  EXPECT_EQ(dp.micro_batches_of(1).first, 2);
+  EXPECT_EQ(dp.micro_batches_of(1).count, 2);
 }
 
 TEST(JobLayout, EveryMismatchIsNamedWithItsKey) {

@@ -77,6 +77,46 @@ TEST(MpiGroups, ScopedCollectivesReduceOverTheGroupOnly) {
   }
 }
 
+// The groups make a group's communicator on first ask and keep it; a group with the world's members shares the
+// world's, and its traffic then counts for that group. A ZeRO-3 gather communicator is the data group's own copy,
+// counted as data traffic.
+TEST(MpiGroups, CommunicatorsAreKeptAndCountTheirGroupsTraffic) {
+  ProcessGroups groups(layout_for(world().size));
+  EXPECT_THROW(groups.communicator(Group::World), Error);  // no device set yet
+  groups.set_device(Device::Cpu, nullptr, 60);
+  Communicator& w = groups.communicator(Group::World);
+  EXPECT_EQ(&w, &groups.communicator(Group::World));
+  Communicator& p = groups.communicator(Group::Pipeline);
+  const bool shared = groups.get(Group::Pipeline).world_ranks() == groups.get(Group::World).world_ranks();
+  EXPECT_EQ(&p == &w, shared);
+  EXPECT_EQ(&p, &groups.communicator(Group::Pipeline));
+  EXPECT_THROW(groups.set_device(Device::Cpu, nullptr, 60), Error);  // after a communicator was made
+
+  const auto all_reduce_bytes = [&](Group g) {
+    return groups.traffic()[static_cast<int>(g)].bytes[static_cast<int>(CommOp::AllReduce)];
+  };
+  std::vector<float> v(64, 1.0f);
+  w.all_reduce(v.data(), v.size(), DType::F32, ReduceOp::Sum);
+  EXPECT_EQ(v[0], static_cast<float>(world().size));
+  const bool moved = world().size > 1;  // one rank sends nothing
+  EXPECT_EQ(all_reduce_bytes(Group::World) > 0, moved && !shared);
+  EXPECT_EQ(all_reduce_bytes(Group::Pipeline) > 0, moved && shared);
+
+  for (size_t i = 0; i < groups.data_modules().size(); i++) {
+    const int index = static_cast<int>(i);
+    const uint64_t before = groups.traffic()[static_cast<int>(Group::Data)].bytes[static_cast<int>(CommOp::AllGather)];
+    std::unique_ptr<Communicator> gathers = groups.gather_communicator(index);
+    EXPECT_NE(gathers.get(), &groups.communicator(Group::Data, index));
+    const int n = groups.get(Group::Data, index).size();
+    std::vector<float> blocks(static_cast<size_t>(n) * 4, 0.0f);
+    for (int k = 0; k < 4; k++) blocks[static_cast<size_t>(gathers->rank()) * 4 + k] = gathers->rank() + 1.0f;
+    gathers->all_gather(blocks.data(), std::vector<size_t>(static_cast<size_t>(n), 4), DType::F32);
+    for (int r = 0; r < n; r++) EXPECT_EQ(blocks[static_cast<size_t>(r) * 4], r + 1.0f);
+    const uint64_t after = groups.traffic()[static_cast<int>(Group::Data)].bytes[static_cast<int>(CommOp::AllGather)];
+    EXPECT_EQ(after > before, n > 1);
+  }
+}
+
 // Every rank sends to the next and receives from the previous one in one call (a ring, both directions at once
 // for two ranks), in chunks smaller than the message (3 bytes, splitting values) so that the chunk loop runs. The
 // sends are synchronous: a ring of separate sends and receives would deadlock.

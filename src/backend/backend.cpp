@@ -77,18 +77,20 @@ struct Registered {
   const TensorFormats& (*formats)();
   bool (*available)();  // a device of this kind is visible to this process
   size_t (*free_bytes)();
+  int (*select)(int local_rank);
   std::unique_ptr<Backend> (*make)(const BackendSpec&);
 };
 
 bool always() { return true; }
 size_t unbounded() { return SIZE_MAX; }
+int host(int) { return -1; }
 
 // In order of preference for train.device=auto.
 const Registered kRegistry[] = {
 #ifdef YUAN_CUDA
-    {Device::Cuda, cuda_tensor_formats, cuda_device_available, cuda_free_bytes, make_cuda_backend},
+    {Device::Cuda, cuda_tensor_formats, cuda_device_available, cuda_free_bytes, cuda_select_device, make_cuda_backend},
 #endif
-    {Device::Cpu, cpu_tensor_formats, always, unbounded, make_cpu_backend},
+    {Device::Cpu, cpu_tensor_formats, always, unbounded, host, make_cpu_backend},
 };
 
 const Registered* find(Device d) {
@@ -132,6 +134,8 @@ Device resolve_device(const DeviceRequest& req) {
     if (r.available()) return r.device;
   return Device::Cpu;
 }
+
+int select_device(Device d, int local_rank) { return require(d).select(local_rank); }
 
 Device planned_device(const DeviceRequest& req) {
   return req.automatic ? kRegistry[0].device : require(req.device).device;

@@ -198,6 +198,10 @@ struct DeviceRequest {
 DeviceRequest parse_device(const std::string& text, const char* key);
 // The device the request resolves to here; throws when it names a backend not built in or without a device.
 Device resolve_device(const DeviceRequest& r);
+// Makes this process use one device of kind `d`, spreading the ranks of a node over its devices (node-local rank
+// `local_rank` gets device local_rank % count), and returns that device's index: -1 for host memory. Call before
+// making the backend and the communicators.
+int select_device(Device d, int local_rank);
 // The device a job would use where its devices are visible (planning on a login node): the one asked for, or the
 // first backend built in (cuda when built with it) for auto. Throws for a backend not built in.
 Device planned_device(const DeviceRequest& r);

@@ -82,6 +82,27 @@ const ProcessGroup& ProcessGroups::get(Group g, int index) const {
   throw Error("process groups: unknown group");
 }
 
+void ProcessGroups::set_device(Device device, DeviceStream producer, double nccl_timeout_s) {
+  YUAN_CHECK(comms_.empty(), "process groups: the device of their communicators is set after one was made");
+  transport_ = Transport{device, producer, nccl_timeout_s};
+}
+
+Communicator& ProcessGroups::communicator(Group g, int index) {
+  YUAN_CHECK(transport_, "process groups: %s communicator asked for before set_device", group_name(g));
+  const ProcessGroup& group = get(g, index);
+  std::unique_ptr<Communicator>& c = comms_[group.world_ranks()];
+  const bool made = c == nullptr;
+  if (made) c = make_communicator(group, transport_->device, transport_->producer, transport_->nccl_timeout_s);
+  if (made || g != Group::World) c->count_into(&traffic_[static_cast<int>(g)]);
+  return *c;
+}
+
+std::unique_ptr<Communicator> ProcessGroups::gather_communicator(int index) {
+  std::unique_ptr<Communicator> c = make_mpi_communicator(get(Group::Data, index), kMpiChunk, true);
+  c->count_into(&traffic_[static_cast<int>(Group::Data)]);
+  return c;
+}
+
 std::unique_ptr<Communicator> make_communicator(const ProcessGroup& group, Device device, DeviceStream producer,
                                                 double nccl_timeout_s) {
   // One rank needs no transport, and MPI never touches the (device) buffers then: every collective is the identity.

@@ -1,9 +1,13 @@
 // Every process group of a job, made in one place from its Topology and asked for by name (as Megatron-core's
 // parallel_state): the world, this rank's pipeline and tensor groups, and the data-parallel group of each module
 // group this rank holds. Each is an MPI communicator made with MPI_Comm_split over the world, so a group is a real
-// MPI group whatever its shape; the tensor traffic runs over a Communicator scoped to it (make_communicator).
+// MPI group whatever its shape; the tensor traffic runs over a Communicator scoped to it, which ProcessGroups makes
+// on first ask and keeps, with an account of the traffic per group.
 #pragma once
+#include <array>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,7 +19,10 @@
 namespace yuan::parallel {
 
 enum class Group { World, Pipeline, Tensor, Data };
+constexpr int kGroups = 4;
 const char* group_name(Group g);
+// A rank's tensor traffic so far, by Group.
+using GroupTraffic = std::array<Traffic, kGroups>;
 
 // One MPI communicator over some of the world's ranks.
 class ProcessGroup {
@@ -41,6 +48,9 @@ class ProcessGroups {
  public:
   // Collective over the world: every rank passes the same topology.
   explicit ProcessGroups(const Topology& topology);
+  // Not copied or moved: the communicators count into traffic_ by address.
+  ProcessGroups(const ProcessGroups&) = delete;
+  ProcessGroups& operator=(const ProcessGroups&) = delete;
   const Topology& topology() const { return topology_; }
   int rank() const { return rank_; }
   // Group::Data needs `index`: which of this rank's module groups (Topology::module_groups_of(rank)).
@@ -48,12 +58,34 @@ class ProcessGroups {
   // The module ranges of this rank's data groups, in index order.
   const std::vector<ModuleRange>& data_modules() const { return data_modules_; }
 
+  // Where the tensor traffic goes: buffers of `device`, each operation after the work enqueued so far on `producer`
+  // (make_communicator). Set once, before the first communicator.
+  void set_device(Device device, DeviceStream producer, double nccl_timeout_s);
+  // The tensor-traffic communicator of a group (`index` as for get), made on first ask (collective over the group
+  // then) and kept while the groups live. A group with the same members as another shares its communicator (the
+  // data group of plain data parallelism is the world), whose traffic counts for the group other than the world.
+  Communicator& communicator(Group g, int index = 0);
+  // ZeRO-3's gathers on a thread of their own: MPI over a copy of data group `index`'s communicator
+  // (make_mpi_communicator with `duplicate`, collective over the group), counted as that group's traffic.
+  std::unique_ptr<Communicator> gather_communicator(int index);
+  // This rank's tensor traffic over each group since the groups were made.
+  const GroupTraffic& traffic() const { return traffic_; }
+
  private:
   Topology topology_;
   int rank_;
   std::unique_ptr<ProcessGroup> world_, pipeline_, tensor_;
   std::vector<std::unique_ptr<ProcessGroup>> data_;
   std::vector<ModuleRange> data_modules_;
+  struct Transport {
+    Device device;
+    DeviceStream producer;
+    double nccl_timeout_s;
+  };
+  std::optional<Transport> transport_;
+  GroupTraffic traffic_ = {};
+  // After the MPI groups, so gone before them (a communicator may use its group's MPI communicator as it ends).
+  std::map<std::vector<int>, std::unique_ptr<Communicator>> comms_;  // by members
 };
 
 // Tensor traffic over `group` for buffers of `device`: MPI for host memory, NCCL between GPUs (each operation after

@@ -103,6 +103,13 @@ std::vector<ModuleRange> Topology::module_groups_of(int rank) const {
   return r;
 }
 
+MicroBatches Topology::micro_batches_of(int rank) const {
+  const int pipeline = place(rank).pipeline;
+  MicroBatches m{0, pipelines_[pipeline].micro_batches};
+  for (int p = 0; p < pipeline; p++) m.first += pipelines_[p].micro_batches;
+  return m;
+}
+
 bool Topology::replicas_only() const {
   for (const Pipeline& p : pipelines_)
     if (p.stages.size() != 1 || p.micro_batches != pipelines_[0].micro_batches) return false;

@@ -35,6 +35,11 @@ struct Place {
   int pipeline = 0, stage = 0, tp_rank = 0;
 };
 
+// Micro-batches [first, first + count) of a step, counted over every pipeline.
+struct MicroBatches {
+  int first = 0, count = 0;
+};
+
 class Topology {
  public:
   // Throws Error when a pipeline's stages do not tile [0, n_modules) in order, or tp_size < 1.
@@ -67,6 +72,9 @@ class Topology {
   const std::vector<ModuleRange>& module_groups() const { return module_groups_; }
   // The module groups the rank holds, in module order.
   std::vector<ModuleRange> module_groups_of(int rank) const;
+  // Which micro-batches of each step's global batch `rank`'s pipeline runs (the loaders of both of its ends read
+  // them): the pipelines take consecutive runs of micro-batches, in pipeline order.
+  MicroBatches micro_batches_of(int rank) const;
 
  private:
   std::vector<Pipeline> pipelines_;

@@ -66,6 +66,50 @@ void MetricsLog::write(const JsonLine& line) {
              "cannot write metrics file '%s': %s", path_.c_str(), std::strerror(errno));
 }
 
+std::string step_line(const StepMetrics& m) {
+  return strf("step %6d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | MFU %.1f%% | %.0f ms/step%s | ETA %s",
+              m.step, m.steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, 100 * m.mfu, 1000 * m.step_s,
+              m.bubble ? strf(" | bubble %.0f%%", 100 * *m.bubble).c_str() : "", format_duration(m.eta_s).c_str());
+}
+
+// The step's traffic by group and operation, the non-zero ones; evaluations and checkpoints between steps are
+// outside it.
+static nlohmann::ordered_json step_traffic(const StepMetrics& m) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  for (parallel::Group g : {parallel::Group::Data, parallel::Group::Tensor, parallel::Group::Pipeline}) {
+    const Traffic& start = m.traffic_start[static_cast<int>(g)];
+    const Traffic& end = m.traffic_end[static_cast<int>(g)];
+    nlohmann::ordered_json ops = nlohmann::ordered_json::object();
+    for (int op = 0; op < static_cast<int>(CommOp::kCount); op++)
+      if (end.bytes[op] > start.bytes[op]) ops[comm_op_name(static_cast<CommOp>(op))] = end.bytes[op] - start.bytes[op];
+    if (!ops.empty()) out[parallel::group_name(g)] = std::move(ops);
+  }
+  return out;
+}
+
+JsonLine step_record(const StepMetrics& m) {
+  JsonLine line;
+  line.add("step", static_cast<long long>(m.step))
+      .add("loss", m.loss)
+      .add("lr", m.lr)
+      .add("grad_norm", m.grad_norm)
+      .add("tokens_per_s", m.tokens_per_s)
+      .add("mfu", m.mfu)
+      .add("step_s", m.step_s)
+      .add("data_s", m.data_s)
+      .add("compute_s", m.compute_s)
+      .add("comm_s", m.comm_s)
+      .add("optim_s", m.optim_s)
+      .add("optim_background_s", m.optim_background_s)
+      .add("skipped", static_cast<long long>(m.skipped))
+      .add("tokens", m.tokens)
+      .add("peak_host_bytes", static_cast<long long>(m.peak_host_bytes))
+      .add("base_host_bytes", static_cast<long long>(m.base_host_bytes))
+      .add("comm_bytes", step_traffic(m));
+  if (m.bubble) line.add("bubble", *m.bubble).add("stage_busy", m.stage_busy);
+  return line;
+}
+
 void truncate_metrics(const std::string& path, int64_t step) {
   std::ifstream in(path);
   if (!in) return;

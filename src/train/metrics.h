@@ -4,7 +4,11 @@
 #include <cstdint>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
+#include <vector>
+
+#include "parallel/groups.h"
 
 namespace yuan {
 
@@ -35,6 +39,27 @@ class MetricsLog {
   std::FILE* f_ = nullptr;
   std::string path_;
 };
+
+// One training step's figures, filled by the trainer's loop and rendered only here: the step line on stdout and
+// the step's object in metrics.jsonl (whose keys, in their order, tools/plot.py and the tests read).
+struct StepMetrics {
+  int step = 0, steps = 0;  // steps done, of train.steps
+  double loss = 0, lr = 0, grad_norm = 0;
+  double tokens_per_s = 0, mfu = 0;
+  double step_s = 0, data_s = 0, compute_s = 0, comm_s = 0, optim_s = 0, optim_background_s = 0;
+  double eta_s = 0;  // the steps left at the mean time of the steps after this run's first
+  bool skipped = false;
+  long long tokens = 0;  // trained on so far
+  size_t peak_host_bytes = 0, base_host_bytes = 0;
+  // This rank's tensor traffic at the start of the step and at its end (the step's is the difference).
+  parallel::GroupTraffic traffic_start = {}, traffic_end = {};
+  // Pipelined layouts only: the share of the step each stage waits, and each stage's busy share.
+  std::optional<double> bubble;
+  std::vector<double> stage_busy;
+};
+// "step     10/100 | loss 5.1234 | lr 3.00e-04 | norm 1.234 | 12345 tok/s | MFU 1.2% | 250 ms/step | ETA 1m02s"
+std::string step_line(const StepMetrics& m);
+JsonLine step_record(const StepMetrics& m);
 
 // Keeps what a run resuming at `step` will not write again: the training steps up to `step` and the evaluations
 // before it (the run evaluates at `step` as it starts). Rewrites the file atomically; a missing file is fine.

@@ -18,8 +18,6 @@
 #include <ctime>
 #include <exception>
 #include <filesystem>
-#include <iterator>
-#include <map>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -49,9 +47,6 @@
 #include "util/fs.h"
 #include "util/log.h"
 #include "util/memory.h"
-#ifdef YUAN_CUDA
-#include "backend/cuda_backend.h"
-#endif
 
 namespace yuan {
 namespace {
@@ -139,69 +134,24 @@ class Trainer {
         place_(groups_.topology().place(world_.rank)),
         stages_(groups_.topology().stages_of(world_.rank)),
         schedule_(parallel::parse_schedule(cfg.parallel.schedule), place_.stage, stages_, pipeline().micro_batches) {
-    const parallel::Topology& topo = groups_.topology();
     base_host_bytes_ = host_rss_bytes();
     micro_total_ = cfg.train.global_batch / cfg.train.micro_batch;
     device_ = resolve_device(parse_device(cfg.train.device, "train.device"));
-    int gpu = -1;  // the device this rank uses (ranks that share one share its memory)
-#ifdef YUAN_CUDA
-    if (device_ == Device::Cuda) gpu = cuda_select_device(world_.local_rank);
-#endif
-    const RankPlan plan = plan_rank(cfg, topo, device_, world_.rank);
-    const ParamLayout layout(cfg.model, plan.backend.modules, plan.backend.tp);
-    check_node_memory(plan.memory, gpu, memory_hint(cfg, world_.size, plan.memory));
+    const int device_index = select_device(device_, world_.local_rank);  // ranks that share one share its memory
+    const RankPlan plan = plan_rank(cfg, groups_.topology(), device_, world_.rank);
+    check_node_memory(plan.memory, device_index, memory_hint(cfg, world_.size, plan.memory));
     n_params_ = ParamLayout(cfg.model).total();
     flops_per_token_ = flops_per_token(cfg.model, n_params_);
-    assemble_replica(replica_, {device_, plan.backend, plan.program}, [&](Replica& r) -> Communicator* {
-      world_comm_ = &communicator(parallel::Group::World);
-      // Reductions overlap backward only where every member of a group runs the same passes independently: with
-      // pipelines, a rank waiting in a reduction could hold up the neighbour its group partner waits for.
-      const bool overlap = topo.replicas_only();
-      const ParamInit init([&](size_t offset, size_t count, float* dst) {
-        init_gpt2(layout, cfg.train.seed, dst, offset, count);
-      });
-      for (size_t i = 0; i < groups_.data_modules().size(); i++) {
-        const parallel::ProcessGroup& data = groups_.get(parallel::Group::Data, static_cast<int>(i));
-        // ZeRO-3 on the host gathers on a thread of its own, over its own copy of the group's communicator.
-        std::unique_ptr<Communicator> gathers;
-        if (cfg.optim.zero == 3 && device_ == Device::Cpu && data.size() > 1 && world_.thread_multiple) {
-          gathers = parallel::make_mpi_communicator(data, parallel::kMpiChunk, true);
-          gathers->count_into(&traffic_[static_cast<int>(parallel::Group::Data)]);
-        }
-        gather_thread_ = gathers != nullptr;
-        r.opts->add(std::make_unique<ZeroOptimizer>(cfg.optim, *r.backend, communicator(parallel::Group::Data, i),
-                                                    init, groups_.data_modules()[i], overlap, std::move(gathers)));
-      }
-      return plan.backend.tp.size > 1 ? &communicator(parallel::Group::Tensor) : nullptr;
-    });
+    build_replica(plan);
     runner_ = std::make_unique<StageRunner>(*replica_.program, *replica_.backend,
-                                            stages_ > 1 ? &communicator(parallel::Group::Pipeline) : nullptr,
+                                            stages_ > 1 ? &groups_.communicator(parallel::Group::Pipeline) : nullptr,
                                             place_.stage, stages_, cfg.train.micro_batch);
     tokenizer_ = find_tokenizer_for(cfg.data.train);
     const ResumeChoice resume = choose_resume(cfg);
     if (!resume.dir.empty()) state_ = load_checkpoint(resume.dir, cfg, *replica_.opts);
     state_.run = resume.run;
-
-    // Both ends of a pipeline read its micro-batches: the first stage embeds them, the last takes the targets.
-    if (replica_.program->embeds() || replica_.program->runs_head()) {
-      LoaderSpec spec;
-      spec.glob = cfg.data.train;
-      spec.seq_len = cfg.model.seq_len;
-      spec.vocab_size = cfg.model.vocab_size;
-      spec.seed = cfg.train.seed;
-      spec.global_batch = cfg.train.global_batch;
-      spec.micro_batch = cfg.train.micro_batch;
-      spec.prefetch = cfg.data.prefetch;
-      for (int p = 0; p < place_.pipeline; p++) spec.slice_first += topo.pipelines()[p].micro_batches * spec.micro_batch;
-      spec.slice_count = pipeline().micro_batches * spec.micro_batch;
-      loader_ = std::make_unique<TrainLoader>(spec, state_.next_sample);
-      if (!cfg.data.val.empty()) {
-        spec.glob = cfg.data.val;
-        spec.rank = place_.pipeline;
-        spec.world = static_cast<int>(topo.pipelines().size());
-        val_ = std::make_unique<ValLoader>(spec, cfg.train.eval_batches);
-      }
-    }
+    open_loaders();
+    set_hooks();
     peak_ = replica_.backend->peak_flops();
     if (world_.rank == 0) {
       make_dirs(cfg.run.dir);
@@ -214,7 +164,117 @@ class Trainer {
   // Returns the process exit code: 0 when all steps ran, kExitRequeue after a stop signal.
   int run() {
     const Config& c = cfg_;
+    describe_run();
+    if (state_.step >= c.train.steps) {
+      say("nothing to do: the checkpoint is at step %lld of %d", static_cast<long long>(state_.step), c.train.steps);
+      return 0;
+    }
+    first_step_ = saved_step_ = state_.step;
+    // A signal during start-up (MPI, a checkpoint's load, the data checks) is acted on here, before any step.
+    if (!evaluate(state_.step) || parallel::agreed_stop_signal()) return stop_for_requeue();
+    const double start = now_seconds();
+    for (int step = static_cast<int>(first_step_); step < c.train.steps; step++) {
+      const StepMetrics m = run_step(step);
+      log_step(m);
+      count_bad_steps(m);
+      if (parallel::agreed_stop_signal()) return stop_for_requeue();
+      maybe_checkpoint(m.step);
+      if (!maybe_evaluate(m.step)) return stop_for_requeue();
+    }
+    if (!evaluate(c.train.steps)) return stop_for_requeue();
+    checkpoint();
+    const double elapsed = now_seconds() - start;
+    const int steps = c.train.steps - static_cast<int>(first_step_);
+    say("done: %d steps in %s, %.0f tokens/s average", steps, format_duration(elapsed).c_str(),
+        steps * tokens_per_step() / elapsed);
+    return 0;
+  }
+
+ private:
+  const parallel::Pipeline& pipeline() const { return groups_.topology().pipelines()[place_.pipeline]; }
+  double tokens_per_step() const { return static_cast<double>(cfg_.train.global_batch) * cfg_.model.seq_len; }
+  bool pipelined() const {
     const parallel::Topology& topo = groups_.topology();
+    return topo.world_size() > static_cast<int>(topo.pipelines().size());
+  }
+  // Every scalar the trainer sums over the ranks (the loss, the squared gradient norm, the val loss) goes through
+  // the world group's communicator.
+  Communicator& world_comm() { return groups_.communicator(parallel::Group::World); }
+
+  // The backend, the ZeRO optimizers of this rank's module groups and the program, and the communicators they use.
+  void build_replica(const RankPlan& plan) {
+    const Config& cfg = cfg_;
+    const parallel::Topology& topo = groups_.topology();
+    const ParamLayout layout(cfg.model, plan.backend.modules, plan.backend.tp);
+    assemble_replica(replica_, {device_, plan.backend, plan.program}, [&](Replica& r) -> Communicator* {
+      groups_.set_device(device_, r.backend->stream(), cfg.dist.nccl_timeout_s);
+      world_comm();  // made now, so that its set-up (NCCL's is collective and slow) is not timed in the first step
+      // Reductions overlap backward only where every member of a group runs the same passes independently: with
+      // pipelines, a rank waiting in a reduction could hold up the neighbour its group partner waits for.
+      const bool overlap = topo.replicas_only();
+      const ParamInit init([&](size_t offset, size_t count, float* dst) {
+        init_gpt2(layout, cfg.train.seed, dst, offset, count);
+      });
+      for (size_t i = 0; i < groups_.data_modules().size(); i++) {
+        const int index = static_cast<int>(i);
+        const parallel::ProcessGroup& data = groups_.get(parallel::Group::Data, index);
+        // ZeRO-3 on the host gathers on a thread of its own, over its own copy of the group's communicator.
+        std::unique_ptr<Communicator> gathers;
+        if (cfg.optim.zero == 3 && device_ == Device::Cpu && data.size() > 1 && world_.thread_multiple)
+          gathers = groups_.gather_communicator(index);
+        gather_thread_ = gathers != nullptr;
+        r.opts->add(std::make_unique<ZeroOptimizer>(cfg.optim, *r.backend,
+                                                    groups_.communicator(parallel::Group::Data, index), init,
+                                                    groups_.data_modules()[i], overlap, std::move(gathers)));
+      }
+      return plan.backend.tp.size > 1 ? &groups_.communicator(parallel::Group::Tensor) : nullptr;
+    });
+  }
+
+  // Both ends of a pipeline read its micro-batches: the first stage embeds them, the last takes the targets.
+  void open_loaders() {
+    if (!replica_.program->embeds() && !replica_.program->runs_head()) return;
+    const Config& cfg = cfg_;
+    LoaderSpec spec;
+    spec.glob = cfg.data.train;
+    spec.seq_len = cfg.model.seq_len;
+    spec.vocab_size = cfg.model.vocab_size;
+    spec.seed = cfg.train.seed;
+    spec.global_batch = cfg.train.global_batch;
+    spec.micro_batch = cfg.train.micro_batch;
+    spec.prefetch = cfg.data.prefetch;
+    const parallel::MicroBatches mine = groups_.topology().micro_batches_of(world_.rank);
+    spec.slice_first = mine.first * spec.micro_batch;
+    spec.slice_count = mine.count * spec.micro_batch;
+    loader_ = std::make_unique<TrainLoader>(spec, state_.next_sample);
+    if (!cfg.data.val.empty()) {
+      spec.glob = cfg.data.val;
+      spec.rank = place_.pipeline;
+      spec.world = static_cast<int>(groups_.topology().pipelines().size());
+      val_ = std::make_unique<ValLoader>(spec, cfg.train.eval_batches);
+    }
+  }
+
+  // What the passes call back: the loader (timed), and the optimizers' hooks around the micro-batches.
+  void set_hooks() {
+    hooks_.tokens = [this] {
+      replica_.backend->range_push("data");
+      const double w0 = loader_->wait_seconds();
+      const int32_t* t = loader_->next_micro_batch();
+      data_wait_ += loader_->wait_seconds() - w0;
+      replica_.backend->range_pop();
+      return t;
+    };
+    hooks_.ready = replica_.opts->ready_hook();
+    hooks_.before_forward = [this](int micro) {
+      if (micro == pipeline().micro_batches - 1) replica_.opts->before_last_micro_batch();
+    };
+    hooks_.after_backward = [this] { replica_.opts->after_micro_batch(); };
+  }
+
+  // The start-up lines: the model, the layout, the optimizer, the val set, the memory and the peak MFU counts against.
+  void describe_run() const {
+    const Config& c = cfg_;
     say("model: %zu parameters (%.1fM), %.3g FLOPs/token (6N + 12LCT), %d layers x %d heads x %d, seq %d, vocab %d",
         n_params_, n_params_ / 1e6, flops_per_token_, c.model.n_layer, c.model.n_head, c.model.n_embd,
         c.model.seq_len, c.model.vocab_size);
@@ -233,156 +293,6 @@ class Trainer {
         format_bytes(mem_bytes(Mem::Params)).c_str(), format_bytes(mem_bytes(Mem::Grads)).c_str(),
         format_bytes(mem_bytes(Mem::Optimizer)).c_str(), format_bytes(mem_bytes(Mem::Activations)).c_str(),
         peak_.flops / 1e12, peak_.source.c_str());
-    if (state_.step >= c.train.steps) {
-      say("nothing to do: the checkpoint is at step %lld of %d", static_cast<long long>(state_.step), c.train.steps);
-      return 0;
-    }
-
-    first_step_ = saved_step_ = state_.step;
-    // A signal during start-up (MPI, a checkpoint's load, the data checks) is acted on here, before any step.
-    if (!evaluate(state_.step) || parallel::agreed_stop_signal()) return stop_for_requeue();
-    const double tokens_per_step = static_cast<double>(c.train.global_batch) * c.model.seq_len;
-    const double start = now_seconds();
-    const int first = static_cast<int>(state_.step);
-    const bool pipelined = topo.world_size() > static_cast<int>(topo.pipelines().size());
-    double timed = 0;  // seconds of steps after the first, which pays for warm-up
-    int bad_run = 0;
-    const auto [profile_first, profile_last] = c.profile.window();
-    StageRunner::Hooks hooks;
-    double data_wait = 0;
-    hooks.tokens = [&] {
-      replica_.backend->range_push("data");
-      const double w0 = loader_->wait_seconds();
-      const int32_t* t = loader_->next_micro_batch();
-      data_wait += loader_->wait_seconds() - w0;
-      replica_.backend->range_pop();
-      return t;
-    };
-    hooks.ready = replica_.opts->ready_hook();
-    hooks.before_forward = [&](int micro) {
-      if (micro == pipeline().micro_batches - 1) replica_.opts->before_last_micro_batch();
-    };
-    hooks.after_backward = [&] { replica_.opts->after_micro_batch(); };
-    for (int step = first; step < c.train.steps; step++) {
-      if (step + 1 == profile_first) replica_.backend->profiler(true);
-      const double t0 = now_seconds();
-      std::copy(std::begin(traffic_), std::end(traffic_), step_start_traffic_);
-      data_wait = 0;
-      const double lr = lr_at(c.optim, step, c.train.steps);
-      YUAN_CHECK(!(world_.rank == faults_.fail_rank && step == faults_.fail_step),
-                 "injected failure at step %d (YUANLM_FAIL_AT)", step);
-      const float scale = step >= faults_.nan_from && step < faults_.nan_to ? NAN : 1.0f / micro_total_;
-      // Every tensor rank of a last stage computes the same losses: its rank 0 reports them.
-      double loss = runner_->run(schedule_, scale, hooks) * (place_.tp_rank == 0);
-      const double t_compute = now_seconds();
-      if (world_.rank == 0 && step == faults_.kill_step) std::raise(SIGKILL);
-      loss = parallel::allreduce_sum(loss) / micro_total_;
-      replica_.backend->range_push("optimizer");
-      const ZeroStepStats st = end_step(*replica_.opts, *world_comm_, lr, loss);
-      replica_.backend->range_pop();
-      const double t1 = now_seconds(), dt = t1 - t0;
-      const int done = step + 1;
-      if (done == profile_last) replica_.backend->profiler(false);
-      state_.step = done;
-      state_.next_sample += static_cast<uint64_t>(c.train.global_batch);
-      if (step > first) timed += dt;
-      const double per_step = step > first ? timed / (step - first) : dt;
-      const double tok_s = tokens_per_step / dt;
-      const double mfu = tok_s * flops_per_token_ / (peak_.flops * world_.size);
-      // The pipeline bubble: the share of the passes' time each stage spends waiting, against the longest stage's
-      // (the ranks start the passes together, after the previous step's collectives), averaged over the stages.
-      std::vector<double> busy = parallel::gather(runner_->compute_seconds());
-      const std::vector<double> spans = parallel::gather(runner_->step_seconds());
-      double bubble = 0;
-      if (!spans.empty()) {
-        const double span = *std::max_element(spans.begin(), spans.end());
-        for (double& b : busy) {
-          b /= span;
-          bubble += (1 - b) / busy.size();
-        }
-      }
-      if (done % c.train.log_every == 0 || done == c.train.steps || st.skipped)
-        say("step %6d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | MFU %.1f%% | %.0f ms/step%s | ETA %s", done,
-            c.train.steps, loss, lr, st.grad_norm, tok_s, 100 * mfu, 1000 * dt,
-            pipelined ? strf(" | bubble %.0f%%", 100 * bubble).c_str() : "",
-            format_duration(per_step * (c.train.steps - done)).c_str());
-      if (metrics_) {
-        JsonLine line;
-        line.add("step", static_cast<long long>(done))
-            .add("loss", loss)
-            .add("lr", lr)
-            .add("grad_norm", st.grad_norm)
-            .add("tokens_per_s", tok_s)
-            .add("mfu", mfu)
-            .add("step_s", dt)
-            .add("data_s", data_wait)
-            .add("compute_s", t_compute - t0 - data_wait)
-            .add("comm_s", st.comm_seconds)
-            .add("optim_s", st.optim_seconds)
-            .add("optim_background_s", st.background_seconds)
-            .add("skipped", static_cast<long long>(st.skipped))
-            .add("tokens", static_cast<long long>(done * tokens_per_step))
-            .add("peak_host_bytes", static_cast<long long>(host_peak_rss_bytes()))
-            .add("base_host_bytes", static_cast<long long>(base_host_bytes_))
-            .add("comm_bytes", step_traffic());
-        if (pipelined) line.add("bubble", bubble).add("stage_busy", busy);
-        metrics_->write(line);
-      }
-      if (st.skipped) {
-        warn("step %d: non-finite %s, update skipped (%d in a row, train.max_bad_steps %d)", done,
-             std::isfinite(loss) ? "gradient norm" : "loss", ++bad_run, c.train.max_bad_steps);
-        if (bad_run >= c.train.max_bad_steps) {
-          const std::string dir = save();
-          throw Error(strf("%d consecutive steps with a non-finite loss or gradient norm (steps %d-%d); %s holds "
-                           "the weights from before them",
-                           bad_run, done - bad_run + 1, done, dir.c_str()),
-                      true);
-        }
-      } else {
-        bad_run = 0;
-      }
-      if (parallel::agreed_stop_signal()) return stop_for_requeue();
-      if (c.ckpt.every > 0 && done % c.ckpt.every == 0 && done != c.train.steps) checkpoint();
-      if (c.train.eval_every > 0 && done % c.train.eval_every == 0 && done != c.train.steps && !evaluate(done))
-        return stop_for_requeue();
-    }
-    if (!evaluate(c.train.steps)) return stop_for_requeue();
-    checkpoint();
-    const double elapsed = now_seconds() - start;
-    say("done: %d steps in %s, %.0f tokens/s average", c.train.steps - first, format_duration(elapsed).c_str(),
-        (c.train.steps - first) * tokens_per_step / elapsed);
-    return 0;
-  }
-
- private:
-  const parallel::Pipeline& pipeline() const { return groups_.topology().pipelines()[place_.pipeline]; }
-
-  // A communicator for each distinct set of ranks: a group that has the same members as another (the data group of
-  // plain data parallelism is the world) shares its communicator, whose traffic counts for the group other than
-  // the world (two groups of data, tensor and pipeline have the same members only when they have one).
-  Communicator& communicator(parallel::Group kind, size_t index = 0) {
-    const parallel::ProcessGroup& g = groups_.get(kind, static_cast<int>(index));
-    std::unique_ptr<Communicator>& c = comms_[g.world_ranks()];
-    const bool made = c == nullptr;
-    if (made) c = parallel::make_communicator(g, device_, replica_.backend->stream(), cfg_.dist.nccl_timeout_s);
-    if (made || kind != parallel::Group::World) c->count_into(&traffic_[static_cast<int>(kind)]);
-    return *c;
-  }
-
-  // This rank's tensor traffic in the step so far, by group and operation (the non-zero ones); evaluations and
-  // checkpoints between steps are not counted.
-  nlohmann::ordered_json step_traffic() const {
-    nlohmann::ordered_json out = nlohmann::ordered_json::object();
-    for (parallel::Group g : {parallel::Group::Data, parallel::Group::Tensor, parallel::Group::Pipeline}) {
-      const Traffic& now = traffic_[static_cast<int>(g)];
-      const Traffic& start = step_start_traffic_[static_cast<int>(g)];
-      nlohmann::ordered_json ops = nlohmann::ordered_json::object();
-      for (int op = 0; op < static_cast<int>(CommOp::kCount); op++)
-        if (now.bytes[op] > start.bytes[op])
-          ops[comm_op_name(static_cast<CommOp>(op))] = now.bytes[op] - start.bytes[op];
-      if (!ops.empty()) out[parallel::group_name(g)] = std::move(ops);
-    }
-    return out;
   }
 
   void describe_layout() const {
@@ -392,6 +302,113 @@ class Trainer {
     for (const std::string& line : parallel::describe_layout(cfg_, topo)) say("%s", line.c_str());
     for (const std::string& line : parallel::describe_nodes(nodes, spans)) say("%s", line.c_str());
     for (const std::string& w : parallel::tensor_crossing_warnings(spans, nodes, topo.tp_size())) warn("%s", w.c_str());
+  }
+
+  // One optimizer step: this rank's passes over its micro-batches, then the end of the step (the reduction, the
+  // global norm, the update); returns the step's figures.
+  StepMetrics run_step(int step) {
+    const Config& c = cfg_;
+    const auto [profile_first, profile_last] = c.profile.window();
+    if (step + 1 == profile_first) replica_.backend->profiler(true);
+    StepMetrics m;
+    const double t0 = now_seconds();
+    m.traffic_start = groups_.traffic();
+    m.lr = lr_at(c.optim, step, c.train.steps);
+    const double loss = run_micro_batches(step);
+    const double t_compute = now_seconds();
+    if (world_.rank == 0 && step == faults_.kill_step) std::raise(SIGKILL);
+    m.loss = world_comm().sum(loss) / micro_total_;
+    replica_.backend->range_push("optimizer");
+    const ZeroStepStats st = end_step(*replica_.opts, world_comm(), m.lr, m.loss);
+    replica_.backend->range_pop();
+    m.step_s = now_seconds() - t0;
+    m.step = step + 1;
+    m.steps = c.train.steps;
+    if (m.step == profile_last) replica_.backend->profiler(false);
+    state_.step = m.step;
+    state_.next_sample += static_cast<uint64_t>(c.train.global_batch);
+    if (step > first_step_) timed_ += m.step_s;  // the first step pays for warm-up
+    const double per_step = step > first_step_ ? timed_ / (step - first_step_) : m.step_s;
+    m.eta_s = per_step * (c.train.steps - m.step);
+    m.tokens_per_s = tokens_per_step() / m.step_s;
+    m.mfu = m.tokens_per_s * flops_per_token_ / (peak_.flops * world_.size);
+    m.grad_norm = st.grad_norm;
+    m.data_s = data_wait_;
+    m.compute_s = t_compute - t0 - data_wait_;
+    m.comm_s = st.comm_seconds;
+    m.optim_s = st.optim_seconds;
+    m.optim_background_s = st.background_seconds;
+    m.skipped = st.skipped;
+    m.tokens = static_cast<long long>(m.step * tokens_per_step());
+    measure_bubble(m);
+    m.peak_host_bytes = host_peak_rss_bytes();
+    m.base_host_bytes = base_host_bytes_;
+    m.traffic_end = groups_.traffic();
+    return m;
+  }
+
+  // The schedule's passes over this rank's micro-batches (with the test hooks' faults); returns the sum of the
+  // micro-batch losses this rank reports (0 on ranks that report none).
+  double run_micro_batches(int step) {
+    YUAN_CHECK(!(world_.rank == faults_.fail_rank && step == faults_.fail_step),
+               "injected failure at step %d (YUANLM_FAIL_AT)", step);
+    data_wait_ = 0;
+    const float scale = step >= faults_.nan_from && step < faults_.nan_to ? NAN : 1.0f / micro_total_;
+    // Every tensor rank of a last stage computes the same losses: its rank 0 reports them.
+    return runner_->run(schedule_, scale, hooks_) * (place_.tp_rank == 0);
+  }
+
+  // The pipeline bubble: the share of the passes' time each stage spends waiting, against the longest stage's (the
+  // ranks start the passes together, after the previous step's collectives), averaged over the stages. Collective.
+  void measure_bubble(StepMetrics& m) {
+    std::vector<double> busy = parallel::gather(runner_->compute_seconds());
+    const std::vector<double> spans = parallel::gather(runner_->step_seconds());
+    double bubble = 0;
+    if (!spans.empty()) {
+      const double span = *std::max_element(spans.begin(), spans.end());
+      for (double& b : busy) {
+        b /= span;
+        bubble += (1 - b) / busy.size();
+      }
+    }
+    if (!pipelined()) return;
+    m.bubble = bubble;
+    m.stage_busy = std::move(busy);
+  }
+
+  void log_step(const StepMetrics& m) {
+    const Config& c = cfg_;
+    if (m.step % c.train.log_every == 0 || m.step == c.train.steps || m.skipped) say("%s", step_line(m).c_str());
+    if (metrics_) metrics_->write(step_record(m));
+  }
+
+  // A skipped update is warned about; train.max_bad_steps in a row end the run, with the weights from before them
+  // saved.
+  void count_bad_steps(const StepMetrics& m) {
+    if (!m.skipped) {
+      bad_run_ = 0;
+      return;
+    }
+    warn("step %d: non-finite %s, update skipped (%d in a row, train.max_bad_steps %d)", m.step,
+         std::isfinite(m.loss) ? "gradient norm" : "loss", ++bad_run_, cfg_.train.max_bad_steps);
+    if (bad_run_ < cfg_.train.max_bad_steps) return;
+    const std::string dir = save();
+    throw Error(strf("%d consecutive steps with a non-finite loss or gradient norm (steps %d-%d); %s holds the "
+                     "weights from before them",
+                     bad_run_, m.step - bad_run_ + 1, m.step, dir.c_str()),
+                true);
+  }
+
+  // After `done` steps, every ckpt.every; run() writes the last step's.
+  void maybe_checkpoint(int done) {
+    if (cfg_.ckpt.every > 0 && done % cfg_.ckpt.every == 0 && done != cfg_.train.steps) checkpoint();
+  }
+
+  // After `done` steps, every train.eval_every; run() evaluates the last step. False: a stop signal ended it.
+  bool maybe_evaluate(int done) {
+    if (cfg_.train.eval_every > 0 && done % cfg_.train.eval_every == 0 && done != cfg_.train.steps)
+      return evaluate(done);
+    return true;
   }
 
   // Writes the state after the steps done so far (the pending update applied first) and returns its directory.
@@ -437,7 +454,7 @@ class Trainer {
     replica_.backend->range_pop();
     if (!loss) return false;
     const double sum = *loss * (place_.tp_rank == 0);
-    const double val = parallel::allreduce_sum(sum) /
+    const double val = world_comm().sum(sum) /
                        (static_cast<double>(cfg_.train.eval_batches) * groups_.topology().pipelines().size());
     say("val    %6lld | val_loss %.4f", static_cast<long long>(step), val);
     if (metrics_) metrics_->write(JsonLine().add("step", static_cast<long long>(step)).add("val_loss", val));
@@ -446,7 +463,11 @@ class Trainer {
 
   Config cfg_;
   parallel::WorldInfo world_;
-  parallel::ProcessGroups groups_;
+  // Before the process groups, so destroyed after their communicators: the backend's teardown waits on streams
+  // behind NCCL events (and cudaFree on the whole device) with no deadline; a communicator finalizes within
+  // dist.nccl_timeout_s or aborts.
+  Replica replica_;  // backend, optimizers, program
+  parallel::ProcessGroups groups_;  // with the communicators and their traffic accounts
   parallel::Place place_;
   int stages_;
   parallel::Schedule schedule_;
@@ -461,12 +482,10 @@ class Trainer {
   std::string tokenizer_;
   TrainState state_;
   int64_t first_step_ = 0, saved_step_ = 0;  // where this run started; the newest step in a checkpoint
-  Replica replica_;  // backend, optimizers, program
-  // After the replica, so destroyed before its backend: the backend's teardown waits on streams behind NCCL events (and
-  // cudaFree on the whole device) with no deadline; a communicator finalizes within dist.nccl_timeout_s or aborts.
-  std::map<std::vector<int>, std::unique_ptr<Communicator>> comms_;
-  Traffic traffic_[4] = {}, step_start_traffic_[4] = {};  // by parallel::Group
-  Communicator* world_comm_ = nullptr;
+  double timed_ = 0;                         // seconds of this run's steps after its first (for the ETA)
+  int bad_run_ = 0;                          // steps skipped in a row
+  double data_wait_ = 0;                     // seconds the step so far waited for its micro-batches
+  StageRunner::Hooks hooks_;
   std::unique_ptr<StageRunner> runner_;
   std::unique_ptr<TrainLoader> loader_;
   std::unique_ptr<ValLoader> val_;
