@@ -18,7 +18,8 @@ Replica checkpoint_replica(const CheckpointModel& m, const std::string& device, 
   check_node_memory(need, d == Device::Cuda ? parallel::world().local_rank : -1,
                     micro_batch > 1 ? "a smaller --micro-batch or fewer ranks per node" : "fewer ranks per node");
   Replica r;
-  assemble_replica(r, {d, {m.cfg.model, {}}, spec, m.weights.data()});
+  const ParamLayout layout(m.cfg.model);
+  assemble_replica(r, {d, layout, backend_spec(layout), spec, m.weights.data()});
   return r;
 }
 

@@ -147,11 +147,11 @@ class Trainer {
     if (device_ == Device::Cuda) gpu = cuda_select_device(world_.local_rank);
 #endif
     const RankPlan plan = plan_rank(cfg, topo, device_, world_.rank);
-    const ParamLayout layout(cfg.model, plan.backend.modules, plan.backend.tp);
+    const ParamLayout& layout = plan.layout;
     check_node_memory(plan.memory, gpu, memory_hint(cfg, world_.size, plan.memory));
     n_params_ = ParamLayout(cfg.model).total();
     flops_per_token_ = flops_per_token(cfg.model, n_params_);
-    assemble_replica(replica_, {device_, plan.backend, plan.program}, [&](Replica& r) -> Communicator* {
+    assemble_replica(replica_, {device_, layout, plan.backend, plan.program}, [&](Replica& r) -> Communicator* {
       world_comm_ = &communicator(parallel::Group::World);
       // Reductions overlap backward only where every member of a group runs the same passes independently: with
       // pipelines, a rank waiting in a reduction could hold up the neighbour its group partner waits for.
@@ -168,10 +168,11 @@ class Trainer {
           gathers->count_into(&traffic_[static_cast<int>(parallel::Group::Data)]);
         }
         gather_thread_ = gathers != nullptr;
-        r.opts->add(std::make_unique<ZeroOptimizer>(cfg.optim, *r.backend, communicator(parallel::Group::Data, i),
-                                                    init, groups_.data_modules()[i], overlap, std::move(gathers)));
+        r.opts->add(std::make_unique<ZeroOptimizer>(cfg.optim, *r.backend, layout,
+                                                    communicator(parallel::Group::Data, i), init,
+                                                    groups_.data_modules()[i], overlap, std::move(gathers)));
       }
-      return plan.backend.tp.size > 1 ? &communicator(parallel::Group::Tensor) : nullptr;
+      return layout.tp().size > 1 ? &communicator(parallel::Group::Tensor) : nullptr;
     });
     runner_ = std::make_unique<StageRunner>(*replica_.program, *replica_.backend,
                                             stages_ > 1 ? &communicator(parallel::Group::Pipeline) : nullptr,
