@@ -156,8 +156,7 @@ const TensorFormats& cuda_tensor_formats() {
   // The attention keeps its logsumexp per (row, head) and its backward needs as many floats of scratch (delta).
   // The kernels move 16-byte vectors of 8 bf16; the attention's are instantiated for heads of up to 128.
   static const TensorFormats f{DType::BF16,        DType::BF16,     gpu::attention_rows, gpu::attention_rows,
-                               gpu::logits_stride, gpu::token_slot, workspace_bytes,     8,
-                               128};
+                               gpu::logits_stride, gpu::token_slot, workspace_bytes,     8, 128};
   return f;
 }
 

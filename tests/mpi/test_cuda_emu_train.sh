@@ -34,8 +34,8 @@ if mpirun -np 2 bin/yuanlm_emu train "${TINY[@]}" --train.device=cuda --model.n_
     --data.train="$WORK/corpus/*.h5" --run.dir="$WORK/shape" >"$WORK/shape.log" 2>&1; then
   cat "$WORK/shape.log"; echo "a model of n_embd 36 ran on the cuda backend"; exit 1
 fi
-grep '^error:' "$WORK/shape.log" | grep -qF "cuda backend: n_embd = 36 must be a multiple of 8 (16-byte bf16 vectors)" ||
-  { cat "$WORK/shape.log"; exit 1; }
+want="cuda backend: n_embd = 36 must be a multiple of 8 (16-byte bf16 vectors)"
+grep '^error:' "$WORK/shape.log" | grep -qF "$want" || { cat "$WORK/shape.log"; exit 1; }
 if grep -q "^cuda: device" "$WORK/shape.log"; then echo "the backend was made before the shape was refused"; exit 1; fi
 for layout in data pipeline zero3 tp; do
   echo "== $layout"
