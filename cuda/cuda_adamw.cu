@@ -20,7 +20,8 @@ struct CudaAdamW::State {
   double* partials() const { return reinterpret_cast<double*>(master() + 3 * count); }
 };
 
-CudaAdamW::CudaAdamW(Backend& cuda_backend, size_t offset, size_t count, const float* init_master)
+CudaAdamW::CudaAdamW(Backend& cuda_backend, size_t offset, size_t count, const float* init_master,
+                     const std::vector<DecaySegment>& segments)
     : s_(std::make_unique<State>()) {
   YUAN_CHECK(cuda_backend.device() == Device::Cuda, "GPU AdamW needs the cuda backend, not '%s'", cuda_backend.name());
   YUAN_CHECK(offset + count <= cuda_backend.size(), "GPU AdamW: range [%zu, %zu) outside the %zu parameters",
@@ -38,7 +39,16 @@ CudaAdamW::CudaAdamW(Backend& cuda_backend, size_t offset, size_t count, const f
   s_->memory = gpu::device_allocation(bytes);  // the moments start at zero
   CUDA_CHECK(cudaMemcpyAsync(s_->master(), init_master, count * sizeof(float), cudaMemcpyHostToDevice, s_->stream()));
   CUDA_CHECK(cudaStreamSynchronize(s_->stream()));
-  s_->segments = decay_segments(cuda_backend.layout(), offset, offset + count);
+  size_t next = offset;  // the segments tile the range, in order
+  for (const DecaySegment& seg : segments) {
+    YUAN_CHECK(seg.offset == next && seg.offset + seg.count <= offset + count, "GPU AdamW: decay segment [%zu, %zu) "
+               "does not continue the range [%zu, %zu) at %zu", seg.offset, seg.offset + seg.count, offset,
+               offset + count, next);
+    next += seg.count;
+  }
+  YUAN_CHECK(next == offset + count, "GPU AdamW: the decay segments end at %zu, the range at %zu", next,
+             offset + count);
+  s_->segments = segments;
 }
 
 CudaAdamW::~CudaAdamW() = default;

@@ -31,18 +31,13 @@ void wait_for(cudaStream_t waiter, cudaStream_t producer, cudaEvent_t ev) {
 
 void check_lane(int lane) { YUAN_CHECK(lane == 0 || lane == 1, "cuda backend: upload lane %d (0 or 1)", lane); }
 
-size_t workspace_bytes(int n_embd, int, int) { return gpu::ops_scratch_bytes(n_embd) + kStageElems * sizeof(float); }
+size_t workspace_bytes(int width, int, int) { return gpu::ops_scratch_bytes(width) + kStageElems * sizeof(float); }
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(const ParamLayout& layout, std::optional<size_t> shards) : Backend(layout, shards) {
-    const GPTConfig& c = layout.config();
-    YUAN_CHECK(c.n_embd % 8 == 0, "cuda backend: n_embd = %d must be a multiple of 8 (16-byte bf16 vectors)",
-               c.n_embd);
-    const int hs = c.n_head > 0 ? c.n_embd / c.n_head : 0;
-    YUAN_CHECK(c.n_head > 0 && c.n_embd % c.n_head == 0 && hs % 8 == 0 && hs <= 128,
-               "cuda backend: head size n_embd/n_head = %d/%d must be a multiple of 8 and at most 128", c.n_embd,
-               c.n_head);
+  explicit CudaBackend(const BackendSpec& spec) : Backend(spec) {
+    YUAN_CHECK(spec.width > 0, "cuda backend: its ops need the row width they size their scratch for (got %d)",
+               spec.width);
     int dev = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
     cudaDeviceProp prop;
@@ -62,7 +57,7 @@ class CudaBackend final : public Backend {
       grad_mem_ = gpu::device_allocation(n * sizeof(float));
       grads_ = Tensor(grad_mem_.as<float>(), DType::F32, 1, static_cast<int64_t>(n));
     }
-    ops_ = gpu::make_cuda_ops(c.n_embd, stream_);
+    ops_ = gpu::make_cuda_ops(spec.width, stream_);
   }
 
   ~CudaBackend() override {
@@ -159,17 +154,15 @@ class CudaBackend final : public Backend {
 
 const TensorFormats& cuda_tensor_formats() {
   // The attention keeps its logsumexp per (row, head) and its backward needs as many floats of scratch (delta).
-  static const TensorFormats f{DType::BF16,      DType::BF16,         gpu::attention_rows, gpu::attention_rows,
-                               gpu::logits_stride, gpu::token_slot, workspace_bytes};
+  // The kernels move 16-byte vectors of 8 bf16; the attention's are instantiated for heads of up to 128.
+  static const TensorFormats f{DType::BF16,        DType::BF16,     gpu::attention_rows, gpu::attention_rows,
+                               gpu::logits_stride, gpu::token_slot, workspace_bytes,     8, 128};
   return f;
 }
 
 std::unique_ptr<Backend> make_cuda_backend(const BackendSpec& spec) {
   YUAN_CHECK(cuda_device_available(), "train.device=cuda: no CUDA device is visible to this process");
-  return std::make_unique<CudaBackend>(
-      ParamLayout(spec.model, spec.modules.empty() ? held_modules(spec.model, all_modules(spec.model)) : spec.modules,
-                  spec.tp),
-      spec.shards);
+  return std::make_unique<CudaBackend>(spec);
 }
 
 }  // namespace yuan

@@ -34,15 +34,6 @@ constexpr DType dtype_of<bf16>() { return DType::BF16; }
 template <>
 constexpr DType dtype_of<float>() { return DType::F32; }
 
-const char* dtype_name(DType t) {
-  switch (t) {
-    case DType::F32: return "f32";
-    case DType::BF16: return "bf16";
-    case DType::I32: return "i32";
-    default: return "non-kernel dtype";
-  }
-}
-
 // `t` as T*, after checking that it is a rows x cols tensor of T, dense unless `strided`; `what` names it in the
 // error ("matmul_forward out").
 template <typename T>

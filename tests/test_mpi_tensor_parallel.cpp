@@ -69,9 +69,10 @@ TEST(MpiTensorParallel, PartsComputeTheWholeModel) {
   const std::vector<float> params = whole_params();
   const std::vector<int32_t> tok = tokens();
   // The whole model on this process.
-  auto whole = make_backend(Device::Cpu, {kCfg, {}});
+  const ParamLayout whole_layout(kCfg);
+  auto whole = make_backend(Device::Cpu, backend_spec(whole_layout));
   whole->set_params(params.data(), 0, params.size());
-  Program one(*whole, {{}, kB, 1, false});
+  Program one(*whole, whole_layout, {{}, kB, 1, false});
   const float want_loss = one.forward_backward(tok.data(), kB, 1.0f, nullptr);
   std::vector<float> want(whole->size());
   whole->grads_to_host(0, want.size(), want.data());
@@ -79,8 +80,8 @@ TEST(MpiTensorParallel, PartsComputeTheWholeModel) {
   // This rank's part of it, the tensor group being the world.
   const parallel::ProcessGroups groups(parallel::Topology::data_parallel(1, module_count(kCfg), 1, n));
   auto comm = parallel::make_mpi_communicator(groups.get(parallel::Group::Tensor), INT_MAX);
-  auto be = make_backend(Device::Cpu, {kCfg, {}, {r, n}});
-  const ParamLayout& L = be->layout();
+  const ParamLayout L(kCfg, held_modules(kCfg, all_modules(kCfg)), {r, n});
+  auto be = make_backend(Device::Cpu, backend_spec(L));
   std::vector<float> mine(L.total());
   for (const ParamLayout::Run& run : L.global_runs(0, L.total()))
     std::copy_n(params.data() + run.global, run.count, mine.data() + run.local);
@@ -88,7 +89,7 @@ TEST(MpiTensorParallel, PartsComputeTheWholeModel) {
   for (bool recompute : {false, true}) {
     SCOPED_TRACE(recompute ? "recompute" : "activations kept");
     be->zero_grads(0, be->size());
-    Program part(*be, {{}, kB, 1, recompute, n}, comm.get());
+    Program part(*be, L, {{}, kB, 1, recompute, n}, comm.get());
     const float loss = part.forward_backward(tok.data(), kB, 1.0f, nullptr);
     EXPECT_LE(std::fabs(loss - want_loss), 1e-5 * want_loss);
     std::vector<float> got(be->size());

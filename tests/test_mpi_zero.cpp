@@ -207,7 +207,8 @@ constexpr int kRows = 2;  // per micro-batch and rank
 // Flat fp32 host buffers; backward visits the modules in reverse layout order and reports each one finished.
 class QuadraticBackend : public CpuBackend {
  public:
-  explicit QuadraticBackend(const GPTConfig& c) : CpuBackend(ParamLayout(c)) {}
+  explicit QuadraticBackend(const GPTConfig& c) : CpuBackend(backend_spec(ParamLayout(c))), layout_(c) {}
+  const ParamLayout& layout() const { return layout_; }
 
   static double curvature(size_t i) { return 0.5 + 0.25 * static_cast<double>(i % 5); }
   static double target(const int32_t* row, size_t i, int T) {
@@ -234,6 +235,9 @@ class QuadraticBackend : public CpuBackend {
     }
     return static_cast<float>(loss / B);
   }
+
+ private:
+  const ParamLayout layout_;
 };
 
 // The offload pipeline's view of a GPU, on the host: working weights in f32 or bf16, and the asynchronous
@@ -338,7 +342,7 @@ Trajectory run_zero(const OptimConfig& oc, int accum, int steps, const Drive& dr
   QuadraticBackend& be = *owned;
   std::unique_ptr<Communicator> comm = world_communicator();
   std::vector<float> init = initial_params(layout.total());
-  ZeroOptimizer opt(oc, be, *comm, init.data());
+  ZeroOptimizer opt(oc, be, be.layout(), *comm, init.data());
   Trajectory out;
   for (int s = 0; s < steps; s++) {
     for (int k = 0; k < accum; k++) {
@@ -515,7 +519,7 @@ TEST(MpiZero, OptimizerBytesShrinkWithWorld) {
   size_t bytes[3];
   for (int stage : {0, 1, 2}) {
     size_t before = mem_bytes(Mem::Optimizer);
-    ZeroOptimizer opt(optim_config(stage, 0.001, 1.0), be, *comm, init.data());
+    ZeroOptimizer opt(optim_config(stage, 0.001, 1.0), be, be.layout(), *comm, init.data());
     bytes[stage] = mem_bytes(Mem::Optimizer) - before;
     const Shard mine = zero_shard(n, nranks(), rank(), stage);
     EXPECT_EQ(zero_shard_elements(layout, {}, nranks(), rank(), stage), mine.count);
@@ -538,7 +542,7 @@ TEST(MpiZero, OptimizerBytesShrinkWithWorld) {
   delayed.delayed_update = true;
   size_t before = mem_bytes(Mem::Optimizer);
   {
-    ZeroOptimizer opt(delayed, be, *comm, init.data());
+    ZeroOptimizer opt(delayed, be, be.layout(), *comm, init.data());
     EXPECT_EQ(mem_bytes(Mem::Optimizer) - before, zero_optimizer_bytes(opt.shard_size(), true));
   }
   EXPECT_EQ(zero_optimizer_bytes(zero_shard(n, nranks(), rank(), 1).count, true), bytes[1] / 4 * 5);  // 2 gradients
@@ -551,7 +555,7 @@ TEST(MpiZero, StateAccessWaitsForDrain) {
   std::vector<float> init = initial_params(layout.total());
   OptimConfig oc = optim_config(1, 0.001, 1.0);
   oc.delayed_update = true;
-  ZeroOptimizer opt(oc, be, *comm, init.data());
+  ZeroOptimizer opt(oc, be, be.layout(), *comm, init.data());
   std::vector<int32_t> tok = batch_tokens(0, rank(), 0);
   be.forward_backward(tok.data(), kRows, 1.0f / nranks(), opt.ready_hook());
   opt.after_micro_batch();
@@ -569,7 +573,7 @@ TEST(MpiZero, EndStepSkipsOnANonFiniteLoss) {
   QuadraticBackend be(tiny_config());
   std::unique_ptr<Communicator> comm = world_communicator();
   std::vector<float> init = initial_params(layout.total());
-  ZeroOptimizer opt(optim_config(1, 0.001, 1.0), be, *comm, init.data());
+  ZeroOptimizer opt(optim_config(1, 0.001, 1.0), be, be.layout(), *comm, init.data());
   std::vector<float> before(layout.total()), after(layout.total());
   for (int s = 0; s < 2; s++) {
     const std::vector<int32_t> tok = batch_tokens(s, rank(), 0);
@@ -594,7 +598,7 @@ TEST(MpiZero, ShardsReassembleTheWeights) {
   std::unique_ptr<Communicator> comm = world_communicator();
   std::vector<float> init = initial_params(n);
   for (int stage : {0, 1, 2}) {
-    ZeroOptimizer opt(optim_config(stage, 0.001, 1.0), be, *comm, init.data());
+    ZeroOptimizer opt(optim_config(stage, 0.001, 1.0), be, be.layout(), *comm, init.data());
     for (size_t i = 0; i < opt.shard_size(); i++) {
       size_t j = opt.shard_offset() + i;
       opt.master()[i] = static_cast<float>(j) + 0.5f;
@@ -611,7 +615,7 @@ TEST(MpiZero, MissingReadyModuleIsAnError) {
   QuadraticBackend be(tiny_config());
   std::unique_ptr<Communicator> comm = world_communicator();
   std::vector<float> init = initial_params(layout.total());
-  ZeroOptimizer opt(optim_config(1, 0.001, 1.0), be, *comm, init.data());
+  ZeroOptimizer opt(optim_config(1, 0.001, 1.0), be, be.layout(), *comm, init.data());
   for (int m = static_cast<int>(layout.modules().size()) - 1; m >= 1; m--) opt.ready_hook()(m);  // wte never
   EXPECT_THROW(opt.ready_hook()(1), Error);  // twice in one micro-batch
   EXPECT_THROW(opt.after_micro_batch(), Error);

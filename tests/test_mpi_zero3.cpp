@@ -64,13 +64,14 @@ struct ZeroReplica {
 
   ZeroReplica(int zero, bool recompute, bool thread = false) {
     const ParamLayout layout(kCfg);
-    BackendSpec spec{kCfg, {}};
-    if (zero == 3) spec.shards = zero_shard_elements(layout, {}, nranks(), rank(), 3);
+    std::optional<size_t> shards;
+    if (zero == 3) shards = zero_shard_elements(layout, {}, nranks(), rank(), 3);
     std::vector<float> init(layout.total());
     init_gpt2(layout, 11, init.data());
-    assemble_replica(r, {Device::Cpu, spec, ProgramSpec{{}, kB, 1, recompute}}, [&](Replica& rr) -> Communicator* {
-      rr.opts->add(std::make_unique<ZeroOptimizer>(optim(zero), *rr.backend, *comm, init.data(), ModuleRange{}, true,
-                                                   thread ? world_comm(true) : nullptr));
+    assemble_replica(r, {Device::Cpu, layout, backend_spec(layout, shards), ProgramSpec{{}, kB, 1, recompute}},
+                     [&](Replica& rr) -> Communicator* {
+      rr.opts->add(std::make_unique<ZeroOptimizer>(optim(zero), *rr.backend, layout, *comm, init.data(),
+                                                   ModuleRange{}, true, thread ? world_comm(true) : nullptr));
       return nullptr;
     });
     opt = r.opts->all().front().get();
@@ -155,13 +156,15 @@ TEST(MpiZero3, MisuseIsAnError) {
   // Stage 3 needs a sharded backend, and the other stages a whole one.
   auto comm = world_comm();
   std::vector<float> init(layout.total());
-  auto whole = make_backend(Device::Cpu, {kCfg, {}});
-  EXPECT_THROW(ZeroOptimizer(optim(3), *whole, *comm, init.data()), Error);
-  BackendSpec spec{kCfg, {}};
-  spec.shards = zero_shard_elements(layout, {}, nranks(), rank(), 3);
-  auto sharded = make_backend(Device::Cpu, spec);
-  EXPECT_THROW(ZeroOptimizer(optim(2), *sharded, *comm, init.data()), Error);
-  EXPECT_THROW(ZeroOptimizer(optim(1), *whole, *comm, init.data()).acquire(kWteModule, false), Error);
+  auto whole = make_backend(Device::Cpu, backend_spec(layout));
+  EXPECT_THROW(ZeroOptimizer(optim(3), *whole, layout, *comm, init.data()), Error);
+  auto sharded = make_backend(Device::Cpu, backend_spec(layout, zero_shard_elements(layout, {}, nranks(), rank(), 3)));
+  EXPECT_THROW(ZeroOptimizer(optim(2), *sharded, layout, *comm, init.data()), Error);
+  EXPECT_THROW(ZeroOptimizer(optim(1), *whole, layout, *comm, init.data()).acquire(kWteModule, false), Error);
+  // The layout must be the one the backend's buffers hold.
+  EXPECT_NE(testing::error_of([&] { ZeroOptimizer(optim(1), *whole, ParamLayout(kCfg, {0, 1, 2}), *comm,
+                                                  init.data()); }).find("do not hold the layout's"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include "backend/backend.h"
 #include "model/gpt.h"
+#include "program/params.h"
 #include "program/program.h"
 #include "test_util.h"
 #include "util/rng.h"
@@ -36,13 +37,18 @@ std::vector<int32_t> test_tokens(int rows, uint64_t seed) {
   return t;
 }
 
-// A backend holding `modules` with the whole model's weights of those modules.
-std::unique_ptr<Backend> backend_for(const std::vector<int>& modules, const std::vector<float>& whole) {
-  auto be = make_backend(Device::Cpu, {kCfg, modules});
+// A backend holding `modules`, with the whole model's weights of those modules, and their layout.
+struct Held {
+  ParamLayout layout;
+  std::unique_ptr<Backend> be;
+};
+Held backend_for(const std::vector<int>& modules, const std::vector<float>& whole) {
+  Held h{ParamLayout(kCfg, modules), nullptr};
+  h.be = make_backend(Device::Cpu, backend_spec(h.layout));
   const ParamLayout full(kCfg);
-  for (const ModuleSpec& m : be->layout().modules())
-    be->set_params(whole.data() + full.module(m.index).offset, m.offset, m.numel);
-  return be;
+  for (const ModuleSpec& m : h.layout.modules())
+    h.be->set_params(whole.data() + full.module(m.index).offset, m.offset, m.numel);
+  return h;
 }
 
 std::vector<float> grads_of(Backend& be) {
@@ -60,12 +66,12 @@ struct WholeRun {
 // `micro` micro-batches of kB rows, each forward then backward, on the whole model.
 WholeRun run_whole(const std::vector<std::vector<int32_t>>& batches, bool recompute = false) {
   const std::vector<float> w = test_params(ParamLayout(kCfg));
-  auto be = backend_for(held_modules(kCfg, all_modules(kCfg)), w);
-  Program p(*be, {{}, kB, 1, recompute});
+  Held h = backend_for(held_modules(kCfg, all_modules(kCfg)), w);
+  Program p(*h.be, h.layout, {{}, kB, 1, recompute});
   WholeRun r;
   for (const auto& tok : batches)
     r.loss += p.forward_backward(tok.data(), kB, 1.0f / batches.size(), [&](int m) { r.ready.push_back(m); });
-  r.grads = grads_of(*be);
+  r.grads = grads_of(*h.be);
   return r;
 }
 
@@ -115,12 +121,12 @@ TEST(ProgramStages, ACutModelComputesTheWholeModel) {
   for (const std::vector<int>& cuts : {std::vector<int>{0, 3, n}, std::vector<int>{0, 2, n}, std::vector<int>{0, 4, 5, n},
                                        std::vector<int>{0, 5, n}}) {
     SCOPED_TRACE(::testing::Message() << "cut at modules " << cuts[1]);
-    std::vector<std::unique_ptr<Backend>> be;
+    std::vector<Held> be;
     std::vector<std::unique_ptr<Program>> st;
     for (size_t s = 0; s + 1 < cuts.size(); s++) {
       const ModuleRange r{cuts[s], cuts[s + 1]};
       be.push_back(backend_for(held_modules(kCfg, r), w));
-      st.push_back(std::make_unique<Program>(*be.back(), ProgramSpec{r, kB, 1, false}));
+      st.push_back(std::make_unique<Program>(*be.back().be, be.back().layout, ProgramSpec{r, kB, 1, false}));
     }
     const int32_t* tok = batches[0].data();
     std::vector<int> ready;
@@ -140,9 +146,9 @@ TEST(ProgramStages, ACutModelComputesTheWholeModel) {
     want.insert(want.begin() + 1, kWteModule);
     EXPECT_EQ(ready, want);
     std::vector<float> sum(full.total(), 0.0f);
-    for (auto& b : be) {
-      const std::vector<float> g = grads_of(*b);
-      for (const ModuleSpec& m : b->layout().modules())
+    for (Held& b : be) {
+      const std::vector<float> g = grads_of(*b.be);
+      for (const ModuleSpec& m : b.layout.modules())
         for (size_t i = 0; i < m.numel; i++) sum[full.module(m.index).offset + i] += g[m.offset + i];
     }
     for (const TensorSpec& t : full.tensors()) {
@@ -167,8 +173,8 @@ TEST(ProgramSlots, MicroBatchesInFlightGiveTheSequentialResult) {
   const std::vector<std::vector<int32_t>> batches = {test_tokens(kB, 4), test_tokens(kB, 5), test_tokens(kB, 6)};
   const WholeRun seq = run_whole(batches);
   for (bool recompute : {false, true}) {
-    auto be = backend_for(held_modules(kCfg, all_modules(kCfg)), test_params(ParamLayout(kCfg)));
-    Program p(*be, {{}, kB, 3, recompute});
+    Held h = backend_for(held_modules(kCfg, all_modules(kCfg)), test_params(ParamLayout(kCfg)));
+    Program p(*h.be, h.layout, {{}, kB, 3, recompute});
     float loss = 0;
     for (int m = 0; m < 3; m++) {
       p.forward(m, batches[m].data(), kB);
@@ -178,8 +184,8 @@ TEST(ProgramSlots, MicroBatchesInFlightGiveTheSequentialResult) {
     EXPECT_EQ(loss, seq.loss) << "recompute " << recompute;
     // Every parameter gradient adds the micro-batches in the same order, except wte's, whose classifier parts
     // now all come before its embedding parts.
-    const std::vector<float> g = grads_of(*be);
-    for (const TensorSpec& t : be->layout().tensors()) {
+    const std::vector<float> g = grads_of(*h.be);
+    for (const TensorSpec& t : h.layout.tensors()) {
       const double err = testing::rel_err(g.data() + t.offset, seq.grads.data() + t.offset, t.numel);
       if (t.module == kWteModule)
         EXPECT_LT(err, 1e-6) << t.name << ", recompute " << recompute;
@@ -193,10 +199,10 @@ TEST(ProgramMemory, PlanMatchesWhatTheProgramAllocates) {
   for (const ProgramSpec& spec : {ProgramSpec{{}, kB, 1, false}, ProgramSpec{{0, 3}, 2, 2, false},
                                   ProgramSpec{{3, module_count(kCfg)}, kB, 3, true}}) {
     const ProgramMemory plan = Program::plan(kCfg, tensor_formats(Device::Cpu), spec);
-    auto be = make_backend(Device::Cpu, {kCfg, held_modules(kCfg, spec.modules.size() ? spec.modules
-                                                                                        : all_modules(kCfg))});
+    const ParamLayout L(kCfg, held_modules(kCfg, spec.modules.size() ? spec.modules : all_modules(kCfg)));
+    auto be = make_backend(Device::Cpu, backend_spec(L));
     const size_t acts = mem_bytes(Mem::Activations), bufs = mem_bytes(Mem::Comm);
-    Program p(*be, spec);
+    Program p(*be, L, spec);
     EXPECT_EQ(mem_bytes(Mem::Activations) - acts, plan.activations);
     EXPECT_EQ(mem_bytes(Mem::Comm) - bufs, plan.buffers);
   }
@@ -208,12 +214,20 @@ TEST(ProgramMemory, PlanMatchesWhatTheProgramAllocates) {
 }
 
 TEST(ProgramErrors, RangesAndCallsThatCannotWork) {
-  auto be = make_backend(Device::Cpu, {kCfg, held_modules(kCfg, {0, 3})});
-  EXPECT_NE(testing::error_of([&] { Program(*be, {{1, 3}, kB, 1, false}); }).find("split wte from wpe"),
+  const ParamLayout L(kCfg, held_modules(kCfg, {0, 3}));
+  auto be = make_backend(Device::Cpu, backend_spec(L));
+  EXPECT_NE(testing::error_of([&] { Program(*be, L, {{1, 3}, kB, 1, false}); }).find("split wte from wpe"),
             std::string::npos);
-  EXPECT_NE(testing::error_of([&] { Program(*be, {{0, 4}, kB, 1, false}); }).find("not in the backend's layout"),
+  EXPECT_NE(testing::error_of([&] { Program(*be, L, {{0, 4}, kB, 1, false}); }).find("not in the backend's layout"),
             std::string::npos);
-  Program p(*be, {{0, 3}, kB, 1, false});
+  // The backend's buffers must be the layout's: not another layout's, nor ZeRO-3's shards without their source.
+  const ParamLayout other(kCfg, held_modules(kCfg, {0, 4}));
+  EXPECT_NE(testing::error_of([&] { Program(*be, other, {{0, 4}, kB, 1, false}); }).find("do not hold the layout's"),
+            std::string::npos);
+  auto shards = make_backend(Device::Cpu, backend_spec(L, L.total() / 2));
+  EXPECT_NE(testing::error_of([&] { Program(*shards, L, {{0, 3}, kB, 1, false}); }).find("ZeRO-3 shards"),
+            std::string::npos);
+  Program p(*be, L, {{0, 3}, kB, 1, false});
   const std::vector<int32_t> tok = test_tokens(kB, 7);
   p.forward(0, tok.data(), kB);
   EXPECT_NE(testing::error_of([&] { p.loss(0, 1.0f); }).find("without the head"), std::string::npos);
@@ -223,6 +237,22 @@ TEST(ProgramErrors, RangesAndCallsThatCannotWork) {
   bad[5] = kCfg.vocab_size;
   EXPECT_NE(testing::error_of([&] { p.forward(0, bad.data(), kB); }).find("outside the vocabulary"),
             std::string::npos);
+}
+
+// What a backend's ops ask of a model's shape is stated in its TensorFormats and checked where a model meets the
+// backend (a Program, a rank's plan), whatever the backend was made for: it is made from sizes only.
+TEST(ProgramErrors, ShapesTheBackendsOpsCannotRun) {
+  EXPECT_EQ(testing::error_of([] { check_op_constraints(GPTConfig{2, 1, 5, 4, 9}, Device::Cpu); }), "")
+      << "the CPU reference ops take any width and head size";
+#ifdef YUAN_CUDA
+  EXPECT_EQ(testing::error_of([] { check_op_constraints(GPTConfig{1, 4, 100, 8, 8}, Device::Cuda); }),
+            "cuda backend: n_embd = 100 must be a multiple of 8 (16-byte bf16 vectors)");
+  for (const GPTConfig& c : {GPTConfig{1, 4, 48, 8, 8}, GPTConfig{1, 1, 256, 8, 8}, GPTConfig{1, 3, 64, 8, 8}})
+    EXPECT_EQ(testing::error_of([&] { check_op_constraints(c, Device::Cuda); }),
+              strf("cuda backend: head size n_embd/n_head = %d/%d must be a multiple of 8 and at most 128", c.n_embd,
+                   c.n_head));
+  EXPECT_EQ(testing::error_of([] { check_op_constraints(GPTConfig{1, 2, 256, 8, 8}, Device::Cuda); }), "");
+#endif
 }
 
 }  // namespace

@@ -88,7 +88,8 @@ struct Reference {
   // The CPU backend and the program over every module, for micro-batches of up to B rows; `hook` adds optimizers.
   yuan::Replica model(const yuan::ReplicaHook& hook = {}) const {
     yuan::Replica m;
-    yuan::assemble_replica(m, {yuan::Device::Cpu, {cfg, {}}, yuan::ProgramSpec{{}, B, 1, false}}, hook);
+    yuan::assemble_replica(
+        m, {yuan::Device::Cpu, *layout, yuan::backend_spec(*layout), yuan::ProgramSpec{{}, B, 1, false}}, hook);
     return m;
   }
 };
@@ -255,7 +256,8 @@ TEST(Reference, ThreeTrainingStepsMatchTorchAdamW) {
     oc.zero = stage;
     oc.bucket_mb = 0.02;  // ~20 KB: several buckets for this 116 KB model
     yuan::Replica model = ref.model([&](yuan::Replica& r) -> yuan::Communicator* {
-      r.opts->add(std::make_unique<yuan::ZeroOptimizer>(oc, *r.backend, *comm, ref.params.data()));
+      r.opts->add(std::make_unique<yuan::ZeroOptimizer>(oc, *r.backend, *ref.layout, *comm,
+                                                        ref.params.data()));
       return nullptr;
     });
     yuan::Backend* be = model.backend.get();

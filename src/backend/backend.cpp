@@ -32,8 +32,7 @@ Allocation host_allocation(size_t bytes, Mem cat) {
   return Allocation(p, bytes, std::free, cat);
 }
 
-Backend::Backend(const ParamLayout& layout, std::optional<size_t> shards)
-    : layout_(layout), size_(shards.value_or(layout.total())), sharded_(shards.has_value()) {}
+Backend::Backend(const BackendSpec& spec) : size_(spec.elements), sharded_(spec.sharded) {}
 
 PeakFlops Backend::peak_flops() { return {measure_peak_flops(), "measured fp32 FMA loop on this rank's threads"}; }
 
@@ -49,17 +48,6 @@ void Backend::grads_to_host_async(size_t offset, size_t count, float* dst, Devic
   YUAN_CHECK(!sharded_, "%s backend: no flat gradients under ZeRO-3", name());
   to_host_async(dst, Tensor(static_cast<float*>(grads_.data) + offset, DType::F32, 1, static_cast<int64_t>(count)),
                 after);
-}
-
-Tensor tensor_view(void* base, DType dt, const TensorSpec& t, size_t origin) {
-  const int64_t rows = t.shape.size() == 2 ? t.shape[0] : 1, cols = static_cast<int64_t>(t.numel) / rows;
-  return Tensor(static_cast<char*>(base) + (t.offset - origin) * dtype_size(dt), dt, rows, cols);
-}
-
-Tensor Backend::view(const Tensor& flat, const TensorSpec& t) const {
-  YUAN_CHECK(!sharded_, "%s backend: it holds ZeRO-3 shards, so tensor %s comes from the optimizer", name(),
-             t.name.c_str());
-  return tensor_view(flat.data, flat.dtype, t);
 }
 
 void Backend::params_from_host_async(const void* src, size_t offset, size_t count, int lane) {

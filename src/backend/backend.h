@@ -1,14 +1,16 @@
-// A backend: one device's memory for the parameters of a GPT layout (the flat working weights and fp32 gradients),
-// the op vocabulary on that memory (backend/ops_interface.h), memory for the program's activations, and the transfers
-// between device and host that the optimizer's offload pipeline needs. The GPT program (program/program.h) drives
-// the ops; the ZeRO optimizer (optim/zero.h) and the communicators (parallel/communicator.h) work on the flat
-// buffers. Backends are chosen by Device through the registry at the bottom of this file.
+// A backend: one device's flat buffers of N elements (the working weights in formats().weights and their fp32
+// gradients), the op vocabulary on that memory (backend/ops_interface.h), memory for the programs that run on it,
+// its streams, and the transfers between device and host that the optimizer's offload pipeline needs. It knows
+// devices, memory, streams and ops, not the model: what the elements of the flat buffers are (a GPT's parameter
+// table) is the program's business (program/params.h lays a ParamLayout over them). The program
+// (program/program.h) drives the ops; the ZeRO optimizer (optim/zero.h) and the communicators
+// (parallel/communicator.h) work on the flat buffers. Backends are chosen by Device through the registry at the
+// bottom of this file.
 //
-// Memory contract: the weights and the gradients are flat, in ParamLayout order, layout().total() elements long.
-// The weights are in formats().weights (bf16 on CUDA), the gradients fp32; the optimizer keeps the fp32 master
-// copy on the host and moves ranges in and out. Under ZeRO-3 the flat weights hold only this rank's shards and
-// there are no flat gradients: the optimizer gathers each module into memory from alloc() while the program uses
-// it (ParamSource below).
+// Memory contract: the weights and the gradients are flat, size() elements long. The weights are in
+// formats().weights (bf16 on CUDA), the gradients fp32; the optimizer keeps the fp32 master copy on the host and
+// moves ranges in and out. A sharded backend (ZeRO-3) holds only this rank's shards and no gradients: the
+// optimizer gathers what a pass uses into memory from alloc().
 //
 // Work beside compute (the offload pipeline of optim/zero.h): a device backend runs its compute on stream() and
 // gradient copies and weight uploads on copy streams, ordered by events: a gradient copy runs after the compute
@@ -18,14 +20,12 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 
 #include "backend/ops_interface.h"
-#include "model/gpt.h"
 #include "util/dtype.h"
 #include "util/error.h"
 #include "util/memory.h"
@@ -40,30 +40,6 @@ const char* device_name(Device d);
 struct PeakFlops {
   double flops = 0;
   std::string source;
-};
-
-// Called during backward with a module index once that module's gradient for the current micro-batch is
-// complete in the order of Backend::stream() (host backends: complete), so gradient communication can overlap
-// the rest of backward.
-using ModuleReadyFn = std::function<void(int module)>;
-
-// The [rows, cols] view (a vector: one row) of tensor `t` in memory `base` of dtype `dt`, which holds its layout's
-// flat buffer from element `origin` on.
-Tensor tensor_view(void* base, DType dt, const TensorSpec& t, size_t origin = 0);
-
-// Where the program (program/program.h) finds a module's weights and gradients. A Backend is one: its flat buffers
-// hold every module for the whole run. ZeRO-3 (optim/zero.h) holds shards only and gathers a module's weights for
-// the span between acquire and release.
-class ParamSource {
- public:
-  virtual ~ParamSource() = default;
-  // The program reads module `module`'s weights until release(module); with `grads` it also adds into the
-  // module's gradients, which then stay until the ready hook has reported the module.
-  virtual void acquire(int module, bool grads) = 0;
-  virtual void release(int module) = 0;
-  // Shaped views of one tensor ([rows, cols]; a vector is one row), valid while its module is acquired.
-  virtual Tensor weight(const TensorSpec& t) const = 0;
-  virtual Tensor grad(const TensorSpec& t) const = 0;
 };
 
 // Memory a backend handed out, released by the backend's own function when this goes (move-only). Host memory is
@@ -102,10 +78,17 @@ class Allocation {
 // Zeroed, 64-byte aligned host memory, accounted under `cat`.
 Allocation host_allocation(size_t bytes, Mem cat);
 
-class Backend : public ParamSource {
+// What a backend is made for: the size of its flat buffers, and what its ops' scratch is sized by. Says nothing
+// of a model (program/params.h backend_spec derives it from a parameter layout).
+struct BackendSpec {
+  size_t elements = 0;   // of each flat buffer
+  bool sharded = false;  // ZeRO-3: the weights are this rank's shards, and there are no gradients
+  int width = 0;         // the activations' row width that the ops' scratch is sized for (TensorFormats)
+};
+
+class Backend {
  public:
-  // `shards`: ZeRO-3, the flat weights hold this many elements (the rank's shards) and there are no gradients.
-  explicit Backend(const ParamLayout& layout, std::optional<size_t> shards = {});
+  explicit Backend(const BackendSpec& spec);
   virtual ~Backend() = default;
   Backend(const Backend&) = delete;
   Backend& operator=(const Backend&) = delete;
@@ -118,17 +101,12 @@ class Backend : public ParamSource {
   // bf16 tensor peak.
   virtual PeakFlops peak_flops();
 
-  // ---- the flat parameter buffers ----
-  const ParamLayout& layout() const { return layout_; }
+  // ---- the flat buffers ----
   size_t size() const { return size_; }  // elements of each flat buffer
   bool sharded() const { return sharded_; }  // ZeRO-3 shards, no gradients
-  // [1, size()] views of the whole buffers, and (ParamSource, not when sharded) of one tensor.
+  // [1, size()] views of the whole buffers (grads() is empty when sharded).
   const Tensor& weights() const { return weights_; }
   const Tensor& grads() const { return grads_; }
-  void acquire(int, bool) override {}
-  void release(int) override {}
-  Tensor weight(const TensorSpec& t) const override { return view(weights_, t); }
-  Tensor grad(const TensorSpec& t) const override { return view(grads_, t); }
   // fp32 values in and out of the working weights [offset, offset+count), converted; they return when done.
   virtual void set_params(const float* src, size_t offset, size_t count) = 0;
   virtual void get_params(float* dst, size_t offset, size_t count) = 0;
@@ -181,8 +159,6 @@ class Backend : public ParamSource {
   Tensor weights_, grads_;
 
  private:
-  Tensor view(const Tensor& flat, const TensorSpec& t) const;
-  ParamLayout layout_;
   size_t size_ = 0;
   bool sharded_ = false;
 };
@@ -206,12 +182,6 @@ int select_device(Device d, int local_rank);
 // first backend built in (cuda when built with it) for auto. Throws for a backend not built in.
 Device planned_device(const DeviceRequest& r);
 
-struct BackendSpec {
-  GPTConfig model;
-  std::vector<int> modules;  // held modules (ParamLayout, model/gpt.h held_modules); empty: every module
-  TensorParallel tp = {};    // the part of each tensor it holds
-  std::optional<size_t> shards = std::nullopt;  // ZeRO-3: elements of this rank's shards (optim/zero.h zero3_shard_elements)
-};
 // How `device` stores the program's tensors; needs no device.
 const TensorFormats& tensor_formats(Device device);
 // Free memory of the device this process uses (SIZE_MAX for host memory, which the plan does not bound).

@@ -4,8 +4,8 @@
 
 namespace yuan {
 
-CpuBackend::CpuBackend(const ParamLayout& layout, std::optional<size_t> shards)
-    : Backend(layout, shards), param_mem_(size(), Mem::Params), grad_mem_(sharded() ? 0 : size(), Mem::Grads),
+CpuBackend::CpuBackend(const BackendSpec& spec)
+    : Backend(spec), param_mem_(size(), Mem::Params), grad_mem_(sharded() ? 0 : size(), Mem::Grads),
       ops_(make_cpu_ops()) {
   weights_ = Tensor(param_mem_.data(), DType::F32, 1, static_cast<int64_t>(size()));
   if (!sharded()) grads_ = Tensor(grad_mem_.data(), DType::F32, 1, static_cast<int64_t>(size()));
@@ -33,11 +33,6 @@ void CpuBackend::grads_to_host(size_t off, size_t n, float* dst) {
   std::memcpy(dst, grad_mem_.data() + off, n * sizeof(float));
 }
 
-std::unique_ptr<Backend> make_cpu_backend(const BackendSpec& spec) {
-  return std::make_unique<CpuBackend>(
-      ParamLayout(spec.model, spec.modules.empty() ? held_modules(spec.model, all_modules(spec.model)) : spec.modules,
-                  spec.tp),
-      spec.shards);
-}
+std::unique_ptr<Backend> make_cpu_backend(const BackendSpec& spec) { return std::make_unique<CpuBackend>(spec); }
 
 }  // namespace yuan

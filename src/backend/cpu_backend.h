@@ -14,7 +14,7 @@ std::unique_ptr<Ops> make_cpu_ops();
 
 class CpuBackend : public Backend {
  public:
-  explicit CpuBackend(const ParamLayout& layout, std::optional<size_t> shards = {});
+  explicit CpuBackend(const BackendSpec& spec);
   Device device() const override { return Device::Cpu; }
   Ops& ops() override { return *ops_; }
 

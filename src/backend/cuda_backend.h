@@ -31,11 +31,11 @@ size_t cuda_free_bytes();
 // sm_90; the source says which. MFU everywhere on the GPU is a fraction of this.
 PeakFlops cuda_peak_flops();
 
-// bf16 weights and activations, the attention's logsumexp per row as its saved state, logits rows padded to 64.
+// bf16 weights and activations, the attention's logsumexp per row as its saved state, logits rows padded to 64;
+// rows of whole 8-element vectors, heads of at most 128.
 const TensorFormats& cuda_tensor_formats();
 
-// Throws Error when there is no device or the shape is unsupported (n_embd % 8 != 0, head size not a multiple of
-// 8 or above 128).
+// Throws Error when there is no device.
 std::unique_ptr<Backend> make_cuda_backend(const BackendSpec& spec);
 
 }  // namespace yuan

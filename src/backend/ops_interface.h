@@ -56,8 +56,14 @@ struct TensorFormats {
   // I32 elements of a token buffer for B rows of T+1 ids (the ids, and whatever the backend derives from them).
   size_t (*token_slot)(int B, int T) = nullptr;
   // Device bytes the backend allocates for itself besides the flat buffers and the programs' memory (its ops'
-  // scratch, library workspaces, staging), for programs of micro-batches up to B rows of T tokens.
-  size_t (*workspace_bytes)(int n_embd, int B, int T) = nullptr;
+  // scratch, library workspaces, staging), with ops of row width `width` (BackendSpec::width), for programs of
+  // micro-batches up to B rows of T tokens.
+  size_t (*workspace_bytes)(int width, int B, int T) = nullptr;
+  // What the ops ask of a model's shape, checked where a model meets the backend (program/program.h
+  // check_op_constraints): rows a whole number of vectors of `vector_width` elements, and attention heads of a
+  // multiple of vector_width elements up to `max_head_size` (0: any size).
+  int vector_width = 1;
+  int max_head_size = 0;
 };
 
 class Ops {

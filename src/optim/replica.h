@@ -14,9 +14,10 @@ namespace yuan {
 
 struct ReplicaSpec {
   Device device = Device::Cpu;
-  BackendSpec backend;             // the modules held, the tensor part, ZeRO-3's shards
+  ParamLayout layout;              // the modules held, the tensor part
+  BackendSpec backend;             // of the layout, or of ZeRO-3's shards of it (program/params.h backend_spec)
   ProgramSpec program;
-  const float* weights = nullptr;  // the whole model's (ParamLayout(backend.model) order): copied into the held
+  const float* weights = nullptr;  // the whole model's (ParamLayout(layout.config()) order): copied into the held
                                    // modules; null: left to the optimizers (or to the caller)
 };
 
@@ -35,7 +36,7 @@ using ReplicaHook = std::function<Communicator*(Replica& r)>;
 
 // Fills the empty `r` member by member: the hook finds r.backend made, and a failure part way leaves what was made
 // to r's owner, to be torn down in order. The program reads its weights through the optimizers at zero 3
-// (ZeroOptimizers::param_source), else from the backend's buffers.
+// (ZeroOptimizers::param_source), else from the backend's buffers; r.program->layout() is spec.layout.
 void assemble_replica(Replica& r, const ReplicaSpec& spec, const ReplicaHook& hook = {});
 
 }  // namespace yuan

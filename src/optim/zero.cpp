@@ -109,13 +109,14 @@ static char* at(const Tensor& flat, size_t offset) {
   return static_cast<char*>(flat.data) + offset * dtype_size(flat.dtype);
 }
 
-ZeroOptimizer::ZeroOptimizer(const OptimConfig& cfg, Backend& backend, Communicator& comm, const ParamInit& init,
-                             ModuleRange modules, bool overlap, std::unique_ptr<Communicator> gathers)
-    : cfg_(cfg), backend_(backend), comm_(comm), overlap_(overlap), per_micro_(cfg.zero >= 2 && overlap) {
+ZeroOptimizer::ZeroOptimizer(const OptimConfig& cfg, Backend& backend, const ParamLayout& layout, Communicator& comm,
+                             const ParamInit& init, ModuleRange modules, bool overlap,
+                             std::unique_ptr<Communicator> gathers)
+    : cfg_(cfg), backend_(backend), layout_(layout), comm_(comm), overlap_(overlap),
+      per_micro_(cfg.zero >= 2 && overlap) {
   YUAN_CHECK(cfg.zero >= 0 && cfg.zero <= 3, "optim.zero = %d: must be 0, 1, 2 or 3", cfg.zero);
   YUAN_CHECK(cfg.zero < 3 || overlap, "optim.zero = 3 gathers and reduces each module as the passes use it, so "
              "every member of its group must run the same passes: it needs one stage per pipeline");
-  const ParamLayout& layout = backend.layout();
   modules = whole(layout, modules);
   modules_ = modules;
   const DType wdt = backend.weights().dtype;
@@ -138,6 +139,8 @@ ZeroOptimizer::ZeroOptimizer(const OptimConfig& cfg, Backend& backend, Communica
   const int n_all = module_count(layout.config());
   if (cfg.zero < 3) {
     YUAN_CHECK(!backend.sharded(), "ZeroOptimizer: optim.zero = %d with a backend made for ZeRO-3 shards", cfg.zero);
+    YUAN_CHECK(backend.size() == layout.total(), "ZeroOptimizer: the backend's %zu-element buffers do not hold the "
+               "layout's %zu parameters", backend.size(), layout.total());
     const Shard mine = zero_shard(range_n_, comm.size(), comm.rank(), cfg.zero);
     stride_ = zero_shard(range_n_, comm.size(), 0, cfg.zero).count;
     shard_off_ = range_off_ + mine.offset;
@@ -153,7 +156,7 @@ ZeroOptimizer::ZeroOptimizer(const OptimConfig& cfg, Backend& backend, Communica
       shard_n_ += mine.count;
     }
     YUAN_CHECK(backend.sharded() && backend.size() == shard_n_, "ZeroOptimizer: optim.zero = 3 needs a backend "
-               "holding this rank's %zu shard elements (BackendSpec::shards), not %s", shard_n_,
+               "holding this rank's %zu shard elements (backend_spec with them), not %s", shard_n_,
                backend.sharded() ? strf("%zu", backend.size()).c_str() : "the whole layout");
   }
 
@@ -239,7 +242,7 @@ void ZeroOptimizer::module_ready(int module) {
   YUAN_CHECK(modules_.contains(module), "ready hook: module %d outside this optimizer's modules [%d, %d)", module,
              modules_.first, modules_.end);
   YUAN_CHECK(!module_done_[module], "ready hook: module %s reported twice in one micro-batch",
-             backend_.layout().module(module).name.c_str());
+             layout_.module(module).name.c_str());
   module_done_[module] = true;
   if (cfg_.zero == 3) {  // reduced at the next acquire, once the compute that follows is enqueued
     pending_.push_back(module);
@@ -254,7 +257,7 @@ void ZeroOptimizer::before_last_micro_batch() { reduce_in_backward_ = overlap_; 
 void ZeroOptimizer::after_micro_batch() {
   for (int m = modules_.first; m < modules_.end; m++)
     YUAN_CHECK(module_done_[m], "backend %s finished a micro-batch without reporting module %s ready",
-               backend_.name(), backend_.layout().module(m).name.c_str());
+               backend_.name(), layout_.module(m).name.c_str());
   module_done_.assign(module_done_.size(), false);
   for (Bucket& b : buckets_) b.pending = b.last_module - b.first_module + 1;
   if (cfg_.zero == 3) {
@@ -384,14 +387,14 @@ double ZeroOptimizer::reduce_gradients() {
   // At zero 0 every member holds the whole gradient: one of them speaks for the group. With tensor parallelism
   // every tensor rank holds the replicated tensors whole (LayerNorms, the row-parallel layers' biases, wpe):
   // tensor rank 0 counts them, the others only their own parts.
-  const TensorParallel& tp = backend_.layout().tp();
+  const TensorParallel& tp = layout_.tp();
   double share = 0;
   if (cfg_.zero == 0 && comm_.rank() != 0) {
     share = 0;
   } else if (tp.size == 1 || tp.rank == 0) {
     share = ops::sum_squares(grad_[cur_].as<float>(), shard_n_);
   } else {
-    for (const TensorSpec& t : backend_.layout().tensors()) {
+    for (const TensorSpec& t : layout_.tensors()) {
       if (t.split == TpSplit::Replicated) continue;
       for (const Piece& p : pieces_) {
         const size_t lo = std::max(t.offset, p.layout), hi = std::min(t.offset + t.numel, p.layout + p.count);
@@ -498,7 +501,7 @@ void ZeroOptimizer::check_zero3(const char* what) const {
 }
 
 std::vector<size_t> ZeroOptimizer::module_counts(int module) const {
-  const size_t n = backend_.layout().module(module).numel;
+  const size_t n = layout_.module(module).numel;
   std::vector<size_t> counts(static_cast<size_t>(comm_.size()));
   for (int r = 0; r < comm_.size(); r++) counts[r] = zero_shard(n, comm_.size(), r, 1).count;
   return counts;
@@ -513,7 +516,7 @@ int ZeroOptimizer::held(const std::vector<ModuleBuffer>& pool, int module) {
 // A module outside the blocks has the buffer of its own size; a block takes the blocks' buffer that is free (for
 // weights: not acquired, and the one used longer ago). -1 when none is.
 int ZeroOptimizer::buffer_for(std::vector<ModuleBuffer>& pool, int module, bool weights) const {
-  const GPTConfig& c = backend_.layout().config();
+  const GPTConfig& c = layout_.config();
   const bool block = module >= block_module(0) && module < ln_f_module(c);
   int own = 0;  // the buffers of the other modules come first, in module order
   for (int m = modules_.first; m < module; m++) own += !(m >= block_module(0) && m < ln_f_module(c));
@@ -533,13 +536,13 @@ void ZeroOptimizer::gather(int module) {
   if (held(gathered_, module) >= 0) return;
   const int i = buffer_for(gathered_, module, true);
   YUAN_CHECK(i >= 0, "ZeroOptimizer: no buffer free to gather module %s (both blocks' buffers are acquired)",
-             backend_.layout().module(module).name.c_str());
+             layout_.module(module).name.c_str());
   ModuleBuffer& b = gathered_[i];
   YUAN_CHECK(b.pins == 0, "ZeroOptimizer: module %d's buffer is acquired", b.module);
   wait_gather(b);  // a prefetch that was never used may still be writing it
   const Tensor& shard = backend_.weights();
   const Piece& p = pieces_[piece_of_module_[module]];
-  const size_t w = dtype_size(shard.dtype), lo = p.layout - backend_.layout().module(module).offset;
+  const size_t w = dtype_size(shard.dtype), lo = p.layout - layout_.module(module).offset;
   const double t0 = now_seconds();
   if (p.count)
     backend_.ops().copy(Tensor(b.mem.as<char>() + lo * w, shard.dtype, 1, static_cast<int64_t>(p.count)),
@@ -569,7 +572,7 @@ void ZeroOptimizer::reduce_module(int module) {
   comm_seconds_ += now_seconds() - t0;
   if (p.count) {
     float* dst = (micro_ > 0 ? incoming_ : grad_[cur_]).as<float>() + p.host;
-    const size_t lo = p.layout - backend_.layout().module(module).offset;
+    const size_t lo = p.layout - layout_.module(module).offset;
     backend_.to_host_async(dst, Tensor(g->mem.as<float>() + lo, DType::F32, 1, static_cast<int64_t>(p.count)),
                            comm_.stream());
   }
@@ -601,11 +604,11 @@ void ZeroOptimizer::acquire(int module, bool grads) {
   if (grads && held(grad_bufs_, module) < 0) {
     const int i = buffer_for(grad_bufs_, module, false);
     YUAN_CHECK(i >= 0 && grad_bufs_[i].module < 0, "ZeroOptimizer: no gradient buffer free for module %s",
-               backend_.layout().module(module).name.c_str());
+               layout_.module(module).name.c_str());
     ModuleBuffer& g = grad_bufs_[i];
     g.module = module;
     backend_.ops().zero(Tensor(g.mem.as<float>(), DType::F32, 1,
-                               static_cast<int64_t>(backend_.layout().module(module).numel)));
+                               static_cast<int64_t>(layout_.module(module).numel)));
   }
   flush_reductions();
   const int next = module + (grads ? -1 : 1);  // backward walks the modules down, forward up
@@ -624,7 +627,7 @@ Tensor ZeroOptimizer::weight(const TensorSpec& t) const {
   const int i = held(gathered_, t.module);
   YUAN_CHECK(i >= 0 && gathered_[i].pins > 0, "ZeroOptimizer: weight %s read while its module is not acquired",
              t.name.c_str());
-  return tensor_view(gathered_[i].mem.as<void>(), backend_.weights().dtype, t, backend_.layout().module(t.module).offset);
+  return tensor_view(gathered_[i].mem.as<void>(), backend_.weights().dtype, t, layout_.module(t.module).offset);
 }
 
 Tensor ZeroOptimizer::grad(const TensorSpec& t) const {
@@ -632,7 +635,7 @@ Tensor ZeroOptimizer::grad(const TensorSpec& t) const {
   const int i = held(grad_bufs_, t.module);
   YUAN_CHECK(i >= 0, "ZeroOptimizer: gradient of %s used while its module is not acquired for backward",
              t.name.c_str());
-  return tensor_view(grad_bufs_[i].mem.as<void>(), DType::F32, t, backend_.layout().module(t.module).offset);
+  return tensor_view(grad_bufs_[i].mem.as<void>(), DType::F32, t, layout_.module(t.module).offset);
 }
 
 ZeroOptimizers::ZeroOptimizers() {

@@ -70,7 +70,7 @@ struct Shard {
 };
 Shard zero_shard(size_t n_params, int ranks, int rank, int stage);
 // Elements of rank `rank`'s shard of `modules` of `layout` (empty: all of them) at `stage`: at zero 3 the sum of
-// its block of each module, which is also the size of the backend's flat weights (BackendSpec::shards).
+// its block of each module, which is also the size of the backend's flat weights (program/params.h backend_spec).
 size_t zero_shard_elements(const ParamLayout& layout, ModuleRange modules, int ranks, int rank, int stage);
 // Host bytes of optimizer state of a shard of `shard` elements: fp32 master weights, both moments and the fp32
 // gradient (two with delayed_update). Exactly what a ZeroOptimizer allocates as Mem::Optimizer; its transfer
@@ -91,7 +91,7 @@ ZeroHostMemory zero_host_memory(const OptimConfig& o, size_t shard, size_t large
 // ZeRO-3's module buffers (above) for `modules` of `layout`, in elements: as many working weights as gradients.
 size_t zero3_buffer_elements(const ParamLayout& layout, ModuleRange modules);
 // The device memory of a backend for `layout` (program/program.h ParamMemory): whole, or with `shards` (ZeRO-3's
-// BackendSpec::shards) those and the module buffers.
+// shard elements, as backend_spec takes them) those and the module buffers.
 ParamMemory zero_param_memory(const ParamLayout& layout, std::optional<size_t> shards);
 
 // The AdamW settings of `o` for step t (from 1) at learning rate lr, with the gradient scaled down to
@@ -131,17 +131,19 @@ struct ShardPiece {
 
 class ZeroOptimizer : public ParamSource {
  public:
-  // `modules`: whole modules held by the backend, contiguous in its layout and in the model's (empty: all of the
-  // backend's). `init`: the initial fp32 parameters of the backend's layout (identical on every member of the
-  // group). Keeps this rank's shard as the master copy and loads the backend's working weights.
+  // `layout`: the parameters of the backend's flat buffers (program/params.h backend_spec; at zero 3 the backend
+  // holds this rank's shards of them). `modules`: whole modules of the layout, contiguous in it and in the model
+  // (empty: all of the layout's). `init`: the initial fp32 parameters of the layout (identical on every member of
+  // the group). Keeps this rank's shard as the master copy and loads the backend's working weights.
   // `overlap`: reduce each bucket as backward completes it (zero 2: in every micro-batch). Off, every reduction
   // waits for reduce_gradients() and zero 2 communicates as zero 1 does: for groups whose members run different
   // numbers of micro-batches, or wait on each other through pipeline stages. Zero 3 needs it, and a backend made
-  // with BackendSpec::shards = zero_shard_elements(...); the program then takes this optimizer as its ParamSource.
+  // with backend_spec(layout, zero_shard_elements(...)); the program then takes this optimizer as its ParamSource.
   // `gathers`: zero 3 with a host communicator, a duplicate of `comm` (parallel/groups.h) on which the gathers run
   // on a thread of their own beside compute; without it they run in the calling thread.
-  ZeroOptimizer(const OptimConfig& cfg, Backend& backend, Communicator& comm, const ParamInit& init,
-                ModuleRange modules = {}, bool overlap = true, std::unique_ptr<Communicator> gathers = nullptr);
+  ZeroOptimizer(const OptimConfig& cfg, Backend& backend, const ParamLayout& layout, Communicator& comm,
+                const ParamInit& init, ModuleRange modules = {}, bool overlap = true,
+                std::unique_ptr<Communicator> gathers = nullptr);
   ~ZeroOptimizer() override;
   ZeroOptimizer(const ZeroOptimizer&) = delete;  // the ready hook captures `this`
   ZeroOptimizer& operator=(const ZeroOptimizer&) = delete;
@@ -174,7 +176,7 @@ class ZeroOptimizer : public ParamSource {
 
   int stage() const;
   int group_rank() const;
-  const TensorParallel& tensor_parallel() const { return backend_.layout().tp(); }
+  const TensorParallel& tensor_parallel() const { return layout_.tp(); }
   const ModuleRange& modules() const { return modules_; }
   size_t shard_offset() const;  // in the backend's flat buffer
   size_t shard_size() const;
@@ -238,6 +240,7 @@ class ZeroOptimizer : public ParamSource {
 
   OptimConfig cfg_;
   Backend& backend_;
+  const ParamLayout layout_;  // of the backend's flat buffers
   Communicator& comm_;
   ModuleReadyFn ready_;
   std::vector<Bucket> buckets_;

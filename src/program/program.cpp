@@ -130,6 +130,18 @@ std::string MemoryPlan::describe() const {
               grads / kGiB, activations / kGiB, buffers / kGiB);
 }
 
+void check_op_constraints(const GPTConfig& c, Device device) {
+  const TensorFormats& f = tensor_formats(device);
+  const int w = f.vector_width;
+  YUAN_CHECK(c.n_embd % w == 0, "%s backend: n_embd = %d must be a multiple of %d (%zu-byte %s vectors)",
+             device_name(device), c.n_embd, w, w * dtype_size(f.activations), dtype_name(f.activations));
+  if (w == 1 && f.max_head_size == 0) return;  // the ops take heads of any size
+  const int hs = c.n_head > 0 ? c.n_embd / c.n_head : 0;
+  YUAN_CHECK(c.n_head > 0 && c.n_embd % c.n_head == 0 && hs % w == 0 && (f.max_head_size == 0 || hs <= f.max_head_size),
+             "%s backend: head size n_embd/n_head = %d/%d must be a multiple of %d%s", device_name(device), c.n_embd,
+             c.n_head, w, f.max_head_size ? strf(" and at most %d", f.max_head_size).c_str() : "");
+}
+
 MemoryPlan plan_memory(Device device, const GPTConfig& cfg, const ProgramSpec& spec, const ParamMemory& params) {
   const TensorFormats& f = tensor_formats(device);
   const ProgramMemory p = Program::plan(cfg, f, spec);
@@ -164,13 +176,16 @@ void check_memory(Device device, const GPTConfig& cfg, const ProgramSpec& spec, 
                    device_name(device), free_bytes / (1024.0 * 1024.0 * 1024.0), hint.c_str()));
 }
 
-Program::Program(Backend& backend, const ProgramSpec& spec, Communicator* tensor, ParamSource* params)
-    : backend_(backend), ops_(backend.ops()), params_(params ? *params : backend), tensor_(tensor),
-      cfg_(backend.layout().config()), spec_(spec) {
-  const TensorParallel& tp = backend.layout().tp();
+Program::Program(Backend& backend, const ParamLayout& layout, const ProgramSpec& spec, Communicator* tensor,
+                 ParamSource* params)
+    : backend_(backend), ops_(backend.ops()), layout_(layout),
+      own_params_(params ? nullptr : std::make_unique<BackendParams>(backend, layout)),
+      params_(params ? *params : *own_params_), tensor_(tensor), cfg_(layout.config()), spec_(spec) {
+  check_op_constraints(cfg_, backend.device());
+  const TensorParallel& tp = layout.tp();
   YUAN_CHECK(tp.size == spec.tp_size && (tp.size == 1 || (tensor && tensor->size() == tp.size &&
                                                             tensor->rank() == tp.rank)),
-             "program: tensor parallelism over %d ranks needs the backend's part (it holds 1 of %d) and the tensor "
+             "program: tensor parallelism over %d ranks needs the layout's part (it holds 1 of %d) and the tensor "
              "group's communicator", spec.tp_size, tp.size);
   tp_size_ = tp.size;
   attention_heads_ = cfg_.n_head / tp.size;
@@ -180,11 +195,11 @@ Program::Program(Backend& backend, const ProgramSpec& spec, Communicator* tensor
   end_layer_ = r.end_layer;
   embeds_ = r.embeds;
   runs_head_ = r.heads;
-  const ParamLayout& pl = backend.layout();
   for (int m = spec_.modules.first; m < spec_.modules.end; m++)
-    YUAN_CHECK(pl.has(m), "program: module %d of [%d, %d) is not in the backend's layout", m, spec_.modules.first,
-               spec_.modules.end);
-  YUAN_CHECK(!runs_head_ || pl.has(kWteModule), "program: the head needs wte (the tied classifier) in the layout");
+    YUAN_CHECK(layout_.has(m), "program: module %d of [%d, %d) is not in the backend's layout", m,
+               spec_.modules.first, spec_.modules.end);
+  YUAN_CHECK(!runs_head_ || layout_.has(kWteModule), "program: the head needs wte (the tied classifier) in the "
+             "layout");
 
   BumpAllocator k;
   const TensorFormats& f = backend.formats();
@@ -264,7 +279,7 @@ void Program::run_forward(int slot, const int32_t* tokens, int B, int T, int str
     const Tensor tok(s.tokens.data, DType::I32, B, stride);
     ops_.load_tokens(tok, tokens);
   }
-  const ParamLayout& L = backend_.layout();
+  const ParamLayout& L = layout_;
   if (embeds_) {
     // Each tensor rank looks up the ids of its part of the vocabulary and one adds the positions: the sum is
     // the embedding.
@@ -291,7 +306,7 @@ void Program::tp_reduce(const Tensor& t, ReduceOp op) {
 
 void Program::block_forward(int slot, int l, bool keep_output) {
   const Slot& s = slots_[slot];
-  const ParamLayout& L = backend_.layout();
+  const ParamLayout& L = layout_;
   auto W = [&](BlockTensor t) { return params_.weight(L.block(l, t)); };
   const Block& a = acts(slot, l);
   const Tensor x = rows(block_input(slot, l), slot), res2 = rows(a.res2, slot);
@@ -321,7 +336,7 @@ void Program::row_parallel(const Tensor& out, const Tensor& in, const Tensor& w,
 }
 
 void Program::head_forward(int slot) {
-  const ParamLayout& L = backend_.layout();
+  const ParamLayout& L = layout_;
   ops_.layernorm_forward(rows(lnf_, slot), rows(lnf_mean_, slot), rows(lnf_rstd_, slot), output(slot),
                          params_.weight(L.ln_f_w()), params_.weight(L.ln_f_b()));
   ops_.matmul_forward(rows(logits_, slot), rows(lnf_, slot), params_.weight(L.wte()), {}, {}, {});
@@ -356,7 +371,7 @@ float Program::loss(int slot, float grad_scale) {
   if (grad_scale != 0.0f) {
     // The logits now hold their gradient: back through the tied classifier and ln_f.
     backend_.compute_after_transfers();
-    const ParamLayout& L = backend_.layout();
+    const ParamLayout& L = layout_;
     const Tensor dy = rows(spec_.slots > 1 ? s.head_grad : dres_, slot);
     ops_.zero(dy);
     ops_.matmul_backward(rows(dln_, slot), params_.grad(L.wte()), {}, logits, rows(lnf_, slot),
@@ -405,7 +420,7 @@ void Program::backward(int slot, const Tensor& dout, const ModuleReadyFn& ready)
     notify(ready, block_module(l));
   }
   if (embeds_) {
-    const ParamLayout& L = backend_.layout();
+    const ParamLayout& L = layout_;
     params_.acquire(kWteModule, true);
     params_.acquire(kWpeModule, true);
     ops_.encoder_backward(params_.grad(L.wte()), params_.grad(L.wpe()), dres,
@@ -418,7 +433,7 @@ void Program::backward(int slot, const Tensor& dout, const ModuleReadyFn& ready)
 }
 
 void Program::block_backward(int slot, int l) {
-  const ParamLayout& L = backend_.layout();
+  const ParamLayout& L = layout_;
   auto W = [&](BlockTensor t) { return params_.weight(L.block(l, t)); };
   auto G = [&](BlockTensor t) { return params_.grad(L.block(l, t)); };
   const Slot& s = slots_[slot];

@@ -8,14 +8,14 @@
 //   block backward: the same in reverse; the residual stream's gradient `dres` (fp32) flows through both residual
 //                   adds unchanged and collects each LayerNorm's input gradient.
 //
-// A program runs on one backend whose layout holds its modules (and wte when it computes the head without the
-// embedding: the tied classifier of a last pipeline stage). It keeps the activations of up to `slots`
-// micro-batches (a pipeline schedule has several in flight; data parallelism needs one) and one set of backward
-// scratch. With `recompute`, each block keeps only its output and backward re-runs a block's forward into one
-// shared set before its backward: activations shrink from 16 values per token, channel and layer to 1, for about
-// one more forward pass of compute.
+// A program runs on one backend whose flat buffers hold a parameter layout with its modules (and wte when it
+// computes the head without the embedding: the tied classifier of a last pipeline stage). It keeps the
+// activations of up to `slots` micro-batches (a pipeline schedule has several in flight; data parallelism needs
+// one) and one set of backward scratch. With `recompute`, each block keeps only its output and backward re-runs a
+// block's forward into one shared set before its backward: activations shrink from 16 values per token, channel
+// and layer to 1, for about one more forward pass of compute.
 //
-// Weights and gradients come from a ParamSource (backend/backend.h): the backend's flat buffers, or ZeRO-3's
+// Weights and gradients come from a ParamSource (program/params.h): the backend's flat buffers, or ZeRO-3's
 // gathered modules, acquired around each module's use. Gradients accumulate there; `ready` hooks report each
 // module once its gradient for the micro-batch is complete (in stream order), so that communication can overlap
 // the rest of backward.
@@ -28,12 +28,14 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "backend/backend.h"
 #include "model/gpt.h"
 #include "parallel/communicator.h"
+#include "program/params.h"
 
 namespace yuan {
 
@@ -42,7 +44,7 @@ struct ProgramSpec {
   int micro_batch = 1;                   // rows of the largest micro-batch
   int slots = 1;                         // micro-batches whose activations are kept at once
   bool recompute = false;
-  int tp_size = 1;                       // tensor-parallel ranks (the backend's layout is one rank's part)
+  int tp_size = 1;                       // tensor-parallel ranks (the program's layout is one rank's part)
 };
 
 // Device bytes of a program by purpose (the memory plan; src/backend's own buffers are extra).
@@ -58,6 +60,11 @@ struct ParamMemory {
   ParamMemory(size_t n) : weights(n), grads(n) {}  // NOLINT(google-explicit-constructor): n whole parameters
   ParamMemory(size_t w, size_t g) : weights(w), grads(g) {}
 };
+
+// Throws Error when `device`'s ops cannot run a model of shape `c` (TensorFormats::vector_width, max_head_size):
+// "cuda backend: n_embd = 100 must be a multiple of 8 (16-byte bf16 vectors)". Where a model meets a backend: a
+// Program's construction, and a rank's plan before anything is allocated (train/memory_plan.h plan_rank).
+void check_op_constraints(const GPTConfig& c, Device device);
 
 // Device bytes of a backend and a program of `spec` on it, by purpose: what make_backend (parameter memory
 // `params`, its own workspace) and the Program (or ZeRO-3's gathered modules) allocate. Needs no device.
@@ -78,15 +85,18 @@ void check_memory(Device device, const GPTConfig& cfg, const ProgramSpec& spec, 
 
 class Program {
  public:
-  // `tensor`: the tensor group's communicator, for spec.tp_size > 1. `params`: where the weights and gradients
-  // are (null: the backend's buffers).
-  Program(Backend& backend, const ProgramSpec& spec, Communicator* tensor = nullptr, ParamSource* params = nullptr);
+  // `layout`: the parameters the backend's flat buffers hold (program/params.h backend_spec). `tensor`: the tensor
+  // group's communicator, for spec.tp_size > 1. `params`: where the weights and gradients are (null: the
+  // backend's buffers, BackendParams).
+  Program(Backend& backend, const ParamLayout& layout, const ProgramSpec& spec, Communicator* tensor = nullptr,
+          ParamSource* params = nullptr);
   Program(const Program&) = delete;
   Program& operator=(const Program&) = delete;
   // What a program of `spec` allocates on a backend storing tensors in `formats`; needs no backend.
   static ProgramMemory plan(const GPTConfig& cfg, const TensorFormats& formats, const ProgramSpec& spec);
 
   Backend& backend() { return backend_; }
+  const ParamLayout& layout() const { return layout_; }
   int micro_batch() const { return spec_.micro_batch; }
   bool embeds() const { return embeds_; }        // first stage: runs wte and wpe
   bool runs_head() const { return runs_head_; }  // last stage: runs ln_f and the loss
@@ -153,6 +163,8 @@ class Program {
 
   Backend& backend_;
   Ops& ops_;
+  const ParamLayout layout_;
+  std::unique_ptr<ParamSource> own_params_;  // the backend's buffers, when no other source is given
   ParamSource& params_;
   Communicator* tensor_;
   const GPTConfig cfg_;

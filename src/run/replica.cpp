@@ -27,7 +27,7 @@ Replica checkpoint_replica(const CheckpointModel& m, const std::string& device, 
   check_node_memory(need, d == Device::Cuda ? parallel::world().local_rank : -1,
                     micro_batch > 1 ? "a smaller --micro-batch or fewer ranks per node" : "fewer ranks per node");
   Replica r;
-  assemble_replica(r, {d, plan.backend, plan.program, m.weights.data()});
+  assemble_replica(r, {d, plan.layout, plan.backend, plan.program, m.weights.data()});
   return r;
 }
 

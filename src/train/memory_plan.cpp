@@ -27,9 +27,9 @@ RankPlan plan_rank(const Config& c, const parallel::Topology& topo, Device devic
   const int stages = static_cast<int>(pl.stages.size());
   const ModuleRange& range = pl.stages[place.stage];
   const TensorParallel tp{place.tp_rank, topo.tp_size()};
-  RankPlan plan;
-  plan.backend = {c.model, held_modules(c.model, range), tp};
-  const ParamLayout held(c.model, plan.backend.modules, tp);
+  check_op_constraints(c.model, device);
+  RankPlan plan{ParamLayout(c.model, held_modules(c.model, range), tp), {}, {}, {}};
+  const ParamLayout& held = plan.layout;
   const parallel::Schedule schedule(parallel::parse_schedule(c.parallel.schedule), place.stage, stages,
                                     pl.micro_batches);
   plan.program = {range, c.train.micro_batch, schedule.slots(), c.train.recompute, tp.size};
@@ -37,6 +37,7 @@ RankPlan plan_rank(const Config& c, const parallel::Topology& topo, Device devic
   RankMemory& m = plan.memory;
   m.device = device;
   m.params = held.total();
+  std::optional<size_t> shards;  // ZeRO-3: this rank's shard elements
   for (const ModuleRange& g : topo.module_groups_of(rank)) {
     const std::vector<int> holders = topo.holders(g.first, place.tp_rank);
     const int group_rank = static_cast<int>(std::find(holders.begin(), holders.end(), rank) - holders.begin());
@@ -51,9 +52,10 @@ RankPlan plan_rank(const Config& c, const parallel::Topology& topo, Device devic
     const ZeroHostMemory h = zero_host_memory(c.optim, shard, tile, topo.replicas_only(), weights);
     m.host.optimizer += h.optimizer;
     m.host.staging += h.staging;
-    if (c.optim.zero == 3) plan.backend.shards = shard;  // one module group (validate)
+    if (c.optim.zero == 3) shards = shard;  // one module group (validate)
   }
-  m.on_device = plan_memory(device, c.model, plan.program, zero_param_memory(held, plan.backend.shards));
+  plan.backend = backend_spec(held, shards);
+  m.on_device = plan_memory(device, c.model, plan.program, zero_param_memory(held, shards));
   // Both ends of a pipeline read its micro-batches (the trainer's loaders).
   if (range.first == kWteModule || range.end == module_count(c.model)) {
     LoaderSpec spec;

@@ -29,7 +29,8 @@ struct RankMemory {
 
 // Everything rank `rank` of the job of `c` on `topo` sets up on `device`, derived once (needs no device).
 struct RankPlan {
-  BackendSpec backend;  // its stage's modules, this tensor rank's part of them, ZeRO-3's shard elements
+  ParamLayout layout;   // its stage's modules, this tensor rank's part of them
+  BackendSpec backend;  // the layout's parameters, or ZeRO-3's shard elements of them
   ProgramSpec program;  // its stage, the micro-batch, the micro-batches kept at once, recompute, tensor ranks
   RankMemory memory;    // what it allocates
 };

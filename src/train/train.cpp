@@ -205,8 +205,8 @@ class Trainer {
   void build_replica(const RankPlan& plan) {
     const Config& cfg = cfg_;
     const parallel::Topology& topo = groups_.topology();
-    const ParamLayout layout(cfg.model, plan.backend.modules, plan.backend.tp);
-    assemble_replica(replica_, {device_, plan.backend, plan.program}, [&](Replica& r) -> Communicator* {
+    const ParamLayout& layout = plan.layout;
+    assemble_replica(replica_, {device_, layout, plan.backend, plan.program}, [&](Replica& r) -> Communicator* {
       groups_.set_device(device_, r.backend->stream(), cfg.dist.nccl_timeout_s);
       world_comm();  // made now, so that its set-up (NCCL's is collective and slow) is not timed in the first step
       // Reductions overlap backward only where every member of a group runs the same passes independently: with
@@ -223,11 +223,11 @@ class Trainer {
         if (cfg.optim.zero == 3 && device_ == Device::Cpu && data.size() > 1 && world_.thread_multiple)
           gathers = groups_.gather_communicator(index);
         gather_thread_ = gathers != nullptr;
-        r.opts->add(std::make_unique<ZeroOptimizer>(cfg.optim, *r.backend,
+        r.opts->add(std::make_unique<ZeroOptimizer>(cfg.optim, *r.backend, layout,
                                                     groups_.communicator(parallel::Group::Data, index), init,
                                                     groups_.data_modules()[i], overlap, std::move(gathers)));
       }
-      return plan.backend.tp.size > 1 ? &groups_.communicator(parallel::Group::Tensor) : nullptr;
+      return layout.tp().size > 1 ? &groups_.communicator(parallel::Group::Tensor) : nullptr;
     });
   }
 

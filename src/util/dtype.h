@@ -16,6 +16,19 @@ inline size_t dtype_size(DType t) {
   return 0;
 }
 
+inline const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::F32: return "f32";
+    case DType::BF16: return "bf16";
+    case DType::I32: return "i32";
+    case DType::U16: return "u16";
+    case DType::U32: return "u32";
+    case DType::U64: return "u64";
+    case DType::F64: return "f64";
+  }
+  return "?";
+}
+
 // bf16 = the top 16 bits of an fp32, rounded to nearest even (NaN kept quiet).
 inline uint16_t f32_to_bf16(float f) {
   uint32_t u;

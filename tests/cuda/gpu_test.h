@@ -19,6 +19,7 @@
 #include "cuda_check.h"
 #include "model/gpt.h"
 #include "optim/replica.h"
+#include "program/params.h"
 #include "program/program.h"
 #include "util/dtype.h"
 #include "../test_util.h"
@@ -96,9 +97,9 @@ double rel_err(const std::vector<A>& a, const std::vector<B>& ref) {
 // `weights` (the whole model's, in ParamLayout(cfg) order) the backend gets its modules' part of them.
 using Model = Replica;
 inline Model make_model(Device device, const GPTConfig& cfg, const ProgramSpec& spec, const float* weights) {
-  const std::vector<int> held = held_modules(cfg, spec.modules.size() ? spec.modules : all_modules(cfg));
+  const ParamLayout layout(cfg, held_modules(cfg, spec.modules.size() ? spec.modules : all_modules(cfg)));
   Model m;
-  assemble_replica(m, {device, {cfg, held}, spec, weights});
+  assemble_replica(m, {device, layout, backend_spec(layout), spec, weights});
   return m;
 }
 

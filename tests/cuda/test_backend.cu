@@ -147,7 +147,7 @@ TEST(CudaBackend, AccumulatesDeterministicallyAndReportsModulesInBackwardOrder) 
 TEST(CudaBackend, ParamsRoundTripThroughBf16) {
   YUAN_REQUIRE_GPU();
   const ParamLayout L(kCfg);
-  auto be = yuan::make_backend(Device::Cuda, {kCfg, {}});
+  auto be = yuan::make_backend(Device::Cuda, yuan::backend_spec(L));
   const auto v = randn(1001, 1.0f, 7);
   be->set_params(v.data(), 12345, v.size());
   std::vector<float> back(v.size());
@@ -197,7 +197,7 @@ TEST(CudaBackend, TwoStagesComputeTheWholeModel) {
     std::vector<float> sum(full.total(), 0.0f);
     for (Model* s : {&first, &last}) {
       const auto g = grads_of(*s->backend);
-      for (const yuan::ModuleSpec& m : s->backend->layout().modules())
+      for (const yuan::ModuleSpec& m : s->program->layout().modules())
         for (size_t i = 0; i < m.numel; i++) sum[full.module(m.index).offset + i] += g[m.offset + i];
     }
     for (const yuan::TensorSpec& t : full.tensors())
@@ -213,7 +213,7 @@ TEST(CudaBackend, GpuAdamWStepMatchesCpuWithPerTensorDecay) {
   const size_t n = L.total();
   Model model = make_model(Device::Cuda, kCfg, kWhole, params.data());
   std::vector<float> master = params;
-  yuan::CudaAdamW opt(*model.backend, 0, n, master.data());
+  yuan::CudaAdamW opt(*model.backend, 0, n, master.data(), yuan::decay_segments(L, 0, n));
   model.program->forward_backward(tok.data(), kB, 1.0f, nullptr);
   const auto g = grads_of(*model.backend);
   EXPECT_NEAR(opt.grad_sum_squares(), ops::sum_squares(g.data(), n), 1e-9 * ops::sum_squares(g.data(), n));

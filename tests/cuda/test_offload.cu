@@ -45,7 +45,7 @@ yuan::OptimConfig optim(int stage) {
 const yuan::ProgramSpec kSpec{{}, kB, 1, false};
 
 std::vector<float> weights_of(yuan::Backend& be) {
-  std::vector<float> w(be.layout().total());
+  std::vector<float> w(be.size());
   be.get_params(w.data(), 0, w.size());
   return w;
 }
@@ -54,7 +54,7 @@ std::vector<float> weights_of(yuan::Backend& be) {
 std::vector<float> train_on_gpu(const std::vector<float>& init, int accum, int steps) {
   const ParamLayout L(kCfg);
   Model m = make_model(yuan::Device::Cuda, kCfg, kSpec, init.data());
-  yuan::CudaAdamW opt(*m.backend, 0, L.total(), init.data());
+  yuan::CudaAdamW opt(*m.backend, 0, L.total(), init.data(), yuan::decay_segments(L, 0, L.total()));
   const yuan::OptimConfig oc = optim(1);
   for (int s = 0; s < steps; s++) {
     for (int k = 0; k < accum; k++) m.program->forward_backward(tokens(s, k).data(), kB, 1.0f / accum, nullptr);
@@ -70,7 +70,7 @@ std::vector<float> train_offloaded(const std::vector<float>& init, const yuan::O
                                    int steps) {
   Model m = make_model(yuan::Device::Cuda, kCfg, kSpec, nullptr);
   auto comm = yuan::make_local_communicator();
-  yuan::ZeroOptimizer opt(oc, *m.backend, *comm, init.data());
+  yuan::ZeroOptimizer opt(oc, *m.backend, m.program->layout(), *comm, init.data());
   for (int s = 0; s < steps; s++) {
     for (int k = 0; k < accum; k++) {
       if (k == accum - 1) opt.before_last_micro_batch();
@@ -115,7 +115,7 @@ TEST(CudaOffload, DelayedUpdateTrains) {
   const auto init = init_weights();
   Model m = make_model(yuan::Device::Cuda, kCfg, kSpec, nullptr);
   auto comm = yuan::make_local_communicator();
-  yuan::ZeroOptimizer opt(oc, *m.backend, *comm, init.data());
+  yuan::ZeroOptimizer opt(oc, *m.backend, m.program->layout(), *comm, init.data());
   const auto tok = tokens(0, 0);
   for (int s = 0; s < 8; s++) {
     opt.before_last_micro_batch();

@@ -59,7 +59,7 @@ TEST(CudaReference, MatchesPyTorchFloat64) {
   }
 
   be.zero_grads(0, L.total());
-  yuan::CudaAdamW opt(be, 0, L.total(), params.data());
+  yuan::CudaAdamW opt(be, 0, L.total(), params.data(), yuan::decay_segments(L, 0, L.total()));
   yuan::OptimConfig oc;
   oc.beta1 = d("beta1");
   oc.beta2 = d("beta2");

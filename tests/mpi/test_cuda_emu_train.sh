@@ -26,6 +26,17 @@ pipeline=(--train.steps=10 --train.micro_batch=2 "--parallel.template=p: wte, wp
           --parallel.pipelines=p --parallel.microbatches=p:4)
 zero3=(--train.steps=20 --train.micro_batch=2 --optim.zero=3)
 tp=(--train.steps=20 --train.micro_batch=2 --parallel.tp_size=2)
+
+echo "== a shape the cuda ops cannot run"
+# The ops' constraints (TensorFormats: rows of whole 8-element vectors) are checked where the model meets the
+# backend, in each rank's plan: every rank stops with the one line before a backend is made.
+if mpirun -np 2 bin/yuanlm_emu train "${TINY[@]}" --train.device=cuda --model.n_embd=36 \
+    --data.train="$WORK/corpus/*.h5" --run.dir="$WORK/shape" >"$WORK/shape.log" 2>&1; then
+  cat "$WORK/shape.log"; echo "a model of n_embd 36 ran on the cuda backend"; exit 1
+fi
+want="cuda backend: n_embd = 36 must be a multiple of 8 (16-byte bf16 vectors)"
+grep '^error:' "$WORK/shape.log" | grep -qF "$want" || { cat "$WORK/shape.log"; exit 1; }
+if grep -q "^cuda: device" "$WORK/shape.log"; then echo "the backend was made before the shape was refused"; exit 1; fi
 for layout in data pipeline zero3 tp; do
   echo "== $layout"
   declare -n extra=$layout

@@ -118,8 +118,8 @@ Measured run(const GPTConfig& c, int B, bool recompute, bool delayed, int accum,
   Replica r;
   {
     const std::vector<float> init = quick_init(layout);
-    assemble_replica(r, {Device::Cuda, {c, {}}, spec}, [&](Replica& rr) -> Communicator* {
-      rr.opts->add(std::make_unique<ZeroOptimizer>(oc, *rr.backend, *comm, init.data()));
+    assemble_replica(r, {Device::Cuda, layout, backend_spec(layout), spec}, [&](Replica& rr) -> Communicator* {
+      rr.opts->add(std::make_unique<ZeroOptimizer>(oc, *rr.backend, layout, *comm, init.data()));
       return nullptr;
     });
   }

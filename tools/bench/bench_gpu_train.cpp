@@ -62,9 +62,9 @@ static void run(const Bench& b, int steps, bool recompute, const PeakFlops& peak
       const ProgramSpec spec{{}, B, 1, recompute};
       check_memory(Device::Cuda, c, spec, layout.total(), cuda_free_bytes());
       Replica r;
-      assemble_replica(r, {Device::Cuda, {c, {}}, spec, init.data()});
+      assemble_replica(r, {Device::Cuda, layout, backend_spec(layout), spec, init.data()});
       Program& program = *r.program;
-      CudaAdamW opt(*r.backend, 0, layout.total(), init.data());
+      CudaAdamW opt(*r.backend, 0, layout.total(), init.data(), decay_segments(layout, 0, layout.total()));
       for (int w = 1; w <= 2; w++) train_step(program, opt, tok, B, w);  // GEMM plans, module load, allocator
       const double t0 = now_seconds();
       for (int s = 0; s < steps; s++) train_step(program, opt, tok, B, 3 + s);

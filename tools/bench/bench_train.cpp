@@ -53,8 +53,9 @@ static void bench_model(const char* name, GPTConfig c, int B, int steps, double 
   init_gpt2(layout, 1, init.data());
   OptimConfig oc;
   Replica r;
-  assemble_replica(r, {Device::Cpu, {c, {}}, {{}, B, 1, false}}, [&](Replica& rr) -> Communicator* {
-    rr.opts->add(std::make_unique<ZeroOptimizer>(oc, *rr.backend, comm, init.data()));
+  const ReplicaSpec spec{Device::Cpu, layout, backend_spec(layout), {{}, B, 1, false}};
+  assemble_replica(r, spec, [&](Replica& rr) -> Communicator* {
+    rr.opts->add(std::make_unique<ZeroOptimizer>(oc, *rr.backend, layout, comm, init.data()));
     return nullptr;
   });
   Program& program = *r.program;
