@@ -56,6 +56,7 @@ struct ZeroBucket {
   size_t offset = 0, count = 0;
 };
 
+// One optimizer's derivation (above): plain data, computed the same way by the optimizer and by the plan.
 struct ZeroSpec {
   // A run of this rank's shard: `count` elements from `layout` in the backend's layout, at `host` in the shard.
   struct Piece {
