@@ -41,18 +41,12 @@ RankPlan plan_rank(const Config& c, const parallel::Topology& topo, Device devic
   for (const ModuleRange& g : topo.module_groups_of(rank)) {
     const std::vector<int> holders = topo.holders(g.first, place.tp_rank);
     const int group_rank = static_cast<int>(std::find(holders.begin(), holders.end(), rank) - holders.begin());
-    const size_t shard = zero_shard_elements(held, g, static_cast<int>(holders.size()), group_rank, c.optim.zero);
-    // A tile is at most one bucket.
-    size_t tile = 0;
-    for (const ModuleRange& b : zero_buckets(held, g, c.optim)) {
-      size_t n = 0;
-      for (int i = b.first; i < b.end; i++) n += held.module(i).numel;
-      tile = std::max(tile, n);
-    }
-    const ZeroHostMemory h = zero_host_memory(c.optim, shard, tile, topo.replicas_only(), weights);
+    // The optimizer's own derivation, whose buffers its constructor allocates.
+    const ZeroSpec z(held, g, c.optim, static_cast<int>(holders.size()), group_rank, topo.replicas_only(), weights);
+    const ZeroHostMemory h = zero_host_memory(z.sizes());
     m.host.optimizer += h.optimizer;
     m.host.staging += h.staging;
-    if (c.optim.zero == 3) shards = shard;  // one module group (validate)
+    if (c.optim.zero == 3) shards = z.shard_n;  // one module group (validate)
   }
   plan.backend = backend_spec(held, shards);
   m.on_device = plan_memory(device, c.model, plan.program, zero_param_memory(held, shards));
