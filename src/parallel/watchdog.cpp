@@ -9,7 +9,9 @@
 #include <cstdlib>
 #include <mutex>
 #include <thread>
+#include <unistd.h>
 
+#include "parallel/liveness.h"
 #include "parallel/mpi_check.h"
 #include "parallel/world.h"
 
@@ -31,6 +33,10 @@ struct Slot {
   std::atomic<int> peer{-1};
 };
 constexpr int kSlots = 64;
+// What a rank that does not write the job's line waits beyond the reporter's ping before writing its own.
+constexpr double kReporterSeconds = 5;
+// From a rank's MPI_Abort to the end of its launcher and of itself where MPI cannot end them (liveness.h).
+constexpr unsigned kAbortGraceSeconds = 10;
 Slot g_slots[kSlots];
 
 // The calling thread's slot, taken on its first wait and given back when the thread ends. A thread beyond
@@ -99,12 +105,37 @@ class Watchdog {
 
   [[noreturn]] static void give_up(const Slot& s, double waited, double limit) {
     const int peer = s.peer.load();
+    std::string who = "a peer is stopped, stuck or unreachable (the ranks that print no such line)";
+    bool reporter = true;
+    double wait_for_reporter = 0;
+    if (liveness_served()) {
+      // Long enough for a live rank's responder on a loaded node; short against the deadline it adds to.
+      const double window = std::clamp(limit / 5, 2.0, 5.0);
+      const std::vector<int> silent = silent_ranks(window);
+      who = silent.empty()
+                ? std::string("every rank answers a liveness ping, so none is stopped, dead or cut off: a peer is stuck "
+                              "outside MPI or waits in another operation")
+                : strf("%s %s not answer a liveness ping within %g s: stopped, dead or cut off from this node",
+                       describe_ranks(silent, world_hosts()).c_str(), silent.size() == 1 ? "does" : "do", window);
+      // One line for the job: the lowest rank that answers writes it, and the others give it the time of its own
+      // ping (it ran out a little later, say) to end the job first. Should it not, they write theirs.
+      int lowest = 0;
+      for (int r : silent)
+        if (r == lowest) lowest++;
+      reporter = lowest == process_rank();
+      wait_for_reporter = window + kReporterSeconds;
+    }
+    if (!reporter) std::this_thread::sleep_for(std::chrono::duration<double>(wait_for_reporter));
     std::fprintf(stderr,
                  "error: [rank %d@%s] no progress for %.0f s: waiting in %s on group %s%s, longer than dist.timeout_s "
-                 "%g; a peer is stopped, stuck or unreachable (the ranks that print no such line); ending the job\n",
+                 "%g; %s; ending the job\n",
                  process_rank(), process_host().c_str(), waited, s.op.load(), s.group.load(),
-                 peer >= 0 ? strf(" for world rank %d", peer).c_str() : "", limit);
+                 peer >= 0 ? strf(" for world rank %d", peer).c_str() : "", limit, who.c_str());
     std::fflush(stderr);
+    // The launcher may wait for ever on a node it cannot reach, and so may this rank's MPI_Abort: past a grace
+    // period the watcher kills the launcher and the alarm this process (SIGALRM's default action ends it).
+    end_launcher_after(kAbortGraceSeconds);
+    alarm(kAbortGraceSeconds);
     MPI_Abort(MPI_COMM_WORLD, 1);
     std::_Exit(1);  // MPI_Abort does not return; should it, the job must still end
   }
@@ -121,10 +152,15 @@ Watchdog g_watchdog;
 
 void watch_waits(double seconds) {
   YUAN_CHECK(initialized(), "parallel::watch_waits before parallel::init");
-  if (world().size > 1) g_watchdog.start(seconds);
+  if (world().size == 1) return;
+  serve_liveness();  // collective: the first call comes from every rank at once (main)
+  g_watchdog.start(seconds);
 }
 
-void stop_watchdog() { g_watchdog.stop(); }
+void stop_watchdog() {
+  g_watchdog.stop();
+  stop_liveness();
+}
 
 Waiting::Waiting(const char* op, const char* group, int peer) {
   Slot* s = my_slot();

@@ -76,6 +76,7 @@ void finalize() {
 
 bool initialized() { return g_initialized; }
 const WorldInfo& world() { return g_world; }
+const std::vector<std::string>& world_hosts() { return g_hosts; }
 
 static double allreduce(double x, MPI_Op op) {
   YUAN_CHECK(g_initialized, "parallel::allreduce before parallel::init");

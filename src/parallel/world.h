@@ -23,6 +23,7 @@ void init(int* argc, char*** argv);
 void finalize();
 bool initialized();
 const WorldInfo& world();
+const std::vector<std::string>& world_hosts();  // the processor name of each world rank, by rank
 
 double allreduce_sum(double x);
 double allreduce_max(double x);
