@@ -55,8 +55,8 @@ if [ -x bin/test_cuda_emu ]; then
   echo "== CUDA tests on the emulator"
   gtest cuda-emu bin/test_cuda_emu
 fi
-echo "== end-to-end jobs (tests/mpi) and GPU code checks (tests/cuda)"
-for t in tests/mpi/test_*.sh tests/cuda/test_*.sh; do
+echo "== end-to-end jobs (tests/mpi, across nodes: tests/cluster) and GPU code checks (tests/cuda)"
+for t in tests/mpi/test_*.sh tests/cluster/test_*.sh tests/cuda/test_*.sh; do
   [ -e "$t" ] || continue
   name=$(basename "$t" .sh)
   start=$(date +%s)

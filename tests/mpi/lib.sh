@@ -37,11 +37,18 @@ TINY=(--optim.eps=1e-5 --model.n_layer=2 --model.n_head=2 --model.n_embd=32 --mo
       --train.device=cpu --train.seed=5 --train.log_every=5 --optim.lr=3e-3 --optim.warmup_steps=2
       --optim.min_lr=3e-4 --optim.grad_clip=1.0)
 
+# launch NP CMD...: CMD on NP ranks; tests/cluster/lib.sh redefines it to spread the ranks over its nodes.
+launch() {
+  local np=$1
+  shift
+  mpirun -np "$np" "$@"
+}
+
 # train NP RUNDIR [overrides...]
 train() {
   local np=$1 dir=$2
   shift 2
-  mpirun -np "$np" bin/yuanlm train "${TINY[@]}" --data.train="$WORK/corpus/*.h5" --run.dir="$dir" "$@"
+  launch "$np" bin/yuanlm train "${TINY[@]}" --data.train="$WORK/corpus/*.h5" --run.dir="$dir" "$@"
 }
 
 # compare A B TOL_LOSS TOL_PARAM: per-step losses and final weights of two runs agree.
