@@ -130,14 +130,20 @@ std::vector<int> silent_ranks(double seconds) {
 }
 
 std::string describe_ranks(const std::vector<int>& ranks, const std::vector<std::string>& hosts) {
-  std::string out = ranks.size() == 1 ? "world rank " : "world ranks ";
+  // Runs of consecutive ranks ("2-3"), then the runs of one host joined ("1, 3 on node1").
+  std::vector<std::pair<std::string, std::string>> parts;  // (runs, host)
   for (size_t i = 0; i < ranks.size();) {
-    size_t j = i;  // ranks[i..j]: consecutive, on one host
+    size_t j = i;
     while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1 && hosts[ranks[j + 1]] == hosts[ranks[i]]) j++;
-    if (i > 0) out += j + 1 == ranks.size() ? " and " : ", ";
-    out += j == i ? std::to_string(ranks[i]) : strf("%d-%d", ranks[i], ranks[j]);
-    out += " on " + hosts[ranks[i]];
+    const std::string run = j == i ? std::to_string(ranks[i]) : strf("%d-%d", ranks[i], ranks[j]);
+    if (!parts.empty() && parts.back().second == hosts[ranks[i]]) parts.back().first += ", " + run;
+    else parts.emplace_back(run, hosts[ranks[i]]);
     i = j + 1;
+  }
+  std::string out = ranks.size() == 1 ? "world rank " : "world ranks ";
+  for (size_t p = 0; p < parts.size(); p++) {
+    if (p > 0) out += p + 1 == parts.size() ? " and " : ", ";
+    out += parts[p].first + " on " + parts[p].second;
   }
   return out;
 }

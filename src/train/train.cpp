@@ -262,6 +262,7 @@ class Trainer {
       if (micro == pipeline().micro_batches - 1) replica_.opts->before_last_micro_batch();
     };
     hooks.after_backward = [&] { replica_.opts->after_micro_batch(); };
+    parallel::LongestWait stall;  // the longest wait since the previous step line
     for (int step = first; step < c.train.steps; step++) {
       if (step + 1 == profile_first) replica_.backend->profiler(true);
       const double t0 = now_seconds();
@@ -280,6 +281,8 @@ class Trainer {
       const ZeroStepStats st = end_step(*replica_.opts, *world_comm_, lr, loss);
       replica_.backend->range_pop();
       const double t1 = now_seconds(), dt = t1 - t0;
+      const parallel::LongestWait wait = parallel::take_longest_wait();
+      if (wait.seconds > stall.seconds) stall = wait;
       const int done = step + 1;
       if (done == profile_last) replica_.backend->profiler(false);
       state_.step = done;
@@ -300,11 +303,18 @@ class Trainer {
           bubble += (1 - b) / busy.size();
         }
       }
-      if (done % c.train.log_every == 0 || done == c.train.steps || st.skipped)
-        say("step %6d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | MFU %.1f%% | %.0f ms/step%s | ETA %s", done,
-            c.train.steps, loss, lr, st.grad_norm, tok_s, 100 * mfu, 1000 * dt,
-            pipelined ? strf(" | bubble %.0f%%", 100 * bubble).c_str() : "",
+      if (done % c.train.log_every == 0 || done == c.train.steps || st.skipped) {
+        // A wait the job rode out (a link back within the deadline, a peer stopped for a while): the longest since
+        // the previous line, when it took more than a tenth of the deadline (the watchdog's own resolution).
+        const std::string stalled = stall.seconds > c.dist.timeout_s / 10
+                                        ? strf(" | stalled %.1f s in %s on group %s", stall.seconds, stall.op, stall.group)
+                                        : "";
+        stall = {};
+        say("step %6d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | MFU %.1f%% | %.0f ms/step%s%s | ETA %s",
+            done, c.train.steps, loss, lr, st.grad_norm, tok_s, 100 * mfu, 1000 * dt,
+            pipelined ? strf(" | bubble %.0f%%", 100 * bubble).c_str() : "", stalled.c_str(),
             format_duration(per_step * (c.train.steps - done)).c_str());
+      }
       if (metrics_) {
         JsonLine line;
         line.add("step", static_cast<long long>(done))
@@ -317,6 +327,7 @@ class Trainer {
             .add("data_s", data_wait)
             .add("compute_s", t_compute - t0 - data_wait)
             .add("comm_s", st.comm_seconds)
+            .add("wait_max_s", wait.seconds)
             .add("optim_s", st.optim_seconds)
             .add("optim_background_s", st.background_seconds)
             .add("skipped", static_cast<long long>(st.skipped))
