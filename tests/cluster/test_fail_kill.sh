@@ -15,5 +15,5 @@ echo "== node 2 killed: ZeRO 2, 2 ranks on each of 2 nodes"
 fault_start killed 4 --optim.zero=2
 node_kill 2
 fault_end killed $((TIMEOUT + 30))
-grep -Eq "(Remote daemon: .* on node node2|Peer host: +node2)" "$WORK/killed.log" ||
+grep -Eq "(Remote daemon: .* on node node2|Peer host: +node2|on node node2 exited on signal)" "$WORK/killed.log" ||
   { cat "$WORK/killed.log"; echo "killed: nothing names node2"; exit 1; }
