@@ -4,9 +4,9 @@
 # namespace whose hostname is nodeK; its one interface eth0 (10.213.S.K/24) is the far end of a veth pair whose
 # near end ${YUANLM_CLUSTER}vK sits on the bridge ${YUANLM_CLUSTER}br. The bridge has no address and the nodes no
 # default route: the subnet exists only between the nodes. Names resolve through /etc/netns/<netns>/hosts, which
-# `ip netns exec` bind-mounts over /etc/hosts. Open MPI launches across nodes through tests/cluster/rsh-agent.sh
-# (plm_rsh_agent), which enters the node; ranks talk TCP between nodes (btl tcp on eth0) and shared memory within
-# one (vader: Open MPI sees the same hostname).
+# on_node bind-mounts over /etc/hosts (as `ip netns exec` would). The nodes share the file system. Open MPI
+# launches across nodes through tests/cluster/rsh-agent.sh (plm_rsh_agent), which enters the node; ranks talk TCP
+# between nodes (btl tcp on eth0) and shared memory within one (vader: Open MPI sees the same hostname).
 #
 #   cluster_up [N]           N nodes (default 4); sets YUANLM_CLUSTER and CLUSTER_NODES, and a trap that runs
 #                            cluster_down when the test exits (also on failure); where namespaces cannot be made it
@@ -21,6 +21,8 @@
 #   node_partition K / node_heal K   node K's link down (its processes live on) / up again
 #   node_pids K              the PIDs of the processes in node K
 #   cluster_down             ends every process in the nodes and removes everything cluster_up made
+#   cluster_slurm_up         SLURM across the nodes: slurmctld on node1, a slurmd on every node, one munged;
+#                            exports SLURM_CONF; clients run on a node (slurm_client CMD..., i.e. on node1)
 #
 # Several clusters may be up at once (another test, a person by hand): each takes a free slot S (0-31) under
 # /run/yuanlm-cluster/S, claimed under a lock and owned by a PID (the test's shell; cluster.sh: its caller). A
@@ -41,10 +43,15 @@ cluster_netns() { echo "${YUANLM_CLUSTER:?no test cluster is up (cluster_up)}n$1
 cluster_veth() { echo "${YUANLM_CLUSTER:?no test cluster is up (cluster_up)}v$1"; }
 cluster_node_addr() { echo "10.213.$((100 + ${YUANLM_CLUSTER#ycl})).$1"; }
 
+# on_node K CMD...: CMD in node K's network namespace, a new UTS namespace named nodeK, and a new mount namespace
+# where the node's hosts file covers /etc/hosts -- what `ip netns exec` does, except that `ip netns exec` also
+# mounts a fresh /sys, without /sys/fs/cgroup, where slurmd refuses to start.
 on_node() {
-  local k=$1
+  local k=$1 ns
   shift
-  ip netns exec "$(cluster_netns "$k")" unshare --uts sh -c 'hostname "$0" && exec "$@"' "node$k" "$@"
+  ns=$(cluster_netns "$k")
+  nsenter --net="/run/netns/$ns" unshare --mount --uts \
+    sh -c 'mount --bind "$1" /etc/hosts && hostname "$0" && shift && exec "$@"' "node$k" "/etc/netns/$ns/hosts" "$@"
 }
 
 # node_reaches K J: node K gets an answer from node J within a second (a refused TCP connection is an answer).
@@ -54,13 +61,13 @@ node_reaches() {
   [[ $out == *"Connection refused"* ]]
 }
 
-node_pids() { ip netns pids "$(cluster_netns "$1")" 2>/dev/null; }
+node_pids() { ip netns pids "$(cluster_netns "$1")" 2>/dev/null || true; }
 
 # cluster_check: why namespaces cannot be made here (nothing printed and status 0 when they can).
 cluster_check() {
   [ "$(id -u)" -eq 0 ] || { echo "not root (network namespaces need root)"; return 1; }
   local t
-  for t in ip unshare flock; do command -v "$t" >/dev/null || { echo "$t not found"; return 1; }; done
+  for t in ip unshare nsenter flock; do command -v "$t" >/dev/null || { echo "$t not found"; return 1; }; done
   unshare --uts true 2>/dev/null || { echo "unshare --uts fails (no UTS namespaces)"; return 1; }
   return 0
 }
@@ -118,6 +125,7 @@ cluster_make() {
 
 cluster_up() {
   local why
+  unset YUANLM_CLUSTER  # one inherited from a caller's cluster is not ours to tear down
   why=$(cluster_check) || cluster_skip "$why"
   # The trap removes whatever is made, on every way out (set before anything is made).
   trap 'cluster_exit' EXIT
@@ -152,6 +160,7 @@ cluster_use() {
 # The EXIT trap: the test's status survives the tear-down; $WORK (tests/mpi/lib.sh) goes too.
 cluster_exit() {
   local rc=$?
+  set +e  # tear everything down, whatever fails on the way (a node already gone)
   cluster_down
   [ -n "${WORK:-}" ] && rm -rf "$WORK"
   exit "$rc"
@@ -224,4 +233,22 @@ launch() {
   shift
   hosts=$(cluster_hosts "$np" "${CLUSTER_RANKS_PER_NODE:-2}") || return 1
   cluster_mpirun "$hosts" -np "$np" "$@"
+}
+
+# cluster_slurm_up: the private test SLURM of tests/slurm/daemons.sh with a node per cluster node, all of its
+# daemons inside the nodes (so that cluster_down ends them with everything else), its directory in the slot's.
+# slurm_client CMD... (also used by tests/slurm/lib.sh's wait_jobs and job_field) then runs a client on node1: the
+# controller is reachable only from inside the subnet. Where SLURM cannot run: SKIP and exit 77.
+cluster_slurm_up() {
+  local d=$CLUSTER_STATE/${YUANLM_CLUSTER#ycl}/slurm why hw k lines=()
+  source "$(dirname "$CLUSTER_AGENT")/../slurm/daemons.sh"
+  why=$(slurm_need) || cluster_skip "SLURM: $why"
+  hw=$(slurm_hw) || cluster_skip "SLURM: $hw"
+  for k in $(seq "$CLUSTER_NODES"); do lines+=("NodeName=node$k $hw"); done
+  slurm_conf "$d" node1 "${lines[@]}"
+  export SLURM_CONF=$d/etc/slurm.conf
+  why=$(munge_start "$d" on_node && slurm_start "$d" "$CLUSTER_NODES" on_node) ||
+    { slurm_daemon_logs "$d"; cluster_skip "SLURM: $why"; }
+  slurm_client() { on_node 1 "$@"; }
+  echo "cluster $YUANLM_CLUSTER: SLURM up on node1-node$CLUSTER_NODES, SLURM_CONF=$SLURM_CONF"
 }

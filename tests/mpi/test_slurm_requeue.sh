@@ -51,41 +51,5 @@ echo "time-limit and mpirun jobs ended after $(($(date +%s) - t0)) s"
 check_stopped time-limit "$limit" srun
 check_stopped mpirun-fallback "$fallback" mpirun
 
-name=requeue
-steps=80
-t0=$(date +%s)
-id=$(submit $name --ntasks-per-node=2 --time=5 -- --train.steps=$steps)
-run=$WORK/runs/$name-$id
-out=$WORK/logs/$name-$id.out
-for _ in $(seq 600); do
-  [ -f "$run/metrics.jsonl" ] && [ "$(grep -c '"loss"' "$run/metrics.jsonl")" -ge 5 ] && break
-  sleep 0.1
-done
-[ "$(grep -c '"loss"' "$run/metrics.jsonl" 2>/dev/null)" -ge 5 ] || { echo "job $id made no progress"; exit 1; }
-scancel --signal=USR1 "$id"
-echo "signalled job $id at step $(grep -c '"loss"' "$run/metrics.jsonl") after $(($(date +%s) - t0)) s"
-wait_jobs 150 "$id"
-echo "== $name (job $id) ended after $(($(date +%s) - t0)) s: $(job_field "$id" JobState), exit $(job_field "$id" ExitCode), restarts $(job_field "$id" Restarts)"
-cat "$out"
-[ "$(job_field "$id" JobState)" = COMPLETED ] && [ "$(job_field "$id" ExitCode)" = 0:0 ] || { echo "job did not complete"; exit 1; }
-[ "$(job_field "$id" Restarts)" = 1 ] || { echo "expected 1 restart"; exit 1; }
-step=$(sed -n 's/.*stopped by a signal after step \([0-9]*\).*/\1/p' "$out" | head -1)
-[ -n "$step" ] && [ "$step" -lt $steps ] || { echo "the first incarnation did not stop early"; exit 1; }
-grep -q "requeueing job $id (restart 1)" "$out"
-grep -q "job $name $id (restart 1)" "$out"
-grep -q "resumed from runs/$name-$id/ckpt/step_$(printf %07d "$step"): step $step" "$out" ||
-  { echo "no resume from step $step"; exit 1; }
-grep -q "done: $((steps - step)) steps" "$out"
-if grep -q "got SIGUSR1; passing it" "$out"; then echo "the batch shell got the signal"; exit 1; fi
-# The run.dir copy holds both incarnations; jobs.tsv one line each: exit 75 then 0.
-[ "$(grep -c "launcher exited" "$run/job-$id.log")" -eq 2 ]
-awk -F'\t' '{ printf "%s:%s ", $2, $5 } END { print "" }' "$run/jobs.tsv" | grep -qx "0:75 1:0 " ||
-  { echo "bad jobs.tsv:"; cat "$run/jobs.tsv"; exit 1; }
-# metrics.jsonl: every step once, in order (the resumed run rewrote nothing before its checkpoint)
-/usr/bin/python3 - "$run/metrics.jsonl" $steps <<'PYEOF'
-import json, sys
-steps = [json.loads(l)["step"] for l in open(sys.argv[1]) if '"loss"' in l]
-assert steps == list(range(1, int(sys.argv[2]) + 1)), steps
-PYEOF
-[ -f "$run/ckpt/step_$(printf %07d $steps)/state.json" ]
-echo "checkpointed at step $step, exit 75, requeued, resumed and completed $steps steps"
+id=$(submit requeue --ntasks-per-node=2 --time=5 -- --train.steps=80)
+requeue_and_check requeue "$id" 80

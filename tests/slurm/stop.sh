@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Stops the private SLURM that tests/slurm/start.sh started: cancels its jobs, then ends slurmd, slurmctld and
-# (when start.sh started it) munged, each by the PID in its pid file under $YUANLM_SLURM_DIR/run, checking the
-# PID still belongs to that daemon. Never by name; a site munged or SLURM is left alone.
+# its munged, each by the PID in its pid file under $YUANLM_SLURM_DIR/run, checking the PID still belongs to that
+# daemon. Never by name; a site munged or SLURM is left alone.
 set -uo pipefail
 D=${YUANLM_SLURM_DIR:-/tmp/yuanlm-slurm}
 [ -d "$D/run" ] || exit 0
@@ -20,11 +20,12 @@ if alive slurmctld "$D/run/slurmctld.pid" >/dev/null; then
     for _ in $(seq 50); do [ -z "$(timeout 5 squeue -h -o %i 2>/dev/null)" ] && break; sleep 0.2; done
   fi
 fi
-for d in slurmd slurmctld munge/munged; do
-  pid=$(alive "$(basename $d)" "$D/run/$d.pid") || { rm -f "$D/run/$d.pid"; continue; }
+for f in "$D"/run/slurmd-*.pid "$D/run/slurmctld.pid" "$D/munge/munged.pid"; do
+  name=$(basename "$f" .pid)
+  pid=$(alive "${name%%-*}" "$f") || { rm -f "$f"; continue; }
   kill -TERM "$pid"
   for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   kill -0 "$pid" 2>/dev/null && kill -KILL "$pid"
-  rm -f "$D/run/$d.pid"
+  rm -f "$f"
 done
 exit 0
