@@ -1,4 +1,5 @@
-// Who is silent (parallel/liveness.h) and the longest wait a job rode out (parallel/watchdog.h). Under mpirun
+// Who is silent (parallel/liveness.h), the longest wait a job rode out and a thread's time waited
+// (parallel/watchdog.h). Under mpirun
 // (Mpi*): every serving rank answers a ping, and a rank whose responder has stopped is named by every other rank.
 #include <gtest/gtest.h>
 
@@ -23,8 +24,9 @@ TEST(Liveness, DescribeRanksGroupsRunsByHost) {
   EXPECT_EQ(describe_ranks({0, 2, 3, 5}, hosts), "world ranks 0 on node1, 2-3 on node2 and 5 on node3");
 }
 
-TEST(Liveness, LongestWaitIsTakenOnce) {
+TEST(Liveness, LongestWaitAndTimeWaitedAreTakenOnce) {
   take_longest_wait();  // whatever earlier tests waited
+  take_waited_seconds();
   {
     Waiting w("short_op", "short_group");
   }
@@ -37,6 +39,8 @@ TEST(Liveness, LongestWaitIsTakenOnce) {
   EXPECT_STREQ(first.op, "long_op");
   EXPECT_STREQ(first.group, "long_group");
   EXPECT_EQ(take_longest_wait().seconds, 0);
+  EXPECT_GE(take_waited_seconds(), 0.03);  // both waits, on this thread
+  EXPECT_EQ(take_waited_seconds(), 0);
 }
 
 TEST(MpiLiveness, LiveRanksAnswerAndAStoppedResponderIsNamed) {

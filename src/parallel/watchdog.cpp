@@ -160,7 +160,10 @@ std::atomic<int64_t> g_longest_ns{0};
 std::mutex g_longest_mu;
 LongestWait g_longest;
 
+thread_local int64_t t_waited_ns = 0;  // this thread's, since take_waited_seconds()
+
 void note_wait(int64_t ns, const char* op, const char* group) {
+  t_waited_ns += ns;
   if (ns <= g_longest_ns.load()) return;
   std::lock_guard<std::mutex> lock(g_longest_mu);
   if (ns <= g_longest_ns.load()) return;
@@ -198,6 +201,12 @@ Waiting::~Waiting() {
   const int64_t since = s->since_ns.load();
   s->since_ns.store(0);
   note_wait(now_ns() - since, s->op.load(), s->group.load());
+}
+
+double take_waited_seconds() {
+  const double s = t_waited_ns / 1e9;
+  t_waited_ns = 0;
+  return s;
 }
 
 LongestWait take_longest_wait() {

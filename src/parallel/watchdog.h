@@ -27,6 +27,9 @@ struct LongestWait {
   const char* group = "";
 };
 LongestWait take_longest_wait();
+// The time the calling thread spent in waits that ended since its previous call, in seconds: what is left of a
+// step is the rank's own work, which tells a straggler (it waits least) from the ranks that wait for it.
+double take_waited_seconds();
 
 // Marks the calling thread as waiting in `op` on `group` until the scope ends. Both strings must outlive the
 // scope; `peer`: the world rank a transfer waits for (-1 in a collective: any member may be the late one).

@@ -67,6 +67,22 @@ struct FaultInjection {
   }
 };
 
+// The rank whose step's compute took longest, and what it cost the step: its compute beyond the middle rank's
+// (the lower median: with two ranks, the other one), which the others spend waiting for it at the step's collectives. On rank 0, from every
+// rank's compute seconds; elsewhere (no values) rank 0 at no cost.
+struct Straggler {
+  int rank = 0;
+  double cost_s = 0;
+};
+Straggler slowest_rank(const std::vector<double>& compute) {
+  if (compute.empty()) return {};
+  std::vector<double> sorted = compute;
+  const auto middle = sorted.begin() + (sorted.size() - 1) / 2;
+  std::nth_element(sorted.begin(), middle, sorted.end());
+  const auto slowest = std::max_element(compute.begin(), compute.end());
+  return {static_cast<int>(slowest - compute.begin()), *slowest - *middle};
+}
+
 // A run directory has one owner: rank 0 holds a lock on run.dir/.lock for the whole run, taken before anything is
 // written there, so that a second training on the same directory (a duplicate submission, a requeue that starts
 // before the old job ended) cannot resume from the first's checkpoints, overwrite them and mix metrics.jsonl.
@@ -266,6 +282,7 @@ class Trainer {
     for (int step = first; step < c.train.steps; step++) {
       if (step + 1 == profile_first) replica_.backend->profiler(true);
       const double t0 = now_seconds();
+      parallel::take_waited_seconds();  // waits between steps (the previous step's gathers) belong to none
       std::copy(std::begin(traffic_), std::end(traffic_), step_start_traffic_);
       data_wait = 0;
       const double lr = lr_at(c.optim, step, c.train.steps);
@@ -293,6 +310,7 @@ class Trainer {
       const double mfu = tok_s * flops_per_token_ / (peak_.flops * world_.size);
       // The pipeline bubble: the share of the passes' time each stage spends waiting, against the longest stage's
       // (the ranks start the passes together, after the previous step's collectives), averaged over the stages.
+      const Straggler slow = slowest_rank(parallel::gather(dt - parallel::take_waited_seconds()));
       std::vector<double> busy = parallel::gather(runner_->compute_seconds());
       const std::vector<double> spans = parallel::gather(runner_->step_seconds());
       double bubble = 0;
@@ -310,9 +328,15 @@ class Trainer {
                                         ? strf(" | stalled %.1f s in %s on group %s", stall.seconds, stall.op, stall.group)
                                         : "";
         stall = {};
-        say("step %6d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | MFU %.1f%% | %.0f ms/step%s%s | ETA %s",
+        // A slow rank (a loaded node, a throttled CPU) costs every rank its work beyond the middle rank's: shown
+        // when that is a quarter of the step or more (less is the noise of ranks sharing cores).
+        const std::string straggler =
+            slow.cost_s > dt / 4 ? strf(" | slowest rank %d@%s +%.0f ms", slow.rank,
+                                         parallel::world_hosts()[slow.rank].c_str(), 1000 * slow.cost_s)
+                                  : "";
+        say("step %6d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | MFU %.1f%% | %.0f ms/step%s%s%s | ETA %s",
             done, c.train.steps, loss, lr, st.grad_norm, tok_s, 100 * mfu, 1000 * dt,
-            pipelined ? strf(" | bubble %.0f%%", 100 * bubble).c_str() : "", stalled.c_str(),
+            pipelined ? strf(" | bubble %.0f%%", 100 * bubble).c_str() : "", straggler.c_str(), stalled.c_str(),
             format_duration(per_step * (c.train.steps - done)).c_str());
       }
       if (metrics_) {
@@ -328,6 +352,8 @@ class Trainer {
             .add("compute_s", t_compute - t0 - data_wait)
             .add("comm_s", st.comm_seconds)
             .add("wait_max_s", wait.seconds)
+            .add("slowest_rank", static_cast<long long>(slow.rank))
+            .add("straggler_s", slow.cost_s)
             .add("optim_s", st.optim_seconds)
             .add("optim_background_s", st.background_seconds)
             .add("skipped", static_cast<long long>(st.skipped))
