@@ -46,12 +46,23 @@ TEST(StepMetrics, StepLineAsUsersReadIt) {
   m.bubble = 0.254;
   EXPECT_EQ(step_line(m), "step     10/100 | loss 5.1234 | lr 3.00e-04 | norm 1.234 | 12345 tok/s | MFU 1.2% | "
                           "250 ms/step | bubble 25% | ETA 1m02s");
+  // A rank costing a quarter of the step or more, and a wait ridden out since the previous line.
+  m.slowest_rank = 3;
+  m.slowest_host = "node2";
+  m.straggler_s = 0.07;
+  m.stall = parallel::LongestWait{3.25, "reduce_scatter", "world"};
+  EXPECT_EQ(step_line(m), "step     10/100 | loss 5.1234 | lr 3.00e-04 | norm 1.234 | 12345 tok/s | MFU 1.2% | "
+                          "250 ms/step | bubble 25% | slowest rank 3@node2 +70 ms | stalled 3.2 s in reduce_scatter "
+                          "on group world | ETA 1m02s");
+  m.straggler_s = 0.06;  // under a quarter of the step: noise
+  EXPECT_EQ(step_line(m).find("slowest"), std::string::npos);
 }
 
 TEST(StepMetrics, RecordKeysInTheirOrder) {
   StepMetrics m = figures();
   const std::vector<std::string> plain = {"step",      "loss",       "lr",      "grad_norm",          "tokens_per_s",
                                           "mfu",       "step_s",     "data_s",  "compute_s",          "comm_s",
+                                          "wait_max_s", "slowest_rank", "straggler_s",
                                           "optim_s",   "optim_background_s",    "skipped",            "tokens",
                                           "peak_host_bytes", "base_host_bytes", "comm_bytes"};
   const nlohmann::ordered_json j = nlohmann::ordered_json::parse(step_record(m).str());

@@ -9,7 +9,9 @@
 #include <cstdlib>
 #include <mutex>
 #include <thread>
+#include <unistd.h>
 
+#include "parallel/liveness.h"
 #include "parallel/mpi_check.h"
 #include "parallel/world.h"
 
@@ -31,6 +33,12 @@ struct Slot {
   std::atomic<int> peer{-1};
 };
 constexpr int kSlots = 64;
+// What a rank that does not write the job's line waits beyond the reporter's ping before pinging it again.
+constexpr double kReporterSeconds = 3;
+// From a rank's MPI_Abort to the end of its launcher and of itself where MPI cannot end them (liveness.h).
+// With the deadline's resolution (1 s), two pings (4 s each) and the wait between, a rank that does not report
+// ends within dist.timeout_s + 24 s.
+constexpr unsigned kAbortGraceSeconds = 8;
 Slot g_slots[kSlots];
 
 // The calling thread's slot, taken on its first wait and given back when the thread ends. A thread beyond
@@ -99,12 +107,41 @@ class Watchdog {
 
   [[noreturn]] static void give_up(const Slot& s, double waited, double limit) {
     const int peer = s.peer.load();
-    std::fprintf(stderr,
-                 "error: [rank %d@%s] no progress for %.0f s: waiting in %s on group %s%s, longer than dist.timeout_s "
-                 "%g; a peer is stopped, stuck or unreachable (the ranks that print no such line); ending the job\n",
-                 process_rank(), process_host().c_str(), waited, s.op.load(), s.group.load(),
-                 peer >= 0 ? strf(" for world rank %d", peer).c_str() : "", limit);
-    std::fflush(stderr);
+    std::string who = "a peer is stopped, stuck or unreachable (the ranks that print no such line)";
+    bool report = true;
+    if (liveness_served()) {
+      // Long enough for a live rank's responder on a loaded node; short against the deadline it adds to.
+      const double window = std::clamp(limit / 5, 2.0, 4.0);
+      const std::vector<int> silent = silent_ranks(window);
+      who = silent.empty()
+                ? std::string("every rank answers a liveness ping, so none is stopped, dead or cut off: a peer is stuck "
+                              "outside MPI or waits in another operation")
+                : strf("%s %s not answer a liveness ping within %g s: stopped, dead or cut off from this node",
+                       describe_ranks(silent, world_hosts()).c_str(), silent.size() == 1 ? "does" : "do", window);
+      // One line for the job: the lowest rank that answers writes it and ends. The others give it the time of its
+      // own ping (its wait ran out a little later, say), then ping it again: gone, it has written the line (or the
+      // job is ending), and they end without one; still there, it has not, and they write theirs.
+      int lowest = 0;
+      for (int r : silent)
+        if (r == lowest) lowest++;
+      if (lowest != process_rank()) {
+        std::this_thread::sleep_for(std::chrono::duration<double>(window + kReporterSeconds));
+        const std::vector<int> now_silent = silent_ranks(window);
+        report = std::find(now_silent.begin(), now_silent.end(), lowest) == now_silent.end();
+      }
+    }
+    if (report) {
+      std::fprintf(stderr,
+                   "error: [rank %d@%s] no progress for %.0f s: waiting in %s on group %s%s, longer than "
+                   "dist.timeout_s %g; %s; ending the job\n",
+                   process_rank(), process_host().c_str(), waited, s.op.load(), s.group.load(),
+                   peer >= 0 ? strf(" for world rank %d", peer).c_str() : "", limit, who.c_str());
+      std::fflush(stderr);
+    }
+    // The launcher may wait for ever on a node it cannot reach, and so may this rank's MPI_Abort: past a grace
+    // period the watcher kills the launcher and the alarm this process (SIGALRM's default action ends it).
+    end_launcher_after(kAbortGraceSeconds);
+    alarm(kAbortGraceSeconds);
     MPI_Abort(MPI_COMM_WORLD, 1);
     std::_Exit(1);  // MPI_Abort does not return; should it, the job must still end
   }
@@ -117,14 +154,36 @@ class Watchdog {
 };
 Watchdog g_watchdog;
 
+// The longest wait since take_longest_wait(): the atomic for the common case (a wait shorter than it, no lock),
+// the mutex for the rare longer one and its names.
+std::atomic<int64_t> g_longest_ns{0};
+std::mutex g_longest_mu;
+LongestWait g_longest;
+
+thread_local int64_t t_waited_ns = 0;  // this thread's, since take_waited_seconds()
+
+void note_wait(int64_t ns, const char* op, const char* group) {
+  t_waited_ns += ns;
+  if (ns <= g_longest_ns.load()) return;
+  std::lock_guard<std::mutex> lock(g_longest_mu);
+  if (ns <= g_longest_ns.load()) return;
+  g_longest_ns.store(ns);
+  g_longest = {ns / 1e9, op, group};
+}
+
 }  // namespace
 
 void watch_waits(double seconds) {
   YUAN_CHECK(initialized(), "parallel::watch_waits before parallel::init");
-  if (world().size > 1) g_watchdog.start(seconds);
+  if (world().size == 1) return;
+  serve_liveness();  // collective: the first call comes from every rank at once (main)
+  g_watchdog.start(seconds);
 }
 
-void stop_watchdog() { g_watchdog.stop(); }
+void stop_watchdog() {
+  g_watchdog.stop();
+  stop_liveness();
+}
 
 Waiting::Waiting(const char* op, const char* group, int peer) {
   Slot* s = my_slot();
@@ -137,7 +196,25 @@ Waiting::Waiting(const char* op, const char* group, int peer) {
 }
 
 Waiting::~Waiting() {
-  if (armed_) my_slot()->since_ns.store(0);
+  if (!armed_) return;
+  Slot* s = my_slot();
+  const int64_t since = s->since_ns.load();
+  s->since_ns.store(0);
+  note_wait(now_ns() - since, s->op.load(), s->group.load());
+}
+
+double take_waited_seconds() {
+  const double s = t_waited_ns / 1e9;
+  t_waited_ns = 0;
+  return s;
+}
+
+LongestWait take_longest_wait() {
+  std::lock_guard<std::mutex> lock(g_longest_mu);
+  const LongestWait out = g_longest;
+  g_longest = {};
+  g_longest_ns.store(0);
+  return out;
 }
 
 }  // namespace yuan::parallel

@@ -19,6 +19,18 @@ void watch_waits(double seconds);
 // Stops and joins the watchdog thread (before MPI_Finalize: it must not call MPI_Abort after it).
 void stop_watchdog();
 
+// The longest wait that ended on this process since the previous call (any thread), with its operation and group:
+// a stall the job rode out (a link that came back, a peer that was slow), for the step line.
+struct LongestWait {
+  double seconds = 0;
+  const char* op = "";
+  const char* group = "";
+};
+LongestWait take_longest_wait();
+// The time the calling thread spent in waits that ended since its previous call, in seconds: what is left of a
+// step is the rank's own work, which tells a straggler (it waits least) from the ranks that wait for it.
+double take_waited_seconds();
+
 // Marks the calling thread as waiting in `op` on `group` until the scope ends. Both strings must outlive the
 // scope; `peer`: the world rank a transfer waits for (-1 in a collective: any member may be the late one).
 // Nested scopes keep the outermost.

@@ -87,6 +87,7 @@ bool initialized() { return g_initialized; }
 const WorldInfo& world() { return g_world; }
 const NodeMap& node_map() { return g_nodes; }
 MPI_Comm node_comm() { return g_node_comm; }
+const std::vector<std::string>& world_hosts() { return g_hosts; }
 
 static double allreduce(double x, MPI_Op op) {
   YUAN_CHECK(g_initialized, "parallel::allreduce before parallel::init");

@@ -31,6 +31,7 @@ const WorldInfo& world();
 const NodeMap& node_map();
 // The ranks of this rank's node, in world order (MPI_COMM_NULL before init).
 MPI_Comm node_comm();
+const std::vector<std::string>& world_hosts();  // the processor name of each world rank, by rank
 
 double allreduce_sum(double x);
 double allreduce_max(double x);

@@ -67,9 +67,18 @@ void MetricsLog::write(const JsonLine& line) {
 }
 
 std::string step_line(const StepMetrics& m) {
-  return strf("step %6d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | MFU %.1f%% | %.0f ms/step%s | ETA %s",
+  // A slow rank (a loaded node, a throttled CPU) is shown when it costs a quarter of the step or more: less is the
+  // noise of ranks sharing cores.
+  const std::string straggler =
+      m.straggler_s > m.step_s / 4
+          ? strf(" | slowest rank %d@%s +%.0f ms", m.slowest_rank, m.slowest_host.c_str(), 1000 * m.straggler_s)
+          : "";
+  const std::string stalled =
+      m.stall ? strf(" | stalled %.1f s in %s on group %s", m.stall->seconds, m.stall->op, m.stall->group) : "";
+  return strf("step %6d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | MFU %.1f%% | %.0f ms/step%s%s%s | ETA %s",
               m.step, m.steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, 100 * m.mfu, 1000 * m.step_s,
-              m.bubble ? strf(" | bubble %.0f%%", 100 * *m.bubble).c_str() : "", format_duration(m.eta_s).c_str());
+              m.bubble ? strf(" | bubble %.0f%%", 100 * *m.bubble).c_str() : "", straggler.c_str(), stalled.c_str(),
+              format_duration(m.eta_s).c_str());
 }
 
 // The step's traffic by group and operation, the non-zero ones; evaluations and checkpoints between steps are
@@ -99,6 +108,9 @@ JsonLine step_record(const StepMetrics& m) {
       .add("data_s", m.data_s)
       .add("compute_s", m.compute_s)
       .add("comm_s", m.comm_s)
+      .add("wait_max_s", m.wait_max_s)
+      .add("slowest_rank", static_cast<long long>(m.slowest_rank))
+      .add("straggler_s", m.straggler_s)
       .add("optim_s", m.optim_s)
       .add("optim_background_s", m.optim_background_s)
       .add("skipped", static_cast<long long>(m.skipped))

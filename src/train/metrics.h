@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "parallel/groups.h"
+#include "parallel/watchdog.h"
 
 namespace yuan {
 
@@ -47,6 +48,15 @@ struct StepMetrics {
   double loss = 0, lr = 0, grad_norm = 0;
   double tokens_per_s = 0, mfu = 0;
   double step_s = 0, data_s = 0, compute_s = 0, comm_s = 0, optim_s = 0, optim_background_s = 0;
+  double wait_max_s = 0;  // this rank's longest wait in the step (parallel/watchdog.h)
+  // The rank whose own work (the step less its waits) took longest, where it runs, and what it cost the step: its
+  // work beyond the middle rank's, which the others spend waiting for it (rank 0's figures; elsewhere rank 0 at 0).
+  int slowest_rank = 0;
+  std::string slowest_host;
+  double straggler_s = 0;
+  // A wait the job rode out since the previous step line (a link back within the deadline, a peer stopped for a
+  // while), set where the line shows it.
+  std::optional<parallel::LongestWait> stall;
   double eta_s = 0;  // the steps left at the mean time of the steps after this run's first
   bool skipped = false;
   long long tokens = 0;  // trained on so far

@@ -63,6 +63,22 @@ struct FaultInjection {
   }
 };
 
+// The rank whose step's compute took longest, and what it cost the step: its compute beyond the middle rank's
+// (the lower median: with two ranks, the other one), which the others spend waiting for it at the step's collectives. On rank 0, from every
+// rank's compute seconds; elsewhere (no values) rank 0 at no cost.
+struct Straggler {
+  int rank = 0;
+  double cost_s = 0;
+};
+Straggler slowest_rank(const std::vector<double>& compute) {
+  if (compute.empty()) return {};
+  std::vector<double> sorted = compute;
+  const auto middle = sorted.begin() + (sorted.size() - 1) / 2;
+  std::nth_element(sorted.begin(), middle, sorted.end());
+  const auto slowest = std::max_element(compute.begin(), compute.end());
+  return {static_cast<int>(slowest - compute.begin()), *slowest - *middle};
+}
+
 // A run directory has one owner: rank 0 holds a lock on run.dir/.lock for the whole run, taken before anything is
 // written there, so that a second training on the same directory (a duplicate submission, a requeue that starts
 // before the old job ended) cannot resume from the first's checkpoints, overwrite them and mix metrics.jsonl.
@@ -174,7 +190,7 @@ class Trainer {
     if (!evaluate(state_.step) || parallel::agreed_stop_signal()) return stop_for_requeue();
     const double start = now_seconds();
     for (int step = static_cast<int>(first_step_); step < c.train.steps; step++) {
-      const StepMetrics m = run_step(step);
+      StepMetrics m = run_step(step);
       log_step(m);
       count_bad_steps(m);
       if (parallel::agreed_stop_signal()) return stop_for_requeue();
@@ -312,6 +328,7 @@ class Trainer {
     if (step + 1 == profile_first) replica_.backend->profiler(true);
     StepMetrics m;
     const double t0 = now_seconds();
+    parallel::take_waited_seconds();  // waits between steps (the previous step's gathers) belong to none
     m.traffic_start = groups_.traffic();
     m.lr = lr_at(c.optim, step, c.train.steps);
     const double loss = run_micro_batches(step);
@@ -322,6 +339,9 @@ class Trainer {
     const ZeroStepStats st = end_step(*replica_.opts, world_comm(), m.lr, m.loss);
     replica_.backend->range_pop();
     m.step_s = now_seconds() - t0;
+    const parallel::LongestWait wait = parallel::take_longest_wait();
+    m.wait_max_s = wait.seconds;
+    if (wait.seconds > stall_.seconds) stall_ = wait;
     m.step = step + 1;
     m.steps = c.train.steps;
     if (m.step == profile_last) replica_.backend->profiler(false);
@@ -340,6 +360,10 @@ class Trainer {
     m.optim_background_s = st.background_seconds;
     m.skipped = st.skipped;
     m.tokens = static_cast<long long>(m.step * tokens_per_step());
+    const Straggler slow = slowest_rank(parallel::gather(m.step_s - parallel::take_waited_seconds()));
+    m.slowest_rank = slow.rank;
+    m.slowest_host = parallel::world_hosts()[slow.rank];
+    m.straggler_s = slow.cost_s;
     measure_bubble(m);
     m.peak_host_bytes = host_peak_rss_bytes();
     m.base_host_bytes = base_host_bytes_;
@@ -376,9 +400,15 @@ class Trainer {
     m.stage_busy = std::move(busy);
   }
 
-  void log_step(const StepMetrics& m) {
+  void log_step(StepMetrics& m) {
     const Config& c = cfg_;
-    if (m.step % c.train.log_every == 0 || m.step == c.train.steps || m.skipped) say("%s", step_line(m).c_str());
+    if (m.step % c.train.log_every == 0 || m.step == c.train.steps || m.skipped) {
+      // The longest wait since the previous line, when it took more than a tenth of the deadline (the watchdog's
+      // own resolution).
+      if (stall_.seconds > c.dist.timeout_s / 10) m.stall = stall_;
+      stall_ = {};
+      say("%s", step_line(m).c_str());
+    }
     if (metrics_) metrics_->write(step_record(m));
   }
 
@@ -483,6 +513,7 @@ class Trainer {
   TrainState state_;
   int64_t first_step_ = 0, saved_step_ = 0;  // where this run started; the newest step in a checkpoint
   double timed_ = 0;                         // seconds of this run's steps after its first (for the ETA)
+  parallel::LongestWait stall_;              // the longest wait since the previous step line
   int bad_run_ = 0;                          // steps skipped in a row
   double data_wait_ = 0;                     // seconds the step so far waited for its micro-batches
   StageRunner::Hooks hooks_;
