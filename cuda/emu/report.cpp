@@ -50,6 +50,7 @@ const char* check_name(Check c) {
     case Check::Misaligned: return "misaligned access";
     case Check::Uninitialised: return "uninitialised read";
     case Check::SharedRace: return "shared-memory race";
+    case Check::GlobalRace: return "device-memory race";
     case Check::BarrierDivergence: return "barrier divergence";
     case Check::WarpDivergence: return "warp divergence";
     case Check::HostMemory: return "host/device memory mix-up";

@@ -71,6 +71,8 @@ enum class Check {
   Misaligned,        // an access not aligned to its size (a GPU faults on it)
   Uninitialised,     // a read of device or shared memory that nothing wrote
   SharedRace,        // two threads, one of them writing, touch a shared byte between two barriers
+  GlobalRace,        // two threads of a launch, one of them writing, touch a device byte: other blocks', or between two
+                     // barriers of their block
   BarrierDivergence, // __syncthreads not reached by every thread of the block, or different ones
   WarpDivergence,    // a warp collective whose mask leaves out the caller or names a lane that does not come
   HostMemory,        // a kernel touched host memory, or host code device memory
@@ -78,6 +80,20 @@ enum class Check {
   Library,           // a CUDA, cuBLASLt or NCCL call the library would refuse or that the emulator does not model
 };
 const char* check_name(Check c);
+
+// ---- the order threads run in ----
+
+// How each launch orders its blocks, and the threads of each block where they wait for nothing. Varied (the
+// default) takes forward, reverse and a seeded shuffle in turn, launch by launch; `switches` lets a thread stop at
+// random accesses of memory for the others. The seed is YUAN_EMU_SEED's, else 0: a run repeats itself.
+enum class Order { Forward, Reverse, Shuffled, Varied };
+struct Schedule {
+  Order order = Order::Varied;
+  bool switches = true;
+  uint64_t seed = 0;
+};
+void set_schedule(const Schedule& s);
+Schedule schedule();
 
 struct Report {
   Check check;
