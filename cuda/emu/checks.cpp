@@ -2,8 +2,8 @@
 // __tsan_readN / __tsan_writeN before every load and store that might touch shared state; this file defines those
 // hooks (ThreadSanitizer's runtime is never linked) and classifies each access by address:
 //   device arena   bounds and use after free (shadow byte kNoAccess), uninitialised reads, natural alignment;
-//                  from host code, an access is itself the error (a GPU's memory is not the host's); from a kernel,
-//                  and races between the threads of a launch (below);
+//                  from host code, an access is itself the error (a GPU's memory is not the host's); races between
+//                  the threads of a launch (below);
 //   shared memory  a kernel thread's access of its block's dynamic shared memory or of a __shared__ array: bounds,
 //                  uninitialised reads, and races between barriers;
 //   anything else  from a kernel, only its own stack, its parameters, pinned host memory and the program's static
@@ -231,6 +231,21 @@ void race_byte(Cell& c, uintptr_t a, const Access& x, const Place& place) {
   }
 }
 
+// Runs `one(i)`, the checks and update of byte i's cell, for each byte of an access. A byte whose cell was the same
+// as the first byte's takes the first byte's outcome (the same checks pass on the same state, and the update is
+// the same): the bytes of an access were mostly last touched together.
+template <typename F>
+void each_byte(Cell* cells, size_t n, F one) {
+  const Cell first = cells[0];
+  one(0);
+  for (size_t i = 1; i < n; i++) {
+    if (std::memcmp(&cells[i], &first, sizeof(Cell)) == 0)
+      cells[i] = cells[0];
+    else
+      one(i);
+  }
+}
+
 void device_access(uintptr_t a, size_t n, bool write, bool natural, bool atomic, const void* pc) {
   const Arenas& ar = arenas();
   if (!t_running) {
@@ -257,18 +272,18 @@ void device_access(uintptr_t a, size_t n, bool write, bool natural, bool atomic,
   if (write) std::memset(sh, kInitialised, n);
   Shared& s = shared();
   Cell* cells = s.device_cells + (a - ar.device);
+  const Access x(write, s.launch_epoch, pc);
   if (atomic) {  // atomics do not race with each other; a plain access of the byte is checked against them
     for (size_t i = 0; i < n; i++) {
-      cells[i].written = s.epoch;
-      cells[i].writer = static_cast<uint16_t>(t_running->tid);
-      cells[i].write_seq = warp_sync_count(t_running->warp);
-      cells[i].write_pc = code_offset(pc);
+      cells[i].written = x.now;
+      cells[i].writer = x.tid;
+      cells[i].write_seq = x.seq;
+      cells[i].write_pc = x.pc;
     }
     return;
   }
   const Place place{Place::Device, nullptr, 0};
-  const Access x(write, s.launch_epoch, pc);
-  for (size_t i = 0; i < n; i++) race_byte(cells[i], a + i, x, place);
+  each_byte(cells, n, [&](size_t i) { race_byte(cells[i], a + i, x, place); });
 }
 
 // A kernel thread's access of shared memory; false when p is not shared memory.
@@ -309,7 +324,7 @@ bool shared_access(uintptr_t a, size_t n, bool write, bool natural, bool atomic,
                                       a, n),
          pc);
   const Access x(write, s.block_epoch, pc);
-  for (size_t i = 0; i < n; i++) {
+  each_byte(cells, n, [&](size_t i) {
     Cell& c = cells[i];
     if (!write || atomic) {  // atomics read what is there too
       if (c.written < s.block_epoch)
@@ -318,14 +333,14 @@ bool shared_access(uintptr_t a, size_t n, bool write, bool natural, bool atomic,
              pc);
     }
     if (atomic) {  // atomics do not race with each other; a plain access of the byte is checked against them
-      c.written = s.epoch;
-      c.writer = static_cast<uint16_t>(t_running->tid);
-      c.write_seq = warp_sync_count(t_running->warp);
-      c.write_pc = code_offset(pc);
-      continue;
+      c.written = x.now;
+      c.writer = x.tid;
+      c.write_seq = x.seq;
+      c.write_pc = x.pc;
+      return;
     }
     race_byte(c, a + i, x, place);
-  }
+  });
   return true;
 }
 
