@@ -182,12 +182,13 @@ struct Access {
 
 // The race check of one byte, then the access recorded in its cell.
 void race_byte(Cell& c, uintptr_t a, const Access& x, const Place& place) {
-  if (!x.write && c.read == x.now && c.reader == x.tid && (c.written < x.first || (c.written >= x.block && c.writer == x.tid)))
+  const bool own_write = c.written < x.first || (c.written >= x.block && c.writer == x.tid);
+  if (!x.write && c.read == x.now && c.reader == x.tid && own_write)
     return;  // a read the thread made before, of nothing another thread wrote: the most common case
   const Check race = place.kind == Place::Device ? Check::GlobalRace : Check::SharedRace;
   const char* since = place.kind == Place::Device ? "in this launch" : "since the last barrier";
-  const bool ordered_write = c.written < x.first || (c.written >= x.block && (c.writer == x.tid || c.written < x.now ||
-                                                                             synced(c.writer, c.write_seq)));
+  const bool ordered_write =
+      own_write || (c.written >= x.block && (c.written < x.now || synced(c.writer, c.write_seq)));
   if (!ordered_write)
     fail(race, a, format("%s of %s, which %s wrote %s (its write in %s)", verb(x.write), place.name(a).c_str(),
                          thread_name(c.writer, c.written).c_str(), since, code_at(c.write_pc).c_str()),
@@ -198,7 +199,8 @@ void race_byte(Cell& c, uintptr_t a, const Access& x, const Place& place) {
       if (c.reader == kBlocks || c.read < x.block) ordered = false;
       else if (c.read < x.now || c.reader == x.tid) ordered = true;
       else if (c.reader < kWarpReaders) ordered = synced(c.reader, c.read_seq);
-      else if (c.reader != kSeveral) ordered = (c.reader & ~kWarpReaders) == x.warp && warp_synced(x.warp, c.read_seq, ~0u);
+      else if (c.reader != kSeveral)
+        ordered = (c.reader & ~kWarpReaders) == x.warp && warp_synced(x.warp, c.read_seq, ~0u);
       else ordered = false;
       if (!ordered) {
         const std::string readers = c.reader == kBlocks       ? std::string("threads of other blocks")
