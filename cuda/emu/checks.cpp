@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 #include "emulator.h"
 
@@ -59,6 +60,8 @@ struct Shared {
   size_t dynamic_bytes = 0;  // the running launch's
   uint32_t epoch = 1, block_epoch = 1, launch_epoch = 1;
   std::vector<std::pair<uint32_t, uint3>> blocks;  // the running launch's blocks so far: first epoch, index
+  bool journaling = false, atomics_used = false;  // of the running launch
+  Journal journal;
   HostWindows windows;
   SharedArray last_array;  // the array of the last static shared access: most accesses hit the same one
   Shared() {
@@ -271,10 +274,19 @@ void device_access(uintptr_t a, size_t n, bool write, bool natural, bool atomic,
       fail(c, a + i, describe_device(a + i, n - i, write && !atomic, sh[i]), pc);
     }
   }
-  if (write) std::memset(sh, kInitialised, n);
   Shared& s = shared();
   Cell* cells = s.device_cells + (a - ar.device);
   const Access x(write, s.launch_epoch, pc);
+  if (write && s.journaling) {  // what the launch overwrites first, so that it can run again (kernel.cpp)
+    Journal& j = s.journal;
+    for (size_t i = 0; i < n; i++)
+      if (cells[i].written < x.first) {
+        j.at.push_back(a + i);
+        j.before.push_back(reinterpret_cast<const uint8_t*>(a)[i]);
+        j.state.push_back(sh[i]);
+      }
+  }
+  if (write) std::memset(sh, kInitialised, n);
   if (atomic) {  // atomics do not race with each other; a plain access of the byte is checked against them
     for (size_t i = 0; i < n; i++) {
       cells[i].written = x.now;
@@ -381,10 +393,29 @@ void check_shared(uintptr_t p, size_t n, bool write, int tid) {
   t_running = self;
 }
 
-void begin_launch() {
+void begin_launch(bool journal) {
   Shared& s = shared();
   s.launch_epoch = ++s.epoch;
   s.blocks.clear();
+  s.journaling = journal;
+  s.atomics_used = false;
+  s.journal = Journal{};
+}
+
+bool launch_used_atomics() { return shared().atomics_used; }
+
+Journal take_journal() {
+  Shared& s = shared();
+  s.journaling = false;
+  return std::exchange(s.journal, Journal{});
+}
+
+void undo(const Journal& j) {
+  const Arenas& ar = arenas();
+  for (size_t i = 0; i < j.at.size(); i++) {
+    *reinterpret_cast<uint8_t*>(j.at[i]) = j.before[i];
+    ar.shadow[j.at[i] - ar.device] = j.state[i];
+  }
 }
 
 unsigned char* begin_block_shared(size_t dynamic_bytes, uint3 block) {
@@ -419,6 +450,7 @@ uint64_t atomic(void* p, AtomicType t, AtomicOp op, uint64_t operand, uint64_t c
     return 0;
   }
   maybe_switch();
+  shared().atomics_used = true;
   if (in_arena(Space::Device, a)) {
     device_access(a, n, true, true, true, pc);
   } else if (!shared_access(a, n, true, true, true, pc)) {

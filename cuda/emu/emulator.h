@@ -97,8 +97,17 @@ void copy_shadow(void* dst, const void* src, size_t n);  // device to device cop
 
 // A kernel's access of shared memory by thread `tid` (ldmatrix reads on behalf of its address lanes).
 void check_shared(uintptr_t p, size_t n, bool write, int tid);
-// A new launch: accesses of its threads race with each other's only (device memory).
-void begin_launch();
+// A new launch: accesses of its threads race with each other's only (device memory). With `journal`, each device
+// byte it writes is journaled at its first write, with what it held.
+void begin_launch(bool journal);
+struct Journal {  // per byte, in the order of their first writes
+  std::vector<uintptr_t> at;
+  std::vector<uint8_t> before, state;  // the value and the initialisation shadow it had
+};
+bool launch_used_atomics();
+Journal take_journal();  // the running launch's, and journaling stops
+// Puts back what a journaled launch wrote.
+void undo(const Journal& j);
 // Shared memory of a new block `block`: nothing in it is initialised, and all of it, the dynamic part (returned) and
 // every __shared__ array, is filled with a NaN pattern.
 unsigned char* begin_block_shared(size_t dynamic_bytes, uint3 block);

@@ -20,6 +20,7 @@
 #include <cstring>
 #include <map>
 #include <numeric>
+#include <unordered_set>
 #include <vector>
 
 #include "emulator.h"
@@ -376,6 +377,22 @@ void install_crash_report() {
   (void)alt_stack;
 }
 
+const char* order_name(Order o) {
+  return o == Order::Forward ? "forward" : o == Order::Reverse ? "in reverse" : "shuffled";
+}
+
+// Runs every block of the launch, in the running order; false when a check ended it.
+bool run_grid(const Kernel& k, bool journal) {
+  begin_launch(journal);
+  Block b;
+  const dim3 g = k.cfg.grid;
+  for (uint32_t i : in_order(size_t(g.x) * g.y * g.z)) {
+    run_block(k, uint3{i % g.x, i / g.x % g.y, i / g.x / g.y}, b);
+    if (b.aborted) return false;
+  }
+  return true;
+}
+
 void run_kernel(const Kernel& k) {
   if (sticky_error() != cudaSuccess) return;
   install_crash_report();
@@ -386,17 +403,37 @@ void run_kernel(const Kernel& k) {
   static uint64_t launches = 0;  // under the emulator's lock
   const Schedule& sched = the_schedule();
   const uint64_t serial = launches++;
-  t_order = sched.order == Order::Varied ? static_cast<Order>(serial % 3) : sched.order;
+  const bool varied = sched.order == Order::Varied;
+  t_order = varied ? static_cast<Order>(serial % 3) : sched.order;
   t_rng = Rng{sched.seed * 0x100000001b3ull ^ serial};
   t_switches = sched.switches;
   t_until_switch = 1;
-  begin_launch();
-  Block b;
-  const dim3 g = k.cfg.grid;
-  for (uint32_t i : in_order(size_t(g.x) * g.y * g.z)) {
-    run_block(k, uint3{i % g.x, i / g.x % g.y, i / g.x / g.y}, b);
-    if (b.aborted) return;
-  }
+  const bool complete = run_grid(k, varied);
+  const Journal first = take_journal();
+  if (!complete || !varied || !launch_used_atomics()) return;
+  // Atomics are the one way a race-free kernel's result can depend on the order (which thread comes first, a sum
+  // in arrival order): the launch runs again from the same memory, in another order, and must write the same.
+  std::vector<uint8_t> after(first.at.size());
+  std::unordered_set<uintptr_t> written(first.at.begin(), first.at.end());
+  for (size_t i = 0; i < after.size(); i++) after[i] = *reinterpret_cast<const uint8_t*>(first.at[i]);
+  undo(first);
+  const Order was = t_order;
+  t_order = was == Order::Forward ? Order::Reverse : Order::Forward;
+  if (!run_grid(k, true)) return;
+  const Journal second = take_journal();
+  auto differs = [&](uintptr_t a, uint8_t expected) {
+    const uint8_t now = *reinterpret_cast<const uint8_t*>(a);
+    if (now == expected) return false;
+    report(Check::OrderDependence, Where{k.name, {}, {}}, a,
+           format("device byte 0x%zx holds 0x%02x when the blocks and threads run %s, 0x%02x when they run %s", a,
+                  expected, order_name(was), now, order_name(t_order)),
+           true, cudaErrorLaunchFailure);
+    return true;
+  };
+  for (size_t i = 0; i < after.size(); i++)
+    if (differs(first.at[i], after[i])) return;
+  for (size_t i = 0; i < second.at.size(); i++)  // bytes only the second run wrote held their old value after the first
+    if (!written.count(second.at[i]) && differs(second.at[i], second.before[i])) return;
 }
 
 }  // namespace
