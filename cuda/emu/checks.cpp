@@ -34,6 +34,8 @@ thread_local const ThreadSite* t_running = nullptr;
 
 namespace {
 
+// Device bytes a launch journals at most (10 bytes each): a launch that writes more is not run twice.
+constexpr size_t kJournalBytes = 32 << 20;
 constexpr size_t kDynamicWindow = 256 << 10;  // the dynamic shared memory buffer: the largest opt-in (227 KiB) and more
 // Cell::reader beyond a thread index: several threads of warp w (kWarpReaders | w), of several warps of one block,
 // or of several blocks.
@@ -279,7 +281,11 @@ void device_access(uintptr_t a, size_t n, bool write, bool natural, bool atomic,
   const Access x(write, s.launch_epoch, pc);
   if (write && s.journaling) {  // what the launch overwrites first, so that it can run again (kernel.cpp)
     Journal& j = s.journal;
-    for (size_t i = 0; i < n; i++)
+    if (j.at.size() + n > kJournalBytes) {
+      s.journaling = false;
+      j.complete = false;
+    }
+    for (size_t i = 0; i < n && s.journaling; i++)
       if (cells[i].written < x.first) {
         j.at.push_back(a + i);
         j.before.push_back(reinterpret_cast<const uint8_t*>(a)[i]);

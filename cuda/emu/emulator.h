@@ -103,6 +103,7 @@ void begin_launch(bool journal);
 struct Journal {  // per byte, in the order of their first writes
   std::vector<uintptr_t> at;
   std::vector<uint8_t> before, state;  // the value and the initialisation shadow it had
+  bool complete = true;                // false: the launch wrote more than the journal keeps
 };
 bool launch_used_atomics();
 Journal take_journal();  // the running launch's, and journaling stops

@@ -408,9 +408,9 @@ void run_kernel(const Kernel& k) {
   t_rng = Rng{sched.seed * 0x100000001b3ull ^ serial};
   t_switches = sched.switches;
   t_until_switch = 1;
-  const bool complete = run_grid(k, varied);
+  const bool finished = run_grid(k, varied);
   const Journal first = take_journal();
-  if (!complete || !varied || !launch_used_atomics()) return;
+  if (!finished || !varied || !launch_used_atomics() || !first.complete) return;
   // Atomics are the one way a race-free kernel's result can depend on the order (which thread comes first, a sum
   // in arrival order): the launch runs again from the same memory, in another order, and must write the same.
   std::vector<uint8_t> after(first.at.size());
