@@ -128,9 +128,13 @@ build/%.o: %.cu $(FLAGS_STAMP)
 # cuda/emu/include and run on the CPU, every access checked; no nvcc needed. bin/test_cuda_emu is the GPU test suite
 # on it, bin/yuanlm_emu the program whose cuda device it is. Its objects live in build/emu. -fsanitize=thread only
 # instruments here: each load and store calls a hook that cuda/emu/checks.cpp defines (no ThreadSanitizer runtime).
+# -fsanitize=alignment checks every typed access against its type's alignment (a 16-byte pack read at a 2-byte
+# address), before the optimiser splits it into element accesses; checks.cpp defines its hook too. __shared__
+# variables get a section each (-fdata-sections), which cuda/emu/gather_shared.sh moves into yuan_emu_shared.
 # nvcc's #pragma unroll means nothing to g++; the toolkit's include directory stays out of the way of cuda/emu's.
 EMU_FLAGS    := -std=c++17 -O2 -fopenmp -Wall -Wextra -MMD -MP -DYUAN_EMU -DYUAN_CUDA -Isrc -Icuda -Icuda/emu/include
-EMU_CUFLAGS  := -x c++ -Wno-unknown-pragmas -fsanitize=thread --param=tsan-instrument-func-entry-exit=0
+EMU_CUFLAGS  := -x c++ -Wno-unknown-pragmas -fsanitize=thread --param=tsan-instrument-func-entry-exit=0 \
+                -fsanitize=alignment -fdata-sections
 EMU_RT_OBJ   := $(patsubst %.cpp,build/emu/%.o,$(wildcard cuda/emu/*.cpp))
 EMU_CU_OBJ   := $(patsubst %.cu,build/emu/%.o,$(wildcard cuda/*.cu))
 EMU_TEST_OBJ := $(patsubst %.cu,build/emu/%.o,$(wildcard tests/cuda/*.cu))
@@ -151,9 +155,10 @@ bin/yuanlm_emu: build/emu/src/main.o $(call emu_objs,$(APP_OBJ) $(CORE_OBJ)) $(E
 	@mkdir -p $(@D)
 	$(CXX) $(LDFLAGS) -o $@ $^ $(HOST_LIBS) $(EMU_LIBS)
 
-build/emu/%.o: %.cu $(EMU_STAMP)
+build/emu/%.o: %.cu $(EMU_STAMP) cuda/emu/gather_shared.sh
 	@mkdir -p $(@D)
 	$(CXX) $(EMU_FLAGS) $(EMU_CUFLAGS) $(filter-out -I$(CUDA_HOME)/include,$(filter -I% -D%,$(CPPFLAGS))) -c -o $@ $<
+	cuda/emu/gather_shared.sh $@
 
 build/emu/cuda/emu/%.o: cuda/emu/%.cpp $(EMU_STAMP)
 	@mkdir -p $(@D)

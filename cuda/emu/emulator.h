@@ -13,6 +13,7 @@
 #include <functional>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "cuda_emu.h"
 #include "cuda_runtime_api.h"
@@ -49,6 +50,8 @@ struct SharedArray {
   const char* name = "";
 };
 bool shared_array(uintptr_t p, SharedArray* out);
+// Every __shared__ array of the program.
+const std::vector<SharedArray>& shared_arrays();
 // The section holding every __shared__ variable (cuda_runtime.h), empty when the program has none.
 uintptr_t shared_section_begin();
 uintptr_t shared_section_end();
@@ -94,9 +97,23 @@ void copy_shadow(void* dst, const void* src, size_t n);  // device to device cop
 
 // A kernel's access of shared memory by thread `tid` (ldmatrix reads on behalf of its address lanes).
 void check_shared(uintptr_t p, size_t n, bool write, int tid);
-// Shared memory of a new block: nothing in it is initialised, the dynamic part (returned) is filled with a NaN
-// pattern.
-unsigned char* begin_block_shared(size_t dynamic_bytes);
+// A new launch: accesses of its threads race with each other's only (device memory). With `journal`, each device
+// byte it writes is journaled at its first write, with what it held.
+void begin_launch(bool journal);
+struct Journal {  // per byte, in the order of their first writes
+  std::vector<uintptr_t> at;
+  std::vector<uint8_t> before, state;  // the value and the initialisation shadow it had
+  bool complete = true;                // false: the launch wrote more than the journal keeps
+};
+bool launch_used_atomics();
+Journal take_journal();  // the running launch's, and journaling stops
+// Puts back what a journaled launch wrote.
+void undo(const Journal& j);
+// Shared memory of a new block `block`: nothing in it is initialised, and all of it, the dynamic part (returned) and
+// every __shared__ array, is filled with a NaN pattern.
+unsigned char* begin_block_shared(size_t dynamic_bytes, uint3 block);
+// Device memory freed: its race state goes (the addresses are never used again).
+void forget_device(uintptr_t begin, size_t bytes);
 // A barrier separates accesses: what came before no longer races with what comes after.
 void barrier_shared();
 // Where kernel code may touch memory that is neither device nor shared memory.
@@ -121,6 +138,8 @@ uint3 thread_index(int tid);
 // For the race checks: the number of warp collectives warp `warp` completed, and whether one completed since
 // `seq` had all of `lanes` in its mask (they synchronised, as __syncwarp would).
 uint32_t warp_sync_count(int warp);
+// Where the schedule lets threads switch (Schedule::switches): the running kernel thread may stop here for others.
+void maybe_switch();
 bool warp_synced(int warp, uint32_t seq, unsigned lanes);
 
 // ---- warp.cpp ----

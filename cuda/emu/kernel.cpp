@@ -1,11 +1,12 @@
 // Kernel launches. A launch is checked as CUDA checks it, then enqueued on its stream; when the stream runs it,
 // its blocks run one after another on the calling OS thread, and the threads of a block are fibers
 // (Boost.Context's fcontext: a stack each and a register switch, no system call). A thread runs until it waits,
-// at __syncthreads or in a warp collective, or ends; the scheduler then resumes the next thread that can run.
-// A barrier opens when every thread of the block waits at it; a warp collective completes when every lane of its
-// mask has arrived, and the last to arrive computes it for all (warp.cpp). Nothing else switches threads, so
-// the emulator's order is one of the many a GPU may take; the race checks (checks.cpp) look at every pair of
-// accesses between barriers, so that order does not hide a race.
+// at __syncthreads or in a warp collective, or ends, or until the schedule switches it out at an access of memory;
+// the scheduler then resumes the next thread that can run. A barrier opens when every thread of the block waits at
+// it; a warp collective completes when every lane of its mask has arrived, and the last to arrive computes it for
+// all (warp.cpp). The schedule (Schedule, cuda_emu.h) orders the blocks and the threads forward, in reverse or
+// shuffled, launch by launch, so that a result that depends on the order shows as a different result; the race
+// checks (checks.cpp) look at every pair of accesses that nothing orders, so that no one order hides a race.
 //
 // A failed check ends the launch where it happened, like a faulting kernel: the thread's fiber is abandoned (never
 // unwound: no frames to run), no further thread or block runs, and the error stays until take_reports().
@@ -13,10 +14,13 @@
 #include <signal.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <numeric>
+#include <unordered_set>
 #include <vector>
 
 #include "emulator.h"
@@ -30,6 +34,8 @@ constexpr int kMaxThreads = 1024;
 constexpr size_t kStackBytes = 256 << 10, kGuardBytes = 4096;  // per thread; the guard page catches overflows
 constexpr size_t kSharedDefault = 48 << 10, kSharedOptInMax = 227 << 10;  // sm_90's per-block limits
 constexpr size_t kParamsMax = 32764;                                      // CUDA 12.1 and later, sm_70+
+// With switches on, a thread stops after a random 1 to 2 kSwitchEvery - 1 memory accesses (kSwitchEvery on average).
+constexpr uint64_t kSwitchEvery = 32;
 
 struct Lane {
   ThreadSite site{};
@@ -70,6 +76,40 @@ struct Block {
 
 thread_local Block* t_block = nullptr;
 thread_local Lane* t_lane = nullptr;
+
+// The running launch's order and random numbers (splitmix64: small, and the same sequence on every machine).
+struct Rng {
+  uint64_t state;
+  uint64_t next() {
+    uint64_t z = state += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+};
+thread_local Rng t_rng{0};
+thread_local Order t_order = Order::Forward;
+thread_local bool t_switches = false;
+thread_local uint64_t t_until_switch = 0;  // accesses before the running thread stops
+
+Schedule& the_schedule() {
+  static Schedule s = [] {
+    Schedule d;
+    if (const char* seed = std::getenv("YUAN_EMU_SEED")) d.seed = std::strtoull(seed, nullptr, 0);
+    return d;
+  }();
+  return s;
+}
+
+// 0, 1, ..., n-1 in the running launch's order.
+std::vector<uint32_t> in_order(size_t n) {
+  std::vector<uint32_t> v(n);
+  std::iota(v.begin(), v.end(), 0u);
+  if (t_order == Order::Reverse) std::reverse(v.begin(), v.end());
+  if (t_order == Order::Shuffled)
+    for (size_t i = n; i > 1; i--) std::swap(v[i - 1], v[t_rng.next() % i]);
+  return v;
+}
 
 std::map<const void*, int>& shared_opt_in() {  // cudaFuncSetAttribute(MaxDynamicSharedMemorySize) per kernel
   static auto* m = new std::map<const void*, int>;
@@ -268,7 +308,7 @@ void run_block(const Kernel& k, uint3 idx, Block& b) {
   b.warps.assign((n + 31) / 32, Warp{});
   b.done = b.at_barrier = 0;
   b.aborted = false;
-  b.dynamic = begin_block_shared(k.cfg.shared_bytes);
+  b.dynamic = begin_block_shared(k.cfg.shared_bytes, idx);
   char* const base = stacks();
   for (int i = 0; i < n; i++) {
     Lane& l = b.lanes[i];
@@ -279,9 +319,11 @@ void run_block(const Kernel& k, uint3 idx, Block& b) {
     b.warps[i / 32].present |= 1u << (i % 32);
   }
   t_block = &b;
+  const std::vector<uint32_t> order = in_order(n);
   while (b.done < n && !b.aborted) {
     bool progress = false;
-    for (Lane& l : b.lanes) {
+    for (uint32_t i : order) {
+      Lane& l = b.lanes[i];
       if (l.state != Lane::Runnable) continue;
       progress = true;
       t_lane = &l;
@@ -335,6 +377,22 @@ void install_crash_report() {
   (void)alt_stack;
 }
 
+const char* order_name(Order o) {
+  return o == Order::Forward ? "forward" : o == Order::Reverse ? "in reverse" : "shuffled";
+}
+
+// Runs every block of the launch, in the running order; false when a check ended it.
+bool run_grid(const Kernel& k, bool journal) {
+  begin_launch(journal);
+  Block b;
+  const dim3 g = k.cfg.grid;
+  for (uint32_t i : in_order(size_t(g.x) * g.y * g.z)) {
+    run_block(k, uint3{i % g.x, i / g.x % g.y, i / g.x / g.y}, b);
+    if (b.aborted) return false;
+  }
+  return true;
+}
+
 void run_kernel(const Kernel& k) {
   if (sticky_error() != cudaSuccess) return;
   install_crash_report();
@@ -342,14 +400,40 @@ void run_kernel(const Kernel& k) {
   const uintptr_t stacks_begin = reinterpret_cast<uintptr_t>(stacks());
   set_host_windows(HostWindows{stacks_begin, stacks_begin + kMaxThreads * (kStackBytes + kGuardBytes), params,
                                params + k.params_bytes});
-  Block b;
-  const dim3 g = k.cfg.grid;
-  for (unsigned z = 0; z < g.z; z++)
-    for (unsigned y = 0; y < g.y; y++)
-      for (unsigned x = 0; x < g.x; x++) {
-        run_block(k, uint3{x, y, z}, b);
-        if (b.aborted) return;
-      }
+  static uint64_t launches = 0;  // under the emulator's lock
+  const Schedule& sched = the_schedule();
+  const uint64_t serial = launches++;
+  const bool varied = sched.order == Order::Varied;
+  t_order = varied ? static_cast<Order>(serial % 3) : sched.order;
+  t_rng = Rng{sched.seed * 0x100000001b3ull ^ serial};
+  t_switches = sched.switches;
+  t_until_switch = 1;
+  const bool finished = run_grid(k, varied);
+  const Journal first = take_journal();
+  if (!finished || !varied || !launch_used_atomics() || !first.complete) return;
+  // Atomics are the one way a race-free kernel's result can depend on the order (which thread comes first, a sum
+  // in arrival order): the launch runs again from the same memory, in another order, and must write the same.
+  std::vector<uint8_t> after(first.at.size());
+  std::unordered_set<uintptr_t> written(first.at.begin(), first.at.end());
+  for (size_t i = 0; i < after.size(); i++) after[i] = *reinterpret_cast<const uint8_t*>(first.at[i]);
+  undo(first);
+  const Order was = t_order;
+  t_order = was == Order::Forward ? Order::Reverse : Order::Forward;
+  if (!run_grid(k, true)) return;
+  const Journal second = take_journal();
+  auto differs = [&](uintptr_t a, uint8_t expected) {
+    const uint8_t now = *reinterpret_cast<const uint8_t*>(a);
+    if (now == expected) return false;
+    report(Check::OrderDependence, Where{k.name, {}, {}}, a,
+           format("device byte 0x%zx holds 0x%02x when the blocks and threads run %s, 0x%02x when they run %s", a,
+                  expected, order_name(was), now, order_name(t_order)),
+           true, cudaErrorLaunchFailure);
+    return true;
+  };
+  for (size_t i = 0; i < after.size(); i++)
+    if (differs(first.at[i], after[i])) return;
+  for (size_t i = 0; i < second.at.size(); i++)  // bytes only the second run wrote held their old value after the first
+    if (!written.count(second.at[i]) && differs(second.at[i], second.before[i])) return;
 }
 
 }  // namespace
@@ -395,6 +479,16 @@ cudaError_t set_shared_opt_in(const void* kernel, int bytes) {
   if (bytes < 0 || static_cast<size_t>(bytes) > kSharedOptInMax) return cudaErrorInvalidValue;
   shared_opt_in()[kernel] = bytes;
   return cudaSuccess;
+}
+
+void set_schedule(const Schedule& s) {
+  Lock lock(mutex());
+  the_schedule() = s;
+}
+
+Schedule schedule() {
+  Lock lock(mutex());
+  return the_schedule();
 }
 
 // ---- what kernel threads ask ----
@@ -484,6 +578,12 @@ uint3 thread_index(int tid) {
 }
 
 uint32_t warp_sync_count(int warp) { return t_block->warps[warp].count; }
+
+void maybe_switch() {
+  if (!t_switches || !t_lane || --t_until_switch > 0) return;
+  t_until_switch = 1 + t_rng.next() % (2 * kSwitchEvery - 1);
+  yield(t_lane);
+}
 
 bool warp_synced(int warp, uint32_t seq, unsigned lanes) {
   for (const auto& [count, mask] : t_block->warps[warp].log)

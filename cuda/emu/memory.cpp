@@ -91,6 +91,7 @@ bool release(Space s, void* p) {
   const size_t span = round_up(a.bytes, kPage);
   if (s == Space::Device) {
     std::memset(device_shadow(a.begin), kNoAccess, a.bytes);
+    forget_device(a.begin, a.bytes);
     m.device_in_use -= a.bytes;
   }
   // Host code that still reads the range through a stale pointer now faults instead of reading old data.

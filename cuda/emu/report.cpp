@@ -50,6 +50,8 @@ const char* check_name(Check c) {
     case Check::Misaligned: return "misaligned access";
     case Check::Uninitialised: return "uninitialised read";
     case Check::SharedRace: return "shared-memory race";
+    case Check::GlobalRace: return "device-memory race";
+    case Check::OrderDependence: return "order-dependent result";
     case Check::BarrierDivergence: return "barrier divergence";
     case Check::WarpDivergence: return "warp divergence";
     case Check::HostMemory: return "host/device memory mix-up";
@@ -69,7 +71,8 @@ void report(Check c, const Where& where, uintptr_t address, const std::string& w
   rep.address = address;
   rep.message = std::string("cuda emulator: ") + check_name(c);
   if (!where.kernel.empty()) rep.message += " in kernel " + where.kernel;
-  if (!where.kernel.empty() && c != Check::Launch)  // a refused launch has no thread running yet
+  // A refused launch has no thread running yet; an order-dependent result is the whole grid's.
+  if (!where.kernel.empty() && c != Check::Launch && c != Check::OrderDependence)
     rep.message += format(", block (%u,%u,%u), thread (%u,%u,%u)", where.block.x, where.block.y, where.block.z,
                           where.thread.x, where.thread.y, where.thread.z);
   rep.message += ": " + what;

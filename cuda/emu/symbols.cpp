@@ -137,6 +137,19 @@ bool shared_array(uintptr_t p, SharedArray* out) {
   return true;
 }
 
+const std::vector<SharedArray>& shared_arrays() {
+  static const std::vector<SharedArray> all = [] {
+    std::vector<SharedArray> v;
+    for (const Symbol& s : symbols().shared) {
+      SharedArray a;
+      shared_array(s.begin, &a);
+      v.push_back(a);
+    }
+    return v;
+  }();
+  return all;
+}
+
 uintptr_t shared_section_begin() { return reinterpret_cast<uintptr_t>(__start_yuan_emu_shared); }
 uintptr_t shared_section_end() { return reinterpret_cast<uintptr_t>(__stop_yuan_emu_shared); }
 

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "common.cuh"
 #include "gpu_test.h"
 #include "launch.cuh"
 #include "ptx.cuh"
@@ -25,7 +26,9 @@
 namespace {
 
 using yuan::emu::Check;
+using yuan::emu::Order;
 using yuan::emu::Report;
+using yuan::emu::Schedule;
 using yuan::gpu::dynamic_smem;
 using yuan::gpu::launch;
 
@@ -79,6 +82,19 @@ void expect_no_report() {
   EXPECT_EQ(yuan::emu::take_reports().size(), 0u);
 }
 
+// The schedule (cuda_emu.h) for as long as it lives, then the one before.
+struct Pinned {
+  explicit Pinned(Schedule s) : saved(yuan::emu::schedule()) { yuan::emu::set_schedule(s); }
+  ~Pinned() { yuan::emu::set_schedule(saved); }
+  Schedule saved;
+};
+
+// Which thread trips a planted bug first depends on the order threads run in: the checks' tests run one order
+// (forward, no switches), the schedule's own tests further down vary it.
+class EmulatorChecks : public ::testing::Test {
+  Pinned pinned_{Schedule{Order::Forward, false, 0}};
+};
+
 // ---- device memory ----
 
 __global__ void copy_upto(float* out, const float* in, int n) {
@@ -86,7 +102,7 @@ __global__ void copy_upto(float* out, const float* in, int n) {
   if (i <= n) out[i] = in[i];  // the planted bug: <= n
 }
 
-TEST(EmulatorChecks, ReadPastTheEndOfAnAllocation) {
+TEST_F(EmulatorChecks, ReadPastTheEndOfAnAllocation) {
   const int n = 100;
   Exact<float> in(n), out(n + 1);
   launch(copy_upto, 2, 64, 0, 0, out.p, in.p, n);
@@ -94,14 +110,14 @@ TEST(EmulatorChecks, ReadPastTheEndOfAnAllocation) {
                 "0 bytes past the end of a 400-byte allocation");
 }
 
-TEST(EmulatorChecks, WritePastTheEndOfAnAllocation) {
+TEST_F(EmulatorChecks, WritePastTheEndOfAnAllocation) {
   const int n = 100;
   Exact<float> in(n + 1), out(n);
   launch(copy_upto, 2, 64, 0, 0, out.p, in.p, n);
   expect_report(cudaErrorIllegalAddress, Check::OutOfBounds, "copy_upto", {1, 0, 0}, {36, 0, 0}, out.p + n, "write");
 }
 
-TEST(EmulatorChecks, UseAfterFree) {
+TEST_F(EmulatorChecks, UseAfterFree) {
   float* in = nullptr;
   Exact<float> out(65);
   CUDA_CHECK(cudaMalloc(&in, 65 * sizeof(float)));
@@ -111,7 +127,7 @@ TEST(EmulatorChecks, UseAfterFree) {
   expect_report(cudaErrorIllegalAddress, Check::UseAfterFree, "copy_upto", {0, 0, 0}, {0, 0, 0}, in, "freed");
 }
 
-TEST(EmulatorChecks, ReadOfUninitialisedDeviceMemory) {
+TEST_F(EmulatorChecks, ReadOfUninitialisedDeviceMemory) {
   Exact<float> in(65, false), out(65);
   launch(copy_upto, 1, 64, 0, 0, out.p, in.p, 64);
   expect_report(cudaErrorLaunchFailure, Check::Uninitialised, "copy_upto", {0, 0, 0}, {0, 0, 0}, in.p,
@@ -122,7 +138,7 @@ __global__ void load_double_at(double* out, const char* in, int offset) {
   *out = *reinterpret_cast<const double*>(in + offset);
 }
 
-TEST(EmulatorChecks, MisalignedAccess) {
+TEST_F(EmulatorChecks, MisalignedAccess) {
   Exact<char> in(64);
   Exact<double> out(1);
   launch(load_double_at, 1, 1, 0, 0, out.p, in.p, 8);
@@ -132,7 +148,7 @@ TEST(EmulatorChecks, MisalignedAccess) {
                 "not a multiple of 8");
 }
 
-TEST(EmulatorChecks, KernelReadingHostMemory) {
+TEST_F(EmulatorChecks, KernelReadingHostMemory) {
   std::vector<float> host(65, 1.0f);
   Exact<float> out(65);
   launch(copy_upto, 1, 64, 0, 0, out.p, host.data(), 64);
@@ -140,7 +156,7 @@ TEST(EmulatorChecks, KernelReadingHostMemory) {
                 "host memory");
 }
 
-TEST(EmulatorChecks, HostCodeReadingDeviceMemory) {
+TEST_F(EmulatorChecks, HostCodeReadingDeviceMemory) {
   Exact<float> d(4);
   volatile float sink = d.p[1];  // compiled in this (instrumented) file: a segfault on a GPU machine
   (void)sink;
@@ -161,7 +177,7 @@ __global__ void fill_dynamic(float* out) {
   out[threadIdx.x] = s[threadIdx.x];
 }
 
-TEST(EmulatorChecks, DynamicSharedMemoryOverrun) {
+TEST_F(EmulatorChecks, DynamicSharedMemoryOverrun) {
   Exact<float> out(65);
   launch(fill_dynamic, 1, 64, 64 * sizeof(float), 0, out.p);
   expect_no_report();
@@ -177,7 +193,7 @@ __global__ void shift_into_array(float* out) {
   out[threadIdx.x] = tile[threadIdx.x];
 }
 
-TEST(EmulatorChecks, StaticSharedArrayOverrun) {
+TEST_F(EmulatorChecks, StaticSharedArrayOverrun) {
   Exact<float> out(32);
   launch(shift_into_array, 1, 32, 0, 0, out.p);
   expect_report(cudaErrorIllegalAddress, Check::OutOfBounds, "shift_into_array", {0, 0, 0}, {31, 0, 0}, nullptr,
@@ -191,7 +207,7 @@ __global__ void read_unwritten_shared(float* out) {
   out[threadIdx.x] = s[threadIdx.x];
 }
 
-TEST(EmulatorChecks, ReadOfUninitialisedSharedMemory) {
+TEST_F(EmulatorChecks, ReadOfUninitialisedSharedMemory) {
   Exact<float> out(64);
   launch(read_unwritten_shared, 1, 64, 0, 0, out.p);
   // The last thread at the barrier opens it and runs on first: thread 63 reads before thread 1 does.
@@ -217,7 +233,7 @@ __global__ void swap_neighbours(float* out, int mode) {
   out[t] = s[t ^ 1];
 }
 
-TEST(EmulatorChecks, SharedMemoryRaces) {
+TEST_F(EmulatorChecks, SharedMemoryRaces) {
   Exact<float> out(64);
   for (int mode : {0, 3}) {
     launch(swap_neighbours, 1, 64, 0, 0, out.p, mode);
@@ -235,6 +251,243 @@ TEST(EmulatorChecks, SharedMemoryRaces) {
                 "wrote since the last barrier");
 }
 
+// A template kernel's __shared__ array (GCC drops a section attribute from the statics of function templates; the
+// build gathers them by their alignment instead, cuda/emu/gather_shared.sh). Mode 0: neighbours swap after a
+// barrier (correct); 1: odd threads never write their slot (an uninitialised read); 2: each thread overwrites its
+// slot after the barrier while its neighbour may still read it (a race).
+template <int Mode>
+__global__ void template_swap(float* out) {
+  __shared__ float s[64];
+  const int t = threadIdx.x;
+  if (Mode != 1 || t % 2 == 0) s[t] = static_cast<float>(t);
+  __syncthreads();
+  const float v = s[t ^ 1];
+  if (Mode == 2) s[t] = -v;
+  out[t] = v;
+}
+
+TEST_F(EmulatorChecks, SharedMemoryOfTemplateKernels) {
+  Exact<float> out(64);
+  launch(template_swap<0>, 1, 64, 0, 0, out.p);
+  expect_no_report();
+  const std::vector<float> got = out.download(64);
+  for (int t = 0; t < 64; t++) ASSERT_EQ(got[t], static_cast<float>(t ^ 1));
+  // Thread 63 opens the barrier and reads its even neighbour's slot; thread 0 then reads thread 1's.
+  launch(template_swap<1>, 1, 64, 0, 0, out.p);
+  expect_report(cudaErrorLaunchFailure, Check::Uninitialised, "template_swap<1>", {0, 0, 0}, {0, 0, 0}, nullptr,
+                "read of shared array (anonymous namespace)::template_swap<1>::s at offset 4, which no thread of this "
+                "block wrote");
+  launch(template_swap<2>, 1, 64, 0, 0, out.p);
+  expect_report(cudaErrorLaunchFailure, Check::SharedRace, "template_swap<2>", {0, 0, 0}, {1, 0, 0}, nullptr,
+                "read of shared array (anonymous namespace)::template_swap<2>::s at offset 0, which thread (0,0,0) "
+                "wrote since the last barrier (its write in (anonymous namespace)::template_swap<2>)");
+}
+
+// Shared memory is each block's own: block 1 finds garbage where block 0 left its values, which it must not read.
+template <typename T>
+__global__ void read_other_blocks_shared(T* out) {
+  __shared__ T s[32];
+  if (blockIdx.x == 0) s[threadIdx.x] = T(1);
+  __syncthreads();
+  out[blockIdx.x * 32 + threadIdx.x] = s[threadIdx.x];
+}
+
+TEST_F(EmulatorChecks, SharedMemoryIsPerBlock) {
+  Exact<float> out(64);
+  launch(read_other_blocks_shared<float>, 2, 32, 0, 0, out.p);
+  expect_report(cudaErrorLaunchFailure, Check::Uninitialised, "read_other_blocks_shared<float>", {1, 0, 0},
+                {31, 0, 0}, nullptr, "which no thread of this block wrote");
+}
+
+// ---- device-memory races ----
+
+// mode 0: every thread adds with atomicAdd (correct); 1: with a plain += (the block's threads race); 2: one thread
+// per block adds with a plain += (the blocks race).
+__global__ void add_up(float* total, int mode) {
+  if (mode == 0) atomicAdd(total, 1.0f);
+  if (mode == 1) *total += 1.0f;
+  if (mode == 2 && threadIdx.x == 0) *total += 1.0f;
+}
+
+TEST_F(EmulatorChecks, APlainAddWhereAnAtomicIsNeeded) {
+  Exact<float> total(1);
+  launch(add_up, 4, 64, 0, 0, total.p, 0);
+  expect_no_report();
+  EXPECT_EQ(total.download(1)[0], 256.0f);
+  launch(add_up, 4, 64, 0, 0, total.p, 1);
+  expect_report(cudaErrorLaunchFailure, Check::GlobalRace, "add_up", {0, 0, 0}, {1, 0, 0}, total.p,
+                "read of device memory at 0x");
+  launch(add_up, 4, 64, 0, 0, total.p, 2);
+  expect_report(cudaErrorLaunchFailure, Check::GlobalRace, "add_up", {1, 0, 0}, {0, 0, 0}, total.p,
+                "which thread (0,0,0) of block (0,0,0) wrote in this launch (its write in (anonymous "
+                "namespace)::add_up)");
+}
+
+// Each block leaves a partial sum; the last block adds them up in the same launch, as if the others had finished
+// (nothing on a GPU says they have: the correct form is a second launch, sum_partials).
+__global__ void partials_then_last_block_sums(float* partials, float* total) {
+  if (threadIdx.x != 0) return;
+  partials[blockIdx.x] = blockIdx.x + 1.0f;
+  if (blockIdx.x != gridDim.x - 1) return;
+  float sum = 0.0f;
+  for (unsigned b = 0; b < gridDim.x; b++) sum += partials[b];
+  *total = sum;
+}
+
+__global__ void write_partial(float* partials) {
+  if (threadIdx.x == 0) partials[blockIdx.x] = blockIdx.x + 1.0f;
+}
+
+__global__ void sum_partials(const float* partials, float* total, int n) {
+  float sum = 0.0f;
+  for (int b = 0; b < n; b++) sum += partials[b];
+  *total = sum;
+}
+
+TEST(EmulatorRaces, TheLastBlockReadingOtherBlocksPartials) {
+  Exact<float> partials(4), total(1);
+  for (Order order : {Order::Forward, Order::Reverse}) {
+    Pinned pin(Schedule{order, false, 0});
+    launch(write_partial, 4, 32, 0, 0, partials.p);
+    launch(sum_partials, 1, 1, 0, 0, partials.p, total.p, 4);
+    expect_no_report();
+    EXPECT_EQ(total.download(1)[0], 10.0f);
+    launch(partials_then_last_block_sums, 4, 32, 0, 0, partials.p, total.p);
+    // Forward, block 3 reads what block 0 wrote; in reverse it runs first, and block 2 overwrites what it read.
+    if (order == Order::Forward)
+      expect_report(cudaErrorLaunchFailure, Check::GlobalRace, "partials_then_last_block_sums", {3, 0, 0}, {0, 0, 0},
+                    partials.p, "which thread (0,0,0) of block (0,0,0) wrote in this launch");
+    else
+      expect_report(cudaErrorLaunchFailure, Check::GlobalRace, "partials_then_last_block_sums", {2, 0, 0}, {0, 0, 0},
+                    partials.p + 2, "which thread (0,0,0) of block (3,0,0) read in this launch");
+  }
+}
+
+// Neighbouring threads write neighbouring bf16 values (no race: different bytes); a barrier orders a block's write
+// before another thread's read; blocks each read what all of them only read.
+__global__ void race_free_sharing(__nv_bfloat16* out, const float* shared_input, float* staging) {
+  const int t = threadIdx.x, i = blockIdx.x * blockDim.x + t;
+  out[i] = __float2bfloat16(shared_input[0] + t);
+  staging[i] = static_cast<float>(t);
+  __syncthreads();
+  out[i] = __float2bfloat16(staging[blockIdx.x * blockDim.x + (t ^ 1)]);
+}
+
+TEST(EmulatorRaces, OrderedAndDisjointAccessesDoNotRace) {
+  Exact<__nv_bfloat16> out(128);
+  Exact<float> input(1), staging(128);
+  for (Order order : {Order::Forward, Order::Reverse, Order::Shuffled}) {
+    Pinned pin(Schedule{order, true, 3});
+    launch(race_free_sharing, 2, 64, 0, 0, out.p, input.p, staging.p);
+    expect_no_report();
+  }
+}
+
+// ---- the schedule ----
+
+// Block b records when it ran: a result that depends on the order by design, so the orders are pinned one by one.
+__global__ void record_arrival(unsigned* counter, unsigned* arrival) {
+  if (threadIdx.x == 0) arrival[blockIdx.x] = atomicAdd(counter, 1u);
+}
+
+TEST(EmulatorSchedule, BlocksRunForwardInReverseOrShuffled) {
+  const int n = 16;
+  Exact<unsigned> counter(1), arrival(n);
+  std::vector<unsigned> forward(n), reverse(n);
+  for (int b = 0; b < n; b++) forward[b] = b, reverse[b] = n - 1 - b;
+  for (Order order : {Order::Forward, Order::Reverse, Order::Shuffled}) {
+    Pinned pin(Schedule{order, true, 0});
+    CUDA_CHECK(cudaMemset(counter.p, 0, sizeof(unsigned)));
+    launch(record_arrival, n, 32, 0, 0, counter.p, arrival.p);
+    expect_no_report();
+    const std::vector<unsigned> got = arrival.download(n);
+    if (order == Order::Forward) {
+      EXPECT_EQ(got, forward);
+    } else if (order == Order::Reverse) {
+      EXPECT_EQ(got, reverse);
+    } else {
+      EXPECT_NE(got, forward);
+      EXPECT_NE(got, reverse);
+      std::vector<unsigned> sorted = got;
+      std::sort(sorted.begin(), sorted.end());
+      EXPECT_EQ(sorted, forward) << "a permutation: every block ran once";
+    }
+  }
+}
+
+// With the default schedule a launch that used atomics runs a second time in another order: one whose result
+// depends on the order is reported (an atomic sum that comes out the same either way is not: AtomicsDoNotRace).
+TEST(EmulatorSchedule, AResultThatDependsOnTheOrderIsReported) {
+  Pinned pin(Schedule{Order::Varied, true, 0});
+  const int n = 16;
+  Exact<unsigned> counter(1), arrival(n);
+  launch(record_arrival, n, 32, 0, 0, counter.p, arrival.p);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorLaunchFailure);
+  const std::vector<Report> reps = yuan::emu::take_reports();
+  ASSERT_EQ(reps.size(), 1u) << all(reps);
+  EXPECT_EQ(reps[0].check, Check::OrderDependence) << reps[0].message;
+  EXPECT_NE(reps[0].message.find("record_arrival"), std::string::npos) << reps[0].message;
+  EXPECT_GE(reps[0].address, reinterpret_cast<uintptr_t>(arrival.p)) << reps[0].message;
+  EXPECT_LT(reps[0].address, reinterpret_cast<uintptr_t>(arrival.p + n)) << reps[0].message;
+  EXPECT_NE(reps[0].message.find("when the blocks and threads run"), std::string::npos) << reps[0].message;
+}
+
+// Every thread takes two tickets: run one at a time, thread t would hold 2t and 2t+1; switched at random accesses,
+// other threads take tickets in between.
+__global__ void two_tickets(unsigned* counter, unsigned* tickets) {
+  const unsigned first = atomicAdd(counter, 1u);
+  const unsigned second = atomicAdd(counter, 1u);
+  tickets[threadIdx.x] = second - first;
+}
+
+TEST(EmulatorSchedule, ThreadsSwitchAtRandomAccesses) {
+  Exact<unsigned> counter(1), tickets(64);
+  for (bool switches : {false, true}) {
+    Pinned pin(Schedule{Order::Forward, switches, 0});
+    CUDA_CHECK(cudaMemset(counter.p, 0, sizeof(unsigned)));
+    launch(two_tickets, 1, 64, 0, 0, counter.p, tickets.p);
+    expect_no_report();
+    const std::vector<unsigned> got = tickets.download(64);
+    const int apart = static_cast<int>(std::count_if(got.begin(), got.end(), [](unsigned d) { return d != 1; }));
+    if (switches)
+      EXPECT_GT(apart, 0) << "some thread was switched out between its two tickets";
+    else
+      EXPECT_EQ(apart, 0);
+  }
+}
+
+// ---- alignment at the width of the access ----
+
+// A 16-byte pack, an 8-byte float2 and a 4-byte bf16 pair, read and written at `offset` elements into bf16 arrays.
+// The optimiser splits the pack's copy into eight 2-byte loads, each aligned; the GPU's one 16-byte load is not.
+__global__ void vector_access(__nv_bfloat16* out, const __nv_bfloat16* in, int which, int offset) {
+  if (which == 0) yuan::gpu::store_pack(out, yuan::gpu::load_pack(in + offset));
+  if (which == 1) *reinterpret_cast<float2*>(out) = *reinterpret_cast<const float2*>(in + offset);
+  if (which == 2) *reinterpret_cast<__nv_bfloat162*>(out) = *reinterpret_cast<const __nv_bfloat162*>(in + offset);
+  if (which == 3) yuan::gpu::store_pack(out + offset, yuan::gpu::load_pack(in));
+}
+
+TEST_F(EmulatorChecks, VectorAccessesAlignedToTheirWidth) {
+  Exact<__nv_bfloat16> in(32), out(32);
+  const struct {
+    int which, aligned, misaligned, bytes;
+    const char* type;
+  } cases[] = {{0, 8, 1, 16, "const struct Pack"},
+               {1, 4, 2, 8, "const struct float2"},
+               {2, 2, 1, 4, "const struct __nv_bfloat162"},
+               {3, 8, 3, 16, "struct Pack"}};
+  for (const auto& c : cases) {
+    launch(vector_access, 1, 1, 0, 0, out.p, in.p, c.which, c.aligned);
+    expect_no_report();
+    launch(vector_access, 1, 1, 0, 0, out.p, in.p, c.which, c.misaligned);
+    const __nv_bfloat16* at = (c.which == 3 ? out.p : in.p) + c.misaligned;
+    const std::string says = yuan::strf("access of '%s' at %p, not a multiple of %d, its type's alignment", c.type,
+                                        static_cast<const void*>(at), c.bytes);
+    expect_report(cudaErrorMisalignedAddress, Check::Misaligned, "vector_access", {0, 0, 0}, {0, 0, 0}, at,
+                  says.c_str());
+  }
+}
+
 // ---- barriers and warps ----
 
 __global__ void early_return(float* out) {
@@ -243,7 +496,7 @@ __global__ void early_return(float* out) {
   out[threadIdx.x] = 1.0f;
 }
 
-TEST(EmulatorChecks, BarrierNotReachedByEveryThread) {
+TEST_F(EmulatorChecks, BarrierNotReachedByEveryThread) {
   Exact<float> out(64);
   launch(early_return, 1, 64, 0, 0, out.p);
   expect_report(cudaErrorLaunchFailure, Check::BarrierDivergence, "early_return", {0, 0, 0}, {63, 0, 0}, nullptr,
@@ -258,7 +511,7 @@ __global__ void two_barriers(float* out) {
   out[threadIdx.x] = 1.0f;
 }
 
-TEST(EmulatorChecks, ThreadsWaitingAtDifferentBarriers) {
+TEST_F(EmulatorChecks, ThreadsWaitingAtDifferentBarriers) {
   Exact<float> out(64);
   launch(two_barriers, 1, 64, 0, 0, out.p);
   expect_report(cudaErrorLaunchFailure, Check::BarrierDivergence, "two_barriers", {0, 0, 0}, {63, 0, 0}, nullptr,
@@ -277,7 +530,7 @@ __global__ void shuffle_modes(float* out, int mode) {
   out[threadIdx.x] = v;
 }
 
-TEST(EmulatorChecks, ShuffleMasks) {
+TEST_F(EmulatorChecks, ShuffleMasks) {
   Exact<float> out(32);
   launch(shuffle_modes, 1, 32, 0, 0, out.p, 0);
   expect_no_report();
@@ -299,7 +552,7 @@ __global__ void shuffle_from_inactive_lane(float* out) {
   out[threadIdx.x] = __shfl_sync(0x0000ffffu, 1.0f, 20);
 }
 
-TEST(EmulatorChecks, ShuffleFromALaneOutsideTheMask) {
+TEST_F(EmulatorChecks, ShuffleFromALaneOutsideTheMask) {
   Exact<float> out(32);
   launch(shuffle_from_inactive_lane, 1, 32, 0, 0, out.p);
   expect_report(cudaErrorLaunchFailure, Check::WarpDivergence, "shuffle_from_inactive_lane", {0, 0, 0},
@@ -308,7 +561,7 @@ TEST(EmulatorChecks, ShuffleFromALaneOutsideTheMask) {
 
 // ---- launches ----
 
-TEST(EmulatorChecks, LaunchesCudaRefuses) {
+TEST_F(EmulatorChecks, LaunchesCudaRefuses) {
   Exact<float> out(64);
   EXPECT_THROW(launch(fill_dynamic, 1, 64, 64 << 10, 0, out.p), yuan::Error) << "64 KiB without opting in";
   std::vector<Report> reps = yuan::emu::take_reports();

@@ -71,13 +71,32 @@ enum class Check {
   Misaligned,        // an access not aligned to its size (a GPU faults on it)
   Uninitialised,     // a read of device or shared memory that nothing wrote
   SharedRace,        // two threads, one of them writing, touch a shared byte between two barriers
+  GlobalRace,        // two threads of a launch, one of them writing, touch a device byte: other blocks', or between two
+                     // barriers of their block
   BarrierDivergence, // __syncthreads not reached by every thread of the block, or different ones
   WarpDivergence,    // a warp collective whose mask leaves out the caller or names a lane that does not come
   HostMemory,        // a kernel touched host memory, or host code device memory
   Launch,            // a launch CUDA refuses: block or grid size, shared memory beyond the kernel's limit
   Library,           // a CUDA, cuBLASLt or NCCL call the library would refuse or that the emulator does not model
+  OrderDependence,   // a kernel that left different results when its blocks and threads ran in another order
 };
 const char* check_name(Check c);
+
+// ---- the order threads run in ----
+
+// How each launch orders its blocks, and the threads of each block where they wait for nothing. Varied (the
+// default) takes forward, reverse and a seeded shuffle in turn, launch by launch; `switches` lets a thread stop at
+// random accesses of memory for the others. The seed is YUAN_EMU_SEED's, else 0: a run repeats itself. Under
+// Varied, a launch that performed atomics (the one way a race-free kernel's result can depend on
+// the order) runs a second time in another order, and a difference in what it wrote is an OrderDependence.
+enum class Order { Forward, Reverse, Shuffled, Varied };
+struct Schedule {
+  Order order = Order::Varied;
+  bool switches = true;
+  uint64_t seed = 0;
+};
+void set_schedule(const Schedule& s);
+Schedule schedule();
 
 struct Report {
   Check check;

@@ -12,9 +12,12 @@
 #include "cuda_runtime_api.h"
 
 // Function and variable qualifiers. A __shared__ variable is one object for all blocks, which the emulator runs
-// one at a time; it lives in its own section, 64 KiB apart from the next, so that the checks know each array's
-// extent (from the symbol table) and an overrun lands in a gap rather than in a neighbour. `extern __shared__`
-// does not compile here ("extern static"): dynamic shared memory is gpu::dynamic_smem<T>() (cuda/launch.cuh).
+// one at a time and poisons for each; it lives in its own section, 64 KiB apart from the next, so that the checks
+// know each array's extent (from the symbol table) and an overrun lands in a gap rather than in a neighbour. The
+// 64 KiB alignment is also what marks it: GCC drops a section attribute from the statics of function templates, so
+// the build moves every 64 KiB-aligned .bss section into yuan_emu_shared (cuda/emu/gather_shared.sh).
+// `extern __shared__` does not compile here ("extern static"): dynamic shared memory is gpu::dynamic_smem<T>()
+// (cuda/launch.cuh).
 #define __global__
 #define __device__
 #define __host__
@@ -22,7 +25,7 @@
 #define __noinline__ __attribute__((noinline))
 #define __launch_bounds__(...)
 #define __align__(n) __attribute__((aligned(n)))
-#define __shared__ static __attribute__((section("yuan_emu_shared"), aligned(65536)))
+#define __shared__ static __attribute__((aligned(65536)))
 
 // The typed overloads of the toolkit's cuda_runtime.h.
 template <typename T>
