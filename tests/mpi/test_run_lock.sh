@@ -14,7 +14,7 @@ sleep 1.5
 for _ in $(seq 100); do [ -s "$run/.lock" ] && break; sleep 0.1; done
 start=$(date +%s)
 set +e
-timeout 60 bash -c "$(declare -p TINY WORK); $(declare -f train); train 2 '$run' ${args[*]} --optim.lr=1e-2" \
+timeout 60 bash -c "$(declare -p TINY WORK); $(declare -f launch train); train 2 '$run' ${args[*]} --optim.lr=1e-2" \
   >"$WORK/second.log" 2>&1
 rc=$?
 wait "$first"
