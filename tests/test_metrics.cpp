@@ -56,13 +56,20 @@ TEST(StepMetrics, StepLineAsUsersReadIt) {
                           "on group world | ETA 1m02s");
   m.straggler_s = 0.06;  // under a quarter of the step: noise
   EXPECT_EQ(step_line(m).find("slowest"), std::string::npos);
+  // Every rank waiting most of the step (a slow link): shown past three quarters of it.
+  m.stall.reset();
+  m.all_wait_s = 0.2;
+  EXPECT_EQ(step_line(m), "step     10/100 | loss 5.1234 | lr 3.00e-04 | norm 1.234 | 12345 tok/s | MFU 1.2% | "
+                          "250 ms/step | bubble 25% | all ranks waiting 80% | ETA 1m02s");
+  m.all_wait_s = 0.18;
+  EXPECT_EQ(step_line(m).find("waiting"), std::string::npos);
 }
 
 TEST(StepMetrics, RecordKeysInTheirOrder) {
   StepMetrics m = figures();
   const std::vector<std::string> plain = {"step",      "loss",       "lr",      "grad_norm",          "tokens_per_s",
                                           "mfu",       "step_s",     "data_s",  "compute_s",          "comm_s",
-                                          "wait_max_s", "slowest_rank", "straggler_s",
+                                          "wait_max_s", "slowest_rank", "straggler_s", "all_wait_s",
                                           "optim_s",   "optim_background_s",    "skipped",            "tokens",
                                           "peak_host_bytes", "base_host_bytes", "comm_bytes"};
   const nlohmann::ordered_json j = nlohmann::ordered_json::parse(step_record(m).str());

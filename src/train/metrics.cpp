@@ -73,12 +73,17 @@ std::string step_line(const StepMetrics& m) {
       m.straggler_s > m.step_s / 4
           ? strf(" | slowest rank %d@%s +%.0f ms", m.slowest_rank, m.slowest_host.c_str(), 1000 * m.straggler_s)
           : "";
+  // Every rank waiting three quarters of the step or more: the transfers set the pace (a slow link), not any rank's
+  // work. Less is common where a small model's steps are bound by their traffic (the tiny model across two nodes
+  // waits about two thirds of its step).
+  const std::string all_wait =
+      m.all_wait_s > 0.75 * m.step_s ? strf(" | all ranks waiting %.0f%%", 100 * m.all_wait_s / m.step_s) : "";
   const std::string stalled =
       m.stall ? strf(" | stalled %.1f s in %s on group %s", m.stall->seconds, m.stall->op, m.stall->group) : "";
-  return strf("step %6d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | MFU %.1f%% | %.0f ms/step%s%s%s | ETA %s",
+  return strf("step %6d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | MFU %.1f%% | %.0f ms/step%s%s%s%s | ETA %s",
               m.step, m.steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, 100 * m.mfu, 1000 * m.step_s,
-              m.bubble ? strf(" | bubble %.0f%%", 100 * *m.bubble).c_str() : "", straggler.c_str(), stalled.c_str(),
-              format_duration(m.eta_s).c_str());
+              m.bubble ? strf(" | bubble %.0f%%", 100 * *m.bubble).c_str() : "", straggler.c_str(), all_wait.c_str(),
+              stalled.c_str(), format_duration(m.eta_s).c_str());
 }
 
 // The step's traffic by group and operation, the non-zero ones; evaluations and checkpoints between steps are
@@ -111,6 +116,7 @@ JsonLine step_record(const StepMetrics& m) {
       .add("wait_max_s", m.wait_max_s)
       .add("slowest_rank", static_cast<long long>(m.slowest_rank))
       .add("straggler_s", m.straggler_s)
+      .add("all_wait_s", m.all_wait_s)
       .add("optim_s", m.optim_s)
       .add("optim_background_s", m.optim_background_s)
       .add("skipped", static_cast<long long>(m.skipped))

@@ -54,6 +54,9 @@ struct StepMetrics {
   int slowest_rank = 0;
   std::string slowest_host;
   double straggler_s = 0;
+  // What every rank spent waiting: the step less the slowest rank's work (rank 0's figure). A slow link or a step
+  // bound by its transfers shows here rather than as a slowest rank, since no rank's own work is what is late.
+  double all_wait_s = 0;
   // A wait the job rode out since the previous step line (a link back within the deadline, a peer stopped for a
   // while), set where the line shows it.
   std::optional<parallel::LongestWait> stall;

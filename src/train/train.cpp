@@ -69,6 +69,7 @@ struct FaultInjection {
 struct Straggler {
   int rank = 0;
   double cost_s = 0;
+  double work_s = 0;  // the slowest rank's compute: the rest of the step every rank spent waiting
 };
 Straggler slowest_rank(const std::vector<double>& compute) {
   if (compute.empty()) return {};
@@ -76,7 +77,7 @@ Straggler slowest_rank(const std::vector<double>& compute) {
   const auto middle = sorted.begin() + (sorted.size() - 1) / 2;
   std::nth_element(sorted.begin(), middle, sorted.end());
   const auto slowest = std::max_element(compute.begin(), compute.end());
-  return {static_cast<int>(slowest - compute.begin()), *slowest - *middle};
+  return {static_cast<int>(slowest - compute.begin()), *slowest - *middle, *slowest};
 }
 
 // A run directory has one owner: rank 0 holds a lock on run.dir/.lock for the whole run, taken before anything is
@@ -364,6 +365,7 @@ class Trainer {
     m.slowest_rank = slow.rank;
     m.slowest_host = parallel::world_hosts()[slow.rank];
     m.straggler_s = slow.cost_s;
+    m.all_wait_s = slow.work_s > 0 ? std::max(0.0, m.step_s - slow.work_s) : 0.0;
     measure_bubble(m);
     m.peak_host_bytes = host_peak_rss_bytes();
     m.base_host_bytes = base_host_bytes_;

@@ -1,31 +1,80 @@
 # shellcheck shell=bash
-# A slow node: node 2's rank held to a tenth of a core (a cgroup v1 cpu quota) while both ranks train data
-# parallel, one per node. The step line names it as the slowest rank with what it costs the step
-# (`| slowest rank 1@node2 +N ms`, shown past a quarter of the step), and metrics.jsonl has slowest_rank 1 and
-# straggler_s for most steps from then on. Exit 77 where namespaces or a cpu cgroup cannot be made.
+# Stragglers, one rank per node of 2, data parallel:
+# - a slow link: node 2's link held to 10 Mbit/s each way (tc tbf on both ends of its veth pair). No rank's own
+#   work is late, so no rank is named; every rank waits for the transfers, and the step line says so
+#   (`| all ranks waiting N%`, shown past three quarters of the step) with metrics.jsonl's all_wait_s.
+# - a slow node: node 2's rank held to a tenth of a core (a cgroup v1 cpu quota). The step line names it as the
+#   slowest rank with what it costs the step (`| slowest rank 1@node2 +N ms`, shown past a quarter of the step),
+#   and metrics.jsonl has slowest_rank 1 and straggler_s for most steps from then on.
+# Exit 77 where namespaces cannot be made, or neither tc's tbf nor a cpu cgroup can (each case needs its own).
 source "$(dirname "$0")/../mpi/lib.sh"
 source tests/cluster/lib.sh
 source tests/cluster/fail_lib.sh
 cpu=/sys/fs/cgroup/cpu
-[ -w "$cpu/cgroup.procs" ] && [ -e "$cpu/cpu.cfs_quota_us" ] || { echo "SKIP: no cgroup v1 cpu controller at $cpu"; exit 77; }
+cgroup_why=
+[ -w "$cpu/cgroup.procs" ] && [ -e "$cpu/cpu.cfs_quota_us" ] || cgroup_why="no cgroup v1 cpu controller at $cpu"
 cluster_up 2
+tbf_why=
+tc qdisc add dev "$(cluster_veth 1)" root tbf rate 10mbit burst 32kbit latency 400ms 2>/dev/null &&
+  tc qdisc del dev "$(cluster_veth 1)" root || tbf_why="tc cannot add a tbf qdisc (tc qdisc add ... tbf)"
+[ -z "$cgroup_why" ] || [ -z "$tbf_why" ] || { echo "SKIP: $tbf_why; $cgroup_why"; exit 77; }
 make_corpus "$WORK/corpus" 2 4000 64
 group=$cpu/yuanlm-straggler-$$
-mkdir "$group"
-trap 'for p in $(cat "$group/cgroup.procs" 2>/dev/null); do echo "$p" >"$cpu/cgroup.procs"; done; rmdir "$group"; cluster_exit' EXIT
+trap 'for p in $(cat "$group/cgroup.procs" 2>/dev/null); do echo "$p" >"$cpu/cgroup.procs"; done
+      rmdir "$group" 2>/dev/null; cluster_exit' EXIT
+args=(--model.n_embd=64 --train.global_batch=16 --train.micro_batch=8)
 
-CLUSTER_RANKS_PER_NODE=1 fault_start slow 2 --model.n_embd=64 --train.global_batch=16 --train.micro_batch=8
-before=$(wc -l <"$WORK/slow.log")
-echo 100000 >"$group/cpu.cfs_period_us"
-echo 10000 >"$group/cpu.cfs_quota_us"
-for p in $(rank_pids 2); do for t in /proc/"$p"/task/*; do echo "${t##*/}" >"$group/tasks"; done; done
-for _ in $(seq 300); do tail -n +"$before" "$WORK/slow.log" | grep -q "slowest rank 1@node2" && break; sleep 0.1; done
-# Ten more steps under the quota, for the metrics.
-n=$(grep -c '"loss"' "$WORK/slow/metrics.jsonl")
-for _ in $(seq 300); do [ "$(grep -c '"loss"' "$WORK/slow/metrics.jsonl")" -ge $((n + 10)) ] && break; sleep 0.1; done
-tail -n +"$before" "$WORK/slow.log" | grep -E "^step .* \| slowest rank 1@node2 \+[0-9]+ ms" | head -2 ||
-  { cat "$WORK/slow.log"; echo "no step line names node 2's rank as the slowest"; exit 1; }
-$PY - "$WORK/slow/metrics.jsonl" <<'PYEOF'
+# wait_steps NAME N: N more steps logged in $WORK/NAME/metrics.jsonl (up to 30 s).
+wait_steps() {
+  local n
+  n=$(grep -c '"loss"' "$WORK/$1/metrics.jsonl")
+  for _ in $(seq 300); do [ "$(grep -c '"loss"' "$WORK/$1/metrics.jsonl")" -ge $((n + $2)) ] && break; sleep 0.1; done
+}
+
+if [ -n "$tbf_why" ]; then echo "(no slow link case: $tbf_why)"; else
+  echo "== node 2's link held to 10 Mbit/s"
+  CLUSTER_RANKS_PER_NODE=1 fault_start link 2 "${args[@]}"
+  first=$(grep -c '"loss"' "$WORK/link/metrics.jsonl")
+  before=$(wc -l <"$WORK/link.log")
+  tc qdisc add dev "$(cluster_veth 2)" root tbf rate 10mbit burst 32kbit latency 400ms
+  nsenter --net="/run/netns/$(cluster_netns 2)" tc qdisc add dev eth0 root tbf rate 10mbit burst 32kbit latency 400ms
+  wait_steps link 8
+  tail -n +"$before" "$WORK/link.log" | grep -E "^step .* ms/step \| all ranks waiting [0-9]+% \|" | head -2 ||
+    { cat "$WORK/link.log"; echo "link: no step line says that every rank waits"; exit 1; }
+  $PY - "$WORK/link/metrics.jsonl" "$first" <<'PYEOF'
+import json, statistics, sys
+lines = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l]
+first = int(sys.argv[2])
+fast = statistics.median(l["step_s"] for l in lines[1:first])
+# The steps from the first one the limit slowed (a step of more than twice the unlimited median).
+start = next(i for i in range(first, len(lines)) if lines[i]["step_s"] > 2 * fast)
+slow = lines[start:]
+waiting = [l for l in slow if l["all_wait_s"] > 0.75 * l["step_s"]]
+named = [l for l in slow if l["straggler_s"] > 0.25 * l["step_s"]]
+assert len(waiting) * 4 >= len(slow) * 3, f"every rank waiting in only {len(waiting)} of {len(slow)} slow steps"
+assert len(named) * 4 <= len(slow), f"a slowest rank named in {len(named)} of {len(slow)} steps of a slow link"
+print(f"link: {fast * 1000:.0f} ms/step before, {statistics.median(l['step_s'] for l in slow) * 1000:.0f} ms after; "
+      f"every rank waiting in {len(waiting)} of {len(slow)} steps, a slowest rank named in {len(named)}")
+PYEOF
+  kill "$FAULT_JOB" 2>/dev/null || true
+  wait "$FAULT_JOB" 2>/dev/null || true
+  tc qdisc del dev "$(cluster_veth 2)" root
+  nsenter --net="/run/netns/$(cluster_netns 2)" tc qdisc del dev eth0 root
+fi
+
+if [ -n "$cgroup_why" ]; then echo "(no slow node case: $cgroup_why)"; else
+  echo "== node 2's rank held to a tenth of a core"
+  mkdir "$group"
+  CLUSTER_RANKS_PER_NODE=1 fault_start slow 2 "${args[@]}"
+  before=$(wc -l <"$WORK/slow.log")
+  echo 100000 >"$group/cpu.cfs_period_us"
+  echo 10000 >"$group/cpu.cfs_quota_us"
+  for p in $(rank_pids 2); do for t in /proc/"$p"/task/*; do echo "${t##*/}" >"$group/tasks"; done; done
+  for _ in $(seq 300); do tail -n +"$before" "$WORK/slow.log" | grep -q "slowest rank 1@node2" && break; sleep 0.1; done
+  wait_steps slow 10  # ten more steps under the quota, for the metrics
+  tail -n +"$before" "$WORK/slow.log" | grep -E "^step .* \| slowest rank 1@node2 \+[0-9]+ ms" | head -2 ||
+    { cat "$WORK/slow.log"; echo "no step line names node 2's rank as the slowest"; exit 1; }
+  $PY - "$WORK/slow/metrics.jsonl" <<'PYEOF'
 import json, sys
 lines = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l]
 first = next(i for i, l in enumerate(lines) if l["slowest_rank"] == 1 and l["straggler_s"] > 0.25 * l["step_s"])
@@ -33,4 +82,5 @@ slow = [l for l in lines[first:] if l["slowest_rank"] == 1 and l["straggler_s"] 
 assert len(slow) * 2 > len(lines[first:]), f"rank 1 slowest in only {len(slow)} of {len(lines[first:])} steps"
 print(f"{len(slow)} steps with rank 1 slowest, costing up to {max(l['straggler_s'] for l in slow) * 1000:.0f} ms")
 PYEOF
-kill "$FAULT_JOB" 2>/dev/null || true
+  kill "$FAULT_JOB" 2>/dev/null || true
+fi
