@@ -58,6 +58,8 @@ print(f"link: {fast * 1000:.0f} ms/step before, {statistics.median(l['step_s'] f
 PYEOF
   kill "$FAULT_JOB" 2>/dev/null || true
   wait "$FAULT_JOB" 2>/dev/null || true
+  # Nothing of this job may compete for the cores with the next case's ranks.
+  for _ in $(seq 100); do [ -z "$(job_pids)" ] && break; sleep 0.1; done
   tc qdisc del dev "$(cluster_veth 2)" root
   nsenter --net="/run/netns/$(cluster_netns 2)" tc qdisc del dev eth0 root
 fi
