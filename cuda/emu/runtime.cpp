@@ -5,6 +5,7 @@
 // Copies follow CUDA's synchronisation rules ("API synchronization behavior"): cudaMemcpy waits for the legacy
 // stream's work; cudaMemcpyAsync runs in stream order when the host side is pinned memory, and otherwise, like
 // the driver's staged copies of pageable memory, completes before it returns, after the stream's earlier work.
+// In the Latest stream mode a pageable upload is staged at the call and lands in stream order, as the driver's does.
 #include <cstring>
 #include <memory>
 #include <utility>
