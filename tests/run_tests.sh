@@ -54,6 +54,15 @@ fi
 if [ -x bin/test_cuda_emu ]; then
   echo "== CUDA tests on the emulator"
   gtest cuda-emu bin/test_cuda_emu
+  # The work that crosses streams again, with every asynchronous operation run as late (the offload pipeline's
+  # copies, NCCL), then as early (the backend's streams and events) as its dependencies allow: docs/EMULATOR.md,
+  # "Stream modes". Split so that the emulator's share of `make test` stays within twice what it was.
+  emu_mode() {
+    echo "== CUDA tests on the emulator, YUAN_EMU_STREAMS=$1"
+    gtest "cuda-emu-$1" env YUAN_EMU_STREAMS="$1" bin/test_cuda_emu --gtest_filter="$2:CudaNccl.*:Emulator*Stream*.*"
+  }
+  emu_mode latest 'CudaOffload.*'
+  emu_mode earliest 'CudaBackend.*:CudaOffload.DelayedUpdateTrains'
 fi
 echo "== end-to-end jobs (tests/mpi, across nodes: tests/cluster) and GPU code checks (tests/cuda)"
 for t in tests/mpi/test_*.sh tests/cluster/test_*.sh tests/cuda/test_*.sh; do

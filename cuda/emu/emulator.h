@@ -184,6 +184,13 @@ StreamPoint stream_point(cudaStream_t s);
 bool run_until(const StreamPoint& p, bool block);
 bool run_stream(cudaStream_t s, bool block);
 void run_all_streams();
+// The API call running now and the code that called it, for reports about work that call forced to run.
+struct Calling {
+  Calling(const char* call, const void* caller);
+  ~Calling();
+};
+// "cudaStreamSynchronize (called from f)", or "a later call" outside any Calling.
+std::string current_call();
 
 // ---- runtime.cpp ----
 

@@ -208,17 +208,31 @@ ncclResult_t check_buffer(ncclComm_t c, const char* call, const char* which, con
   return bad.empty() ? ncclSuccess : fail(c, ncclInvalidArgument, format("%s: %s buffer: %s", call, which, bad.c_str()));
 }
 
-// Starts `op` now (after its stream's earlier work) and puts its completion in the stream's order. Uninitialised
-// input is reported like a kernel's read of it; the transfer still happens, since the peers wait for it.
-void start(Op op) {
-  run_until(stream_point(op.stream), true);
+// The uninitialised-input check and the posting of the MPI operations. Uninitialised input is reported like a
+// kernel's read of it; the transfer still happens, since the peers wait for it.
+void post(Op& op, std::vector<MPI_Request>& requests) {
   const std::string bad = check_range(Space::Device, op.input, op.input_bytes, true);
   if (!bad.empty())
     report(Check::Uninitialised, Where{"NCCL (emulated)", {}, {}}, reinterpret_cast<uintptr_t>(op.input),
            "the operation reads " + bad, true, cudaErrorLaunchFailure);
+  op.start(requests);
+}
+
+// Starts `op` now (after its stream's earlier work) and puts its completion in the stream's order; in the Latest
+// stream mode both wait in the stream until something forces them.
+void start(Op op) {
+  const bool late = stream_mode() == StreamMode::Latest;
   auto requests = std::make_shared<std::vector<MPI_Request>>();
-  op.start(*requests);
-  enqueue(op.stream, [requests, finish = op.finish](bool block) {
+  auto pending = std::make_shared<Op>(std::move(op));
+  if (!late) {
+    run_until(stream_point(pending->stream), true);
+    post(*pending, *requests);
+  }
+  enqueue(pending->stream, [requests, pending, posted = !late](bool block) mutable {
+    if (!posted) {
+      post(*pending, *requests);
+      posted = true;
+    }
     if (!requests->empty()) {
       int done = 1;
       if (block)
@@ -228,7 +242,7 @@ void start(Op op) {
       if (!done) return false;
       requests->clear();
     }
-    finish();
+    pending->finish();
     return true;
   });
 }

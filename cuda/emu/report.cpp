@@ -52,6 +52,7 @@ const char* check_name(Check c) {
     case Check::SharedRace: return "shared-memory race";
     case Check::GlobalRace: return "device-memory race";
     case Check::OrderDependence: return "order-dependent result";
+    case Check::StreamOrder: return "host buffer touched before its asynchronous copy completed";
     case Check::BarrierDivergence: return "barrier divergence";
     case Check::WarpDivergence: return "warp divergence";
     case Check::HostMemory: return "host/device memory mix-up";

@@ -5,8 +5,11 @@
 // Copies follow CUDA's synchronisation rules ("API synchronization behavior"): cudaMemcpy waits for the legacy
 // stream's work; cudaMemcpyAsync runs in stream order when the host side is pinned memory, and otherwise, like
 // the driver's staged copies of pageable memory, completes before it returns, after the stream's earlier work.
+// In the Latest stream mode a pageable upload is staged at the call and lands in stream order, as the driver's does.
 #include <cstring>
+#include <memory>
 #include <utility>
+#include <vector>
 
 #include "emulator.h"
 
@@ -61,8 +64,64 @@ std::string check_side(const void* p, size_t n, bool is_device) {
   return {};
 }
 
-cudaError_t copy(const char* call, void* dst, const void* src, size_t width, size_t height, size_t dpitch,
-                 size_t spitch, cudaMemcpyKind kind, cudaStream_t stream, bool async) {
+// Latest mode watches the pinned host memory of copies in flight: a source is snapshotted at the enqueue and must
+// still hold the snapshot when the copy runs; a device-to-host destination is filled with the NaN pattern of fresh
+// device memory (what a host read before the completion sees) and must still hold it. Memory that another pending
+// copy of the opposite direction also uses is left unwatched: a stream may carry a staging buffer down and up
+// again in order without the host touching it.
+struct Watched {
+  uintptr_t begin, end;
+  bool source;
+};
+std::vector<Watched>& watched() {
+  static std::vector<Watched>* w = new std::vector<Watched>;
+  return *w;
+}
+
+// Whether [begin, end) overlaps a watched destination, or with `any` a watched source too (two copies reading one
+// buffer leave it alone, any other pair changes it in an order the host does not see).
+bool overlaps_watched(uintptr_t begin, uintptr_t end, bool any) {
+  for (const Watched& w : watched())
+    if ((any || !w.source) && w.begin < end && begin < w.end) return true;
+  return false;
+}
+
+void unwatch(uintptr_t begin, bool source) {
+  auto& w = watched();
+  for (auto it = w.begin(); it != w.end(); ++it)
+    if (it->begin == begin && it->source == source) {
+      w.erase(it);
+      return;
+    }
+}
+
+// What a host buffer of a copy held, or was made to hold, at the enqueue; empty when unwatched.
+struct HostWatch {
+  const char* call;
+  std::string caller;  // the code that enqueued the copy
+  const void* p = nullptr;
+  std::string bytes;
+  bool source = false;
+};
+
+void check_watch(const HostWatch& w) {
+  if (w.bytes.empty()) return;
+  const uintptr_t b = reinterpret_cast<uintptr_t>(w.p);
+  unwatch(b, w.source);
+  if (!std::memcmp(w.p, w.bytes.data(), w.bytes.size())) return;
+  size_t i = 0;
+  while (static_cast<const char*>(w.p)[i] == w.bytes[i]) i++;
+  const Allocation* a = allocation_near(b);
+  report(Check::StreamOrder, Where{}, b + i,
+         format("the host wrote byte %zu of the %zu-byte pinned %s %p (offset %zu of the %zu-byte allocation at "
+                "0x%zx) of %s called from %s before the copy completed at %s",
+                i, w.bytes.size(), w.source ? "source" : "destination", w.p, b + i - a->begin, a->bytes, a->begin,
+                w.call, w.caller.c_str(), current_call().c_str()),
+         true, cudaErrorLaunchFailure);
+}
+
+cudaError_t copy(const char* call, const void* caller, void* dst, const void* src, size_t width, size_t height,
+                 size_t dpitch, size_t spitch, cudaMemcpyKind kind, cudaStream_t stream, bool async) {
   if (sticky_error()) return done(sticky_error());
   if (!valid_stream(stream)) return refuse(call, "not a live stream", cudaErrorInvalidResourceHandle);
   if (kind == cudaMemcpyDefault)
@@ -70,11 +129,19 @@ cudaError_t copy(const char* call, void* dst, const void* src, size_t width, siz
                        : (device(dst) ? cudaMemcpyHostToDevice : cudaMemcpyHostToHost);
   const bool src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
   const bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+  const size_t dspan = height && width ? (height - 1) * dpitch + width : 0;
+  const size_t sspan = height && width ? (height - 1) * spitch + width : 0;
   if (height && width) {
-    const size_t dspan = (height - 1) * dpitch + width, sspan = (height - 1) * spitch + width;
     std::string bad = check_side(dst, dspan, dst_dev);
     if (bad.empty()) bad = check_side(src, sspan, src_dev);
     if (!bad.empty()) return refuse(call, bad, cudaErrorInvalidValue, Check::OutOfBounds);
+  }
+  const bool latest = stream_mode() == StreamMode::Latest;
+  // Latest: pageable host memory to the device is staged at the call, as the driver stages it, and lands later.
+  std::shared_ptr<std::string> staged;
+  if (async && latest && !src_dev && !pinned(src) && dst_dev && sspan) {
+    staged = std::make_shared<std::string>(static_cast<const char*>(src), sspan);
+    src = staged->data();
   }
   auto run = [=] {
     for (size_t r = 0; r < height; r++) {
@@ -85,9 +152,24 @@ cudaError_t copy(const char* call, void* dst, const void* src, size_t width, siz
     }
   };
   // Host memory that is not pinned is copied when the call returns, after the stream's work so far.
-  const bool deferred = async && (src_dev || pinned(src)) && (dst_dev || pinned(dst));
+  const bool deferred = async && (src_dev || pinned(src) || staged) && (dst_dev || pinned(dst));
   if (deferred) {
-    enqueue(stream, [run](bool) {
+    HostWatch watch;
+    watch.call = call;
+    if (latest && !staged && (pinned(src) != pinned(dst))) {
+      watch.caller = function_name(caller);
+      watch.source = pinned(src);
+      watch.p = watch.source ? src : dst;
+      const size_t n = watch.source ? sspan : dspan;
+      const uintptr_t b = reinterpret_cast<uintptr_t>(watch.p);
+      if (n && !overlaps_watched(b, b + n, !watch.source)) {
+        if (!watch.source) std::memset(dst, 0xff, n);
+        watch.bytes.assign(static_cast<const char*>(watch.p), n);
+        watched().push_back(Watched{b, b + n, watch.source});
+      }
+    }
+    enqueue(stream, [run, staged, watch](bool) {
+      check_watch(watch);
       run();
       return true;
     });
@@ -178,6 +260,7 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
 
 cudaError_t cudaDeviceSynchronize() {
   Lock lock(mutex());
+  Calling calling("cudaDeviceSynchronize", __builtin_return_address(0));
   run_all_streams();
   return done(sticky_error());
 }
@@ -234,6 +317,7 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
 // cudaFree waits for the device: work still queued may use the memory.
 cudaError_t cudaFree(void* ptr) {
   Lock lock(mutex());
+  Calling calling("cudaFree", __builtin_return_address(0));
   if (!ptr) return cudaSuccess;
   run_all_streams();
   if (!release(Space::Device, ptr))
@@ -251,6 +335,7 @@ cudaError_t cudaMallocHost(void** ptr, size_t bytes) { return cudaHostAlloc(ptr,
 
 cudaError_t cudaFreeHost(void* ptr) {
   Lock lock(mutex());
+  Calling calling("cudaFreeHost", __builtin_return_address(0));
   if (!ptr) return cudaSuccess;
   run_all_streams();
   if (!release(Space::Pinned, ptr))
@@ -270,19 +355,21 @@ cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t str
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
   Lock lock(mutex());
-  return copy("cudaMemcpy", dst, src, bytes, 1, bytes, bytes, kind, cudaStreamLegacy, false);
+  Calling calling("cudaMemcpy", __builtin_return_address(0));
+  return copy("cudaMemcpy", __builtin_return_address(0), dst, src, bytes, 1, bytes, bytes, kind, cudaStreamLegacy, false);
 }
 
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
   Lock lock(mutex());
-  return copy("cudaMemcpyAsync", dst, src, bytes, 1, bytes, bytes, kind, stream, true);
+  Calling calling("cudaMemcpyAsync", __builtin_return_address(0));
+  return copy("cudaMemcpyAsync", __builtin_return_address(0), dst, src, bytes, 1, bytes, bytes, kind, stream, true);
 }
 
 cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
                               cudaMemcpyKind kind, cudaStream_t stream) {
   Lock lock(mutex());
   if (width > dpitch || width > spitch) return refuse("cudaMemcpy2DAsync", "width larger than a pitch");
-  return copy("cudaMemcpy2DAsync", dst, src, width, height, dpitch, spitch, kind, stream, true);
+  return copy("cudaMemcpy2DAsync", __builtin_return_address(0), dst, src, width, height, dpitch, spitch, kind, stream, true);
 }
 
 // ---- streams and events ----
@@ -297,6 +384,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags) {
 
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   Lock lock(mutex());
+  Calling calling("cudaStreamDestroy", __builtin_return_address(0));
   if (!stream || stream == cudaStreamLegacy || !valid_stream(stream))
     return refuse("cudaStreamDestroy", "not a stream this program created", cudaErrorInvalidResourceHandle);
   destroy_stream(stream);
@@ -305,6 +393,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   Lock lock(mutex());
+  Calling calling("cudaStreamSynchronize", __builtin_return_address(0));
   if (!valid_stream(stream)) return refuse("cudaStreamSynchronize", "not a live stream", cudaErrorInvalidResourceHandle);
   run_stream(stream, true);
   return done(sticky_error());
@@ -312,6 +401,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
 
 cudaError_t cudaStreamQuery(cudaStream_t stream) {
   Lock lock(mutex());
+  Calling calling("cudaStreamQuery", __builtin_return_address(0));
   if (!valid_stream(stream)) return refuse("cudaStreamQuery", "not a live stream", cudaErrorInvalidResourceHandle);
   const bool complete = run_stream(stream, false);
   if (sticky_error()) return done(sticky_error());
@@ -351,6 +441,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   Lock lock(mutex());
+  Calling calling("cudaEventSynchronize", __builtin_return_address(0));
   if (!event) return refuse("cudaEventSynchronize", "a null event", cudaErrorInvalidResourceHandle);
   run_until(reinterpret_cast<Event*>(event)->point, true);
   return done(sticky_error());
@@ -360,6 +451,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
 // something outside the process (a peer's MPI transfer).
 cudaError_t cudaEventQuery(cudaEvent_t event) {
   Lock lock(mutex());
+  Calling calling("cudaEventQuery", __builtin_return_address(0));
   if (!event) return refuse("cudaEventQuery", "a null event", cudaErrorInvalidResourceHandle);
   const bool complete = run_until(reinterpret_cast<Event*>(event)->point, false);
   if (sticky_error()) return done(sticky_error());

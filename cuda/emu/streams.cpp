@@ -5,12 +5,19 @@
 // another stream but does not reads memory before that stream has written it, so a missing wait shows as a wrong
 // result here rather than as a rare one on a GPU.
 //
+// That is the default mode (StreamMode, cuda_emu.h). Under Latest, what the default still runs early does not:
+// pageable host-to-device copies and NCCL operations wait in their streams too (runtime.cpp, nccl.cpp). Under
+// Earliest, every operation runs at its enqueue as far as its dependencies allow, the other extreme: work that
+// should have waited for a later enqueue (a host buffer filled after the copy that reads it was enqueued) shows.
+//
 // The legacy default stream (0, cudaStreamLegacy) waits for all work enqueued before on blocking streams, and they
 // for its (CUDA's implicit synchronisation); cudaStreamNonBlocking streams do neither.
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "emulator.h"
@@ -69,6 +76,26 @@ Step wait_for(StreamState& other, uint64_t upto) {
   return [&other, upto](bool block) { return run_until(other, upto, block); };
 }
 
+StreamMode mode_from_env() {
+  const char* v = std::getenv("YUAN_EMU_STREAMS");
+  if (!v || !*v || !std::strcmp(v, "default")) return StreamMode::Default;
+  if (!std::strcmp(v, "latest")) return StreamMode::Latest;
+  if (!std::strcmp(v, "earliest")) return StreamMode::Earliest;
+  std::fprintf(stderr, "cuda emulator: YUAN_EMU_STREAMS=%s: expected default, latest or earliest\n", v);
+  std::exit(2);
+}
+
+StreamMode& mode() {
+  static StreamMode m = mode_from_env();
+  return m;
+}
+
+struct Call {
+  const char* name = nullptr;
+  const void* caller = nullptr;
+};
+thread_local Call t_call;
+
 StreamState* stream_state(cudaStream_t s) {
   Streams& all = streams();
   if (s == nullptr || s == cudaStreamLegacy) return &all.legacy;
@@ -103,6 +130,8 @@ void enqueue(cudaStream_t s, Step step) {
     push(st, wait_for(all.legacy, all.legacy.enqueued));
   }
   push(st, std::move(step));
+  // Earliest: now, without blocking on a peer's transfer (what cannot finish yet waits for the next run).
+  if (mode() == StreamMode::Earliest && !st.running) run_until(st, st.enqueued, false);
 }
 
 StreamPoint stream_point(cudaStream_t s) {
@@ -123,6 +152,21 @@ void run_all_streams() {
   run_until(all.legacy, all.legacy.enqueued, true);
   for (StreamState* s : std::vector<StreamState*>(all.live.begin(), all.live.end()))
     run_until(*s, s->enqueued, true);
+}
+
+void set_stream_mode(StreamMode m) {
+  Lock lock(mutex());
+  mode() = m;
+}
+
+StreamMode stream_mode() { return mode(); }
+
+Calling::Calling(const char* call, const void* caller) { t_call = Call{call, caller}; }
+Calling::~Calling() { t_call = Call{}; }
+
+std::string current_call() {
+  if (!t_call.name) return "a later call";
+  return format("%s (called from %s)", t_call.name, function_name(t_call.caller).c_str());
 }
 
 }  // namespace yuan::emu

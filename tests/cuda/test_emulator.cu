@@ -3,7 +3,8 @@
 // naming the kernel, block, thread and address, with the CUDA error a faulting kernel leaves; correct code of the
 // same shape must raise none. Then what the emulated instructions compute, against the PTX ISA's definitions
 // written out again here; the conversions' rounding against cuda_bf16.h / cuda_fp16.h's documented results; the
-// cuBLASLt and NCCL argument checks; and the stream order, in which a missing wait shows.
+// cuBLASLt and NCCL argument checks; and the stream order, in which a missing wait shows, and the stream modes
+// (latest, earliest) that show what the default order hides.
 #ifdef YUAN_EMU
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -734,9 +735,17 @@ TEST(EmulatorInstructions, Bf16AndHalfRounding) {
 
 __global__ void write_value(float* p, float v) { *p = v; }
 
+// The stream mode for as long as it lives, then the one before.
+struct Mode {
+  explicit Mode(yuan::emu::StreamMode m) : saved(yuan::emu::stream_mode()) { yuan::emu::set_stream_mode(m); }
+  ~Mode() { yuan::emu::set_stream_mode(saved); }
+  yuan::emu::StreamMode saved;
+};
+
 // Work on a stream runs when the host needs it: a copy on another stream that does not wait for the kernel reads
 // the old value (a GPU might or might not); with the event it waits, the new one.
 TEST(EmulatorStreams, AMissingWaitShows) {
+  Mode mode(yuan::emu::StreamMode::Default);  // Earliest runs the kernel at its launch, before the copy
   Exact<float> d(1);
   float* pinned = nullptr;
   CUDA_CHECK(cudaMallocHost(&pinned, sizeof(float)));
@@ -861,6 +870,126 @@ TEST(EmulatorLibraries, NcclRefusesWhatNcclWould) {
   EXPECT_NE(reps[0].message.find("is not device memory"), std::string::npos) << reps[0].message;
   EXPECT_NE(reps[1].message.find("4 bytes past the end of a 64-byte device allocation"), std::string::npos)
       << reps[1].message;
+}
+
+// ---- stream modes (StreamMode): the three ordering bugs the default mode lets through ----
+
+__global__ void copy_one(float* out, const float* in) { *out = *in; }
+
+// Two non-blocking streams and a pinned float, released at the end of a test.
+struct TwoStreams {
+  cudaStream_t a = nullptr, b = nullptr;
+  float* pinned = nullptr;
+  TwoStreams() {
+    CUDA_CHECK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaMallocHost(&pinned, 2 * sizeof(float)));
+  }
+  ~TwoStreams() {
+    cudaStreamDestroy(a);
+    cudaStreamDestroy(b);
+    cudaFreeHost(pinned);
+  }
+};
+
+// An upload from pageable memory on the wrong stream (b, while the kernel that reads it is on a): the default mode
+// completes it at the call, so the kernel reads it in time; Latest lands it when b is synchronised, after the kernel.
+float upload_on_wrong_stream(yuan::emu::StreamMode m, bool wrong) {
+  Mode mode(m);
+  Exact<float> in(1), out(1);
+  TwoStreams s;
+  const float value = 5.0f;
+  CUDA_CHECK(cudaMemcpyAsync(in.p, &value, sizeof value, cudaMemcpyHostToDevice, wrong ? s.b : s.a));
+  launch(copy_one, 1, 1, 0, s.a, out.p, in.p);
+  CUDA_CHECK(cudaMemcpyAsync(s.pinned, out.p, sizeof(float), cudaMemcpyDeviceToHost, s.a));
+  CUDA_CHECK(cudaStreamSynchronize(s.a));
+  const float got = *s.pinned;
+  CUDA_CHECK(cudaDeviceSynchronize());
+  return got;
+}
+
+TEST(EmulatorStreamModes, ACopyOnTheWrongStream) {
+  using yuan::emu::StreamMode;
+  EXPECT_EQ(upload_on_wrong_stream(StreamMode::Default, true), 5.0f) << "what the default mode lets through";
+  EXPECT_EQ(upload_on_wrong_stream(StreamMode::Latest, true), 0.0f) << "Latest: the kernel ran before the upload";
+  EXPECT_EQ(upload_on_wrong_stream(StreamMode::Latest, false), 5.0f) << "on the kernel's stream it is in order";
+  expect_no_report();
+}
+
+// A pinned staging buffer refilled for a second upload: without waiting for the first upload's event, the host
+// overwrites what the first copy has not read yet. Latest reports it, naming the buffer and both calls.
+void stage_twice(bool wait) {
+  Mode mode(yuan::emu::StreamMode::Latest);
+  Exact<float> first(1), second(1);
+  TwoStreams s;
+  cudaEvent_t read;
+  CUDA_CHECK(cudaEventCreateWithFlags(&read, cudaEventDisableTiming));
+  *s.pinned = 1.0f;
+  CUDA_CHECK(cudaMemcpyAsync(first.p, s.pinned, sizeof(float), cudaMemcpyHostToDevice, s.a));
+  CUDA_CHECK(cudaEventRecord(read, s.a));
+  if (wait) CUDA_CHECK(cudaEventSynchronize(read));
+  *s.pinned = 2.0f;
+  CUDA_CHECK(cudaMemcpyAsync(second.p, s.pinned, sizeof(float), cudaMemcpyHostToDevice, s.a));
+  cudaStreamSynchronize(s.a);
+  CUDA_CHECK(cudaEventDestroy(read));
+}
+
+TEST(EmulatorStreamModes, AStagingBufferReusedWithoutWaiting) {
+  stage_twice(true);
+  expect_no_report();
+  stage_twice(false);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorLaunchFailure);
+  const std::vector<Report> reps = yuan::emu::take_reports();
+  ASSERT_EQ(reps.size(), 1u) << all(reps);
+  EXPECT_EQ(reps[0].check, Check::StreamOrder);
+  for (const char* says : {"pinned source", "cudaMemcpyAsync called from", "stage_twice",
+                           "before the copy completed at cudaStreamSynchronize"})
+    EXPECT_NE(reps[0].message.find(says), std::string::npos) << says << ": " << reps[0].message;
+  expect_no_report();
+}
+
+// The host reads a download's pinned destination before synchronising: under Latest it holds the NaN pattern of
+// fresh device memory until the copy completes; a host write to it before then is reported.
+TEST(EmulatorStreamModes, AHostReadOfADownloadWithoutASynchronise) {
+  Mode mode(yuan::emu::StreamMode::Latest);
+  Exact<float> d(1);
+  TwoStreams s;
+  *s.pinned = 3.0f;
+  launch(write_value, 1, 1, 0, s.a, d.p, 7.0f);
+  CUDA_CHECK(cudaMemcpyAsync(s.pinned, d.p, sizeof(float), cudaMemcpyDeviceToHost, s.a));
+  EXPECT_TRUE(std::isnan(*s.pinned)) << "read before the synchronise: " << *s.pinned;
+  CUDA_CHECK(cudaStreamSynchronize(s.a));
+  EXPECT_EQ(*s.pinned, 7.0f);
+  expect_no_report();
+  CUDA_CHECK(cudaMemcpyAsync(s.pinned, d.p, sizeof(float), cudaMemcpyDeviceToHost, s.a));
+  *s.pinned = 0.0f;  // the host "clears" a result it has not waited for
+  EXPECT_EQ(cudaStreamSynchronize(s.a), cudaErrorLaunchFailure);
+  const std::vector<Report> reps = yuan::emu::take_reports();
+  ASSERT_EQ(reps.size(), 1u) << all(reps);
+  EXPECT_EQ(reps[0].check, Check::StreamOrder);
+  EXPECT_NE(reps[0].message.find("pinned destination"), std::string::npos) << reps[0].message;
+  expect_no_report();
+}
+
+// Earliest: an upload enqueued before the host filled its pinned source copies what was there at the enqueue,
+// which the default mode (running it at the synchronise) hides.
+float fill_after_enqueue(yuan::emu::StreamMode m) {
+  Mode mode(m);
+  Exact<float> d(1);
+  TwoStreams s;
+  s.pinned[0] = 0.0f;
+  CUDA_CHECK(cudaMemcpyAsync(d.p, s.pinned, sizeof(float), cudaMemcpyHostToDevice, s.a));
+  s.pinned[0] = 4.0f;
+  CUDA_CHECK(cudaMemcpyAsync(s.pinned + 1, d.p, sizeof(float), cudaMemcpyDeviceToHost, s.a));
+  CUDA_CHECK(cudaStreamSynchronize(s.a));
+  return s.pinned[1];
+}
+
+TEST(EmulatorStreamModes, EarliestRunsAtTheEnqueue) {
+  using yuan::emu::StreamMode;
+  EXPECT_EQ(fill_after_enqueue(StreamMode::Default), 4.0f) << "what the default mode lets through";
+  EXPECT_EQ(fill_after_enqueue(StreamMode::Earliest), 0.0f);
+  expect_no_report();
 }
 
 }  // namespace

@@ -79,6 +79,7 @@ enum class Check {
   Launch,            // a launch CUDA refuses: block or grid size, shared memory beyond the kernel's limit
   Library,           // a CUDA, cuBLASLt or NCCL call the library would refuse or that the emulator does not model
   OrderDependence,   // a kernel that left different results when its blocks and threads ran in another order
+  StreamOrder,       // host memory of an asynchronous copy touched by the host before the copy completed
 };
 const char* check_name(Check c);
 
@@ -97,6 +98,18 @@ struct Schedule {
 };
 void set_schedule(const Schedule& s);
 Schedule schedule();
+
+// ---- when asynchronous work runs ----
+
+// Default: work runs when the host needs its result, pageable copies complete at the call, and an NCCL operation
+// starts at its enqueue after its stream's earlier work. Latest: every asynchronous operation (kernels, copies of
+// pinned or pageable memory, NCCL) runs at the sync, event wait or stream wait that forces it; the host side of a
+// pinned copy is watched until the copy completes (a source written, a destination written, is a StreamOrder
+// report) and a device-to-host destination holds a NaN pattern until then. Earliest: every operation runs at its
+// enqueue, as far as its dependencies allow. YUAN_EMU_STREAMS=default|latest|earliest sets the mode at start.
+enum class StreamMode { Default, Latest, Earliest };
+void set_stream_mode(StreamMode m);
+StreamMode stream_mode();
 
 struct Report {
   Check check;
