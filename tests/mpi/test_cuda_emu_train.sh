@@ -63,7 +63,8 @@ def gaps(key):
     return [abs(g[key] - c[key]) / c[key] for c, g in zip(cpu, gpu)]
 loss = gaps("loss")
 print(f"mean relative loss gap {sum(loss) / len(loss):.2e} (tolerance {2 ** -9:.2e})")
-assert len(loss) == len(cpu) == len(gpu) >= 10 and sum(loss) / len(loss) <= 2 ** -9, "the emulated CUDA backend drifts from the CPU backend"
+assert len(loss) == len(cpu) == len(gpu) >= 10 and sum(loss) / len(loss) <= 2 ** -9, \
+    "the emulated CUDA backend drifts from the CPU backend"
 assert gpu[-1]["loss"] < gpu[0]["loss"] - 0.2, "the emulated CUDA backend does not learn"
 u = 2 ** -9  # bf16's unit roundoff
 norm = gaps("grad_norm")
