@@ -17,6 +17,7 @@
 
 #include <cmath>
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <vector>
@@ -110,6 +111,15 @@ bool modelled(uint32_t e) {
       return true;
   }
   return false;
+}
+// The epilogues cuBLASLt may have no algorithm for (all but none and BIAS); see set_cublaslt_refuses_fused_epilogues.
+bool fused(uint32_t e) { return e != CUBLASLT_EPILOGUE_DEFAULT && e != CUBLASLT_EPILOGUE_BIAS; }
+bool& refuse_fused() {
+  static bool refuse = [] {
+    const char* v = std::getenv("YUAN_EMU_CUBLASLT_NO_FUSED");
+    return v && std::strcmp(v, "1") == 0;
+  }();
+  return refuse;
 }
 bool reads_bias(uint32_t e) { return has(e, CUBLASLT_EPILOGUE_BIAS) && !has(e, CUBLASLT_EPILOGUE_DGELU); }
 bool writes_bias(uint32_t e) {
@@ -418,6 +428,13 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
   return fail(CUBLAS_STATUS_NOT_SUPPORTED, format("preference attribute %d is not modelled", attr));
 }
 
+namespace yuan::emu {
+void set_cublaslt_refuses_fused_epilogues(bool refuse) {
+  Lock lock(mutex());
+  refuse_fused() = refuse;
+}
+}  // namespace yuan::emu
+
 // One algorithm, valid for exactly this problem and for pointers at least as aligned as the preference promised.
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
                                               cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
@@ -433,6 +450,8 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
   for (uint32_t al : pref->align)
     if (al == 0 || (al & (al - 1)) != 0)
       return fail(CUBLAS_STATUS_INVALID_VALUE, format("a minimum alignment of %u bytes", al));
+  // A valid problem without an algorithm: what a GPU's library answers for an epilogue it has no kernel for.
+  if (refuse_fused() && fused(desc->epilogue)) return CUBLAS_STATUS_NOT_SUPPORTED;
   std::memset(&results[0], 0, sizeof results[0]);
   const cublasLtMatrixLayoutOpaque_t* const layouts[4] = {a, b, c, d};
   uint64_t* algo = results[0].algo.data;

@@ -43,6 +43,8 @@ const char* report_message(cudaError_t e);
 // symbols.cpp: the demangled name of the function containing `pc` (a return address or a kernel's entry), without
 // its parameter list, or "?".
 std::string function_name(const void* pc);
+// The entries of the functions whose mangled name contains `fragment` (an identifier appears in it as written).
+std::vector<const void*> functions_containing(const char* fragment);
 // The __shared__ array containing p: its name and extent; false when p is in the shared section but in none.
 struct SharedArray {
   uintptr_t begin = 0;

@@ -92,6 +92,20 @@ thread_local Order t_order = Order::Forward;
 thread_local bool t_switches = false;
 thread_local uint64_t t_until_switch = 0;  // accesses before the running thread stops
 
+// Launches CUDA accepted, by kernel (kernel_launches).
+std::map<const void*, uint64_t>& launch_counts() {
+  static std::map<const void*, uint64_t> counts;
+  return counts;
+}
+
+// cuda/'s kernels: "yuan::gpu::...::name_kernel" or "...name_kernel<args>" (a template's instantiation).
+bool conventional_kernel(const std::string& name) {
+  if (name.compare(0, 11, "yuan::gpu::") != 0) return false;
+  const std::string base = name.back() == '>' ? name.substr(0, name.find('<')) : name;
+  const std::string suffix = "_kernel";
+  return base.size() > suffix.size() && base.compare(base.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
 Schedule& the_schedule() {
   static Schedule s = [] {
     Schedule d;
@@ -468,11 +482,30 @@ cudaError_t launch(const Launch& l, std::shared_ptr<const void> params, size_t p
     return refuse(cudaErrorInvalidValue, format("%zu bytes of parameters, above %zu", params_bytes, kParamsMax));
   if (!valid_stream(l.stream))
     return refuse(cudaErrorInvalidResourceHandle, format("stream %p is not a live stream", (void*)l.stream));
+  launch_counts()[l.kernel]++;
   enqueue(l.stream, [k](bool) {
     run_kernel(*k);
     return true;
   });
   return cudaSuccess;
+}
+
+std::vector<KernelLaunches> kernel_launches() {
+  Lock lock(mutex());
+  std::map<const void*, KernelLaunches> all;
+  for (const void* f : functions_containing("_kernel")) {
+    const std::string name = function_name(f);
+    if (conventional_kernel(name)) all[f] = {name, 0, true};
+  }
+  for (const auto& [f, n] : launch_counts()) {
+    KernelLaunches& k = all[f];
+    if (k.name.empty()) k = {function_name(f), 0, false};
+    k.launches = n;
+  }
+  std::vector<KernelLaunches> out;
+  for (auto& [f, k] : all) out.push_back(std::move(k));
+  std::sort(out.begin(), out.end(), [](const KernelLaunches& a, const KernelLaunches& b) { return a.name < b.name; });
+  return out;
 }
 
 cudaError_t set_shared_opt_in(const void* kernel, int bytes) {

@@ -123,6 +123,13 @@ std::string function_name(const void* pc) {
   return s->pretty;
 }
 
+std::vector<const void*> functions_containing(const char* fragment) {
+  std::vector<const void*> out;
+  for (const Symbol& s : symbols().functions)
+    if (s.name.find(fragment) != std::string::npos) out.push_back(reinterpret_cast<const void*>(s.begin));
+  return out;
+}
+
 bool shared_array(uintptr_t p, SharedArray* out) {
   const Symbol* s = containing(symbols().shared, p);
   if (!s) return false;

@@ -13,6 +13,9 @@
 #include "encoder.cuh"
 #include "gelu.cuh"
 #include "gpu_test.h"
+#ifdef YUAN_EMU
+#include <cuda_emu.h>
+#endif
 #include "grad_norm.cuh"
 #include "layernorm.cuh"
 #include "matmul.cuh"
@@ -32,6 +35,7 @@ bf16* B16(DevArray<uint16_t>& a) { return reinterpret_cast<bf16*>(a.get()); }
 struct EncoderCase {
   int vocab_begin, vocab_rows;
   bool positions;
+  int C;  // above 512, the wte backward's grid has a second dimension (128 threads of 4-float packs per block)
   const char* name;
 };
 class CudaEncoder : public testing::TestWithParam<EncoderCase> {};
@@ -39,7 +43,7 @@ class CudaEncoder : public testing::TestWithParam<EncoderCase> {};
 TEST_P(CudaEncoder, ForwardAndDeterministicBackwardMatchCpu) {
   YUAN_REQUIRE_GPU();
   const EncoderCase k = GetParam();
-  const int B = 3, T = 37, C = 72, V = 20, stride = T + 1;  // V small: many repeated tokens
+  const int B = 3, T = 37, C = k.C, V = 20, stride = T + 1;  // V small: many repeated tokens
   std::vector<int32_t> tok(static_cast<size_t>(B) * stride);
   std::mt19937 gen(1);
   for (auto& t : tok) t = static_cast<int32_t>(gen() % V);
@@ -88,9 +92,12 @@ TEST_P(CudaEncoder, ForwardAndDeterministicBackwardMatchCpu) {
 
 // A part none of the batch's ids fall in makes the backward launch no wte block.
 INSTANTIATE_TEST_SUITE_P(VocabularyParts, CudaEncoder,
-                         testing::Values(EncoderCase{0, 20, true, "Whole"}, EncoderCase{0, 10, true, "Rank0Of2"},
-                                         EncoderCase{7, 6, false, "MiddleWithoutPositions"},
-                                         EncoderCase{20, 8, false, "NoneOfTheIds"}),
+                         testing::Values(EncoderCase{0, 20, true, 72, "Whole"},
+                                         EncoderCase{0, 10, true, 72, "Rank0Of2"},
+                                         EncoderCase{7, 6, false, 72, "MiddleWithoutPositions"},
+                                         EncoderCase{20, 8, false, 72, "NoneOfTheIds"},
+                                         EncoderCase{5, 5, false, 72, "Rank1Of4"},
+                                         EncoderCase{0, 20, true, 648, "Wide"}),
                          [](const testing::TestParamInfo<EncoderCase>& p) { return std::string(p.param.name); });
 
 TEST(CudaBiasResidual, MatchesCpu) {
@@ -106,12 +113,13 @@ TEST(CudaBiasResidual, MatchesCpu) {
 }
 
 // N = 67 rows is fewer than the parameter-gradient reduction's row chunks (one row or none each); 1001 gives
-// several rows per chunk, a short last chunk and empty ones after it.
-class CudaLayerNorm : public testing::TestWithParam<int> {};
+// several rows per chunk, a short last chunk and empty ones after it. C is not a multiple of 256, so the warp
+// loops' tails run; 1000 (above 512) spreads the parameter gradient over several blocks of x.
+class CudaLayerNorm : public testing::TestWithParam<std::tuple<int, int>> {};
 
 TEST_P(CudaLayerNorm, ForwardAndBackwardMatchCpu) {
   YUAN_REQUIRE_GPU();
-  const int N = GetParam(), C = 328;  // C not a multiple of 256: the warp loops' tails run
+  const auto [N, C] = GetParam();
   const auto x = round_bf16(randn(static_cast<size_t>(N) * C, 2.0f, 10, 0.5f));
   const auto w = round_bf16(randn(C, 0.1f, 11, 1.0f)), b = round_bf16(randn(C, 0.1f, 12));
   DevArray<uint16_t> d_x(to_bf16(x)), d_w(to_bf16(w)), d_b(to_bf16(b)), d_out(x.size());
@@ -138,11 +146,16 @@ TEST_P(CudaLayerNorm, ForwardAndBackwardMatchCpu) {
   EXPECT_LT(rel_err(d_db.download(), db), 1e-5);
 }
 
-INSTANTIATE_TEST_SUITE_P(Rows, CudaLayerNorm, testing::Values(67, 1001));
+INSTANTIATE_TEST_SUITE_P(Rows, CudaLayerNorm,
+                         testing::Values(std::tuple(67, 328), std::tuple(1001, 328), std::tuple(45, 1000)));
 
-TEST(CudaGelu, ForwardAndBackwardMatchCpu) {
+// Element counts of one pack, of packs that are not a multiple of the 256-thread block, and of more packs than
+// the grid's threads (its loop strides). DevArray has no slack: a pack read or written past the end is reported.
+class CudaGelu : public testing::TestWithParam<size_t> {};
+
+TEST_P(CudaGelu, ForwardAndBackwardMatchCpu) {
   YUAN_REQUIRE_GPU();
-  const size_t n = 8 * 1001;
+  const size_t n = GetParam();
   const auto x = round_bf16(randn(n, 2.0f, 20)), dy = round_bf16(randn(n, 1.0f, 21));
   DevArray<uint16_t> d_x(to_bf16(x)), d_dy(to_bf16(dy)), d_out(n), d_dx(n);
   gpu::gelu_forward(B16(d_out), B16(d_x), n, 0);
@@ -154,19 +167,43 @@ TEST(CudaGelu, ForwardAndBackwardMatchCpu) {
   EXPECT_LT(rel_err(from_bf16(d_dx.download()), dx), 1e-2);
 }
 
+INSTANTIATE_TEST_SUITE_P(Packs, CudaGelu, testing::Values(8, 8 * 1001, 8 * 4099));
+
 // One linear layer's forward and backward through every epilogue the backend uses.
 struct MatmulCase {
   int N, C, OC, ld;  // ld: row stride of out / dout (> OC for the logits)
   bool bias, residual, gelu;
 };
 
-// The second parameter is Matmul::fuse_epilogues: false runs the unfused fallbacks of the GELU and bias-gradient
-// epilogues, which the GPU at hand may never need.
-class CudaMatmul : public testing::TestWithParam<std::tuple<MatmulCase, bool>> {};
+// How the GELU and bias-gradient epilogues run: fused into the GEMM; unfused because Matmul::fuse_epilogues is
+// off; or unfused because cuBLASLt has no algorithm for them (the emulated library refuses them, as a GPU's may
+// for some shapes), which is the path the program takes on such a GPU.
+enum class Fusion { Fused, Unfused, Refused };
+
+// Sets the emulated cuBLASLt's refusal for one scope (a GPU build has no switch: there, Refused runs as Fused).
+class RefuseFusedEpilogues {
+ public:
+  explicit RefuseFusedEpilogues(bool on) : on_(on) {
+#ifdef YUAN_EMU
+    if (on_) yuan::emu::set_cublaslt_refuses_fused_epilogues(true);
+#endif
+  }
+  ~RefuseFusedEpilogues() {
+#ifdef YUAN_EMU
+    if (on_) yuan::emu::set_cublaslt_refuses_fused_epilogues(false);
+#endif
+  }
+
+ private:
+  bool on_;
+};
+
+class CudaMatmul : public testing::TestWithParam<std::tuple<MatmulCase, Fusion>> {};
 
 TEST_P(CudaMatmul, ForwardAndBackwardMatchCpu) {
   YUAN_REQUIRE_GPU();
-  const auto [k, fuse] = GetParam();
+  const auto [k, fusion] = GetParam();
+  const RefuseFusedEpilogues refuse(fusion == Fusion::Refused);
   const size_t N = k.N, C = k.C, OC = k.OC, ld = k.ld;
   const auto inp = round_bf16(randn(N * C, 1.0f, 30)), w = round_bf16(randn(OC * C, 0.1f, 31));
   const auto bias = round_bf16(randn(OC, 0.5f, 32)), res = round_bf16(randn(N * OC, 1.0f, 33));
@@ -180,7 +217,7 @@ TEST_P(CudaMatmul, ForwardAndBackwardMatchCpu) {
   DevArray<char> ws(gpu::Matmul::kWorkspaceBytes);
   DevArray<float> bias_scratch(OC);
   gpu::Matmul mm(ws.get(), bias_scratch.get(), OC);
-  mm.fuse_epilogues = fuse;
+  mm.fuse_epilogues = fusion != Fusion::Unfused;
   DevArray<uint16_t> d_inp(to_bf16(inp)), d_w(to_bf16(w)), d_bias(to_bf16(bias)), d_res(to_bf16(res));
   DevArray<uint16_t> d_out(N * ld), d_pre(N * OC);
   mm.forward(B16(d_out), B16(d_inp), B16(d_w), k.bias ? B16(d_bias) : nullptr, k.residual ? B16(d_res) : nullptr,
@@ -240,8 +277,14 @@ const MatmulCase kMatmulCases[] = {
     {200, 128, 512, 512, true, false, true},   // c_fc: GELU
     {37, 64, 97, 128, false, false, false},    // logits: odd V
     {1, 32, 96, 96, true, false, false},       // one row
+    // Output widths that are not a multiple of the bias-gradient kernel's 32 columns a block, one above 512, and
+    // a GELU layer whose sizes are no multiple of 32 either.
+    {45, 64, 584, 584, true, false, false},
+    {29, 40, 136, 136, true, false, true},
 };
-INSTANTIATE_TEST_SUITE_P(Epilogues, CudaMatmul, testing::Combine(testing::ValuesIn(kMatmulCases), testing::Bool()));
+INSTANTIATE_TEST_SUITE_P(Epilogues, CudaMatmul,
+                         testing::Combine(testing::ValuesIn(kMatmulCases),
+                                          testing::Values(Fusion::Fused, Fusion::Unfused, Fusion::Refused)));
 
 TEST(CudaClassifier, LossesAndGradientMatchCpu) {
   YUAN_REQUIRE_GPU();
@@ -283,23 +326,29 @@ TEST(CudaClassifier, LossesAndGradientMatchCpu) {
 
 // The vocabulary-parallel passes, with the tensor ranks' parts of the logits side by side on one device and their
 // all-reduces done on the host: every pass against its CPU twin on the same part, and the losses and gradient
-// against the whole-row classifier, which is what the parts must add up to.
+// against the whole-row classifier, which is what the parts must add up to. The 4-rank case has logits near 30,
+// as a trained model's are: a maximum taken wrongly (a sum of the ranks' maxima, ~4 x 30) then underflows every
+// exp(z - max) to 0 in fp32 and the loss is infinite, where logits near 1 over 2 ranks would only shift the
+// softmax by a few units, which it does not see.
 TEST(CudaClassifier, VocabularyParallelMatchesCpu) {
   YUAN_REQUIRE_GPU();
   struct Case {
     int B, T;
     std::vector<int> parts;  // each rank's columns, in id order
+    float mean;              // of the logits (their spread is 2)
   };
-  for (const Case& k : {Case{2, 5, {333, 333, 334}}, Case{1, 3, {25128, 25129}}, Case{3, 4, {6, 7}}}) {
+  for (const Case& k : {Case{2, 5, {333, 333, 334}, 0.0f}, Case{1, 3, {25128, 25129}, 0.0f}, Case{3, 4, {6, 7}, 0.0f},
+                        Case{2, 5, {96, 101, 64, 139}, 30.0f}}) {
     int V = 0;
     for (int v : k.parts) V += v;
     const int stride = k.T + 1, N = k.B * k.T, R = static_cast<int>(k.parts.size());
-    const auto z = round_bf16(randn(static_cast<size_t>(N) * V, 2.0f, 80 + V));
+    const auto z = round_bf16(randn(static_cast<size_t>(N) * V, 2.0f, 80 + V, k.mean));
     std::vector<int32_t> tok(static_cast<size_t>(k.B) * stride);
     std::mt19937 gen(81);
     for (auto& t : tok) t = static_cast<int32_t>(gen() % V);
     DevArray<int32_t> d_tok(tok);
-    const float scale = 0.37f, pad = 30.0f;  // a padding value that would dominate max and sum if it were read
+    // A padding value that would dominate max and sum if it were read.
+    const float scale = 0.37f, pad = k.mean + 30.0f;
     std::vector<float> whole = z, whole_losses(N);
     ops::classifier_forward_backward(whole.data(), whole_losses.data(), tok.data() + 1, k.B, k.T, V, stride, scale);
 

@@ -30,6 +30,17 @@ struct Launch {
 cudaError_t launch(const Launch& l, std::shared_ptr<const void> params, size_t params_bytes,
                    void (*entry)(const void*));
 
+// Every kernel of the program and how many launches CUDA accepted for it so far: the functions of namespace
+// yuan::gpu named *_kernel (cuda/'s convention; every instantiation of a template kernel the program holds), found in
+// the symbol table, and any other function that was launched (`conventional` false). A test that runs the whole
+// suite lists the conventional ones never launched: a code path of the backend no test reaches.
+struct KernelLaunches {
+  std::string name;
+  uint64_t launches = 0;
+  bool conventional = false;
+};
+std::vector<KernelLaunches> kernel_launches();
+
 // ---- built-in variables and block-wide operations of the running thread ----
 
 uint3 thread_idx() __attribute__((const));
@@ -62,6 +73,14 @@ enum class AtomicType { I32, U32, U64, F32, F64 };
 enum class AtomicOp { Add, Sub, Min, Max, Exch, Cas, And, Or, Xor };
 // The old value; `operand` and the result are the bits of an AtomicType value (Cas also takes `compare`).
 uint64_t atomic(void* p, AtomicType t, AtomicOp op, uint64_t operand, uint64_t compare = 0);
+
+// ---- the emulated cuBLASLt ----
+
+// When true, cublasLtMatmulAlgoGetHeuristic finds no algorithm (CUBLAS_STATUS_NOT_SUPPORTED, none returned) for
+// the epilogues cuBLASLt does not offer for every shape (GELU, GELU_AUX, GELU_BIAS, GELU_AUX_BIAS, DGELU, BGRADA,
+// BGRADB, DGELU_BGRAD), as a GPU's library may not: the callers' unfused fallbacks then run. Default false; also
+// set by YUAN_EMU_CUBLASLT_NO_FUSED=1 at start.
+void set_cublaslt_refuses_fused_epilogues(bool refuse);
 
 // ---- reports ----
 
