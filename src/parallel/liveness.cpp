@@ -157,7 +157,7 @@ void end_launcher_after(double seconds) {
   const int ms = static_cast<int>(seconds * 1000);
   const pid_t pid = fork();
   if (pid == 0) {
-    // Only async-signal-safe calls: the parent has threads. A session of its own, so that the launcher killing
+    // Only async-signal-safe calls: the parent has threads. Detached by setsid(), so that the launcher killing
     // this rank's process group does not take the watcher with it; no inherited descriptor, so that none of the
     // launcher's output pipes stays open and makes it wait for this process.
     setsid();

@@ -1,7 +1,7 @@
 # The node-aware layout. `yuanlm plan --nodes N --ranks-per-node G` prints each node's ranks and groups and which
 # groups cross a node boundary (--json too, its existing fields unchanged), and refuses values that do not make the
 # job's ranks. Then jobs over two nodes as Open MPI sees them: mpirun's rsh agent is a script that starts each
-# "node"'s daemon on this machine (with a session directory of its own), so the ranks form two shared-memory domains
+# "node"'s daemon on this machine (with a temporary directory of its own, orte_tmpdir_base), so the ranks form two shared-memory domains
 # (MPI_COMM_TYPE_SHARED); they talk TCP over loopback, within a node too (two daemons' shared-memory transports on
 # one host clash). The start-up print shows both nodes, a tensor group placed across them is warned of by name, and
 # the memory check sums the ranks of each node only. The namespaced test cluster (tests/cluster/) runs real nodes.
@@ -77,9 +77,9 @@ refused 'a data-parallel deck \(no parallel.pipelines\) on nodes needs --world, 
 # Two nodes on this machine, as Open MPI sees them (see the top): a fake rsh agent runs each node's daemon here.
 cat >"$WORK/rsh" <<EOF
 #!/bin/sh
-# Open MPI's rsh agent for nodes that are this machine: run the command here, in a session directory of the node's.
-mkdir -p "$WORK/session/\$1"
-export OMPI_MCA_orte_tmpdir_base="$WORK/session/\$1"
+# Open MPI's rsh agent for nodes that are this machine: run the command here, with the node's own Open MPI temporary directory.
+mkdir -p "$WORK/orte-tmp/\$1"
+export OMPI_MCA_orte_tmpdir_base="$WORK/orte-tmp/\$1"
 shift
 exec sh -c "\$*"
 EOF
