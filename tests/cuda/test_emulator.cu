@@ -15,13 +15,16 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "classifier.cuh"
 #include "common.cuh"
 #include "gpu_test.h"
 #include "launch.cuh"
+#include "ops/reference_ops.h"
 #include "ptx.cuh"
 
 namespace {
@@ -989,6 +992,204 @@ TEST(EmulatorStreamModes, EarliestRunsAtTheEnqueue) {
   using yuan::emu::StreamMode;
   EXPECT_EQ(fill_after_enqueue(StreamMode::Default), 4.0f) << "what the default mode lets through";
   EXPECT_EQ(fill_after_enqueue(StreamMode::Earliest), 0.0f);
+  expect_no_report();
+}
+
+
+// ---- shapes and tolerances: bugs that only some shapes, paths or sizes of numbers reach ----
+
+// Column sums of an N x C bf16 matrix, one column a thread, kSumColumns columns a block and the columns past them
+// in the grid's second dimension. `block_stride` is where block y's columns begin: kSumColumns is right; the planted
+// bug, half that (the block size the kernel once had), makes block 1 redo columns of block 0 and drop the last
+// ones, which no width up to 512 reaches.
+constexpr int kSumColumns = 512;
+
+__global__ void column_sums(float* sums, const __nv_bfloat16* in, int N, int C, int block_stride) {
+  const int c = blockIdx.y * block_stride + threadIdx.x;
+  if (c >= C) return;
+  float s = 0.0f;
+  for (int n = 0; n < N; n++) s += __bfloat162float(in[static_cast<size_t>(n) * C + c]);
+  sums[c] = s;
+}
+
+void launch_column_sums(float* sums, const __nv_bfloat16* in, int N, int C, int block_stride) {
+  launch(column_sums, dim3(1, (C + kSumColumns - 1) / kSumColumns), kSumColumns, 0, 0, sums, in, N, C, block_stride);
+}
+
+__nv_bfloat16* bf16_of(yuan::test::DevArray<uint16_t>& a) { return reinterpret_cast<__nv_bfloat16*>(a.get()); }
+
+// The widths of a sweep (none a multiple of the block but 512, two above it) at which column_sums with
+// `block_stride` failed a check, each failure a device-memory race.
+std::vector<int> widths_reported(int block_stride) {
+  std::vector<int> reported;
+  for (int C : {8, 100, 511, 512, 584, 1000}) {
+    yuan::test::DevArray<uint16_t> in(yuan::test::to_bf16(yuan::test::randn(3 * C, 1.0f, C)));
+    Exact<float> sums(C);
+    launch_column_sums(sums.p, bf16_of(in), 3, C, block_stride);
+    if (cudaDeviceSynchronize() != cudaSuccess) reported.push_back(C);
+    for (const Report& r : yuan::emu::take_reports()) EXPECT_EQ(r.check, Check::GlobalRace) << r.message;
+  }
+  return reported;
+}
+
+TEST_F(EmulatorChecks, ASecondGridDimensionOnlyWidthsAbove512Reach) {
+  EXPECT_EQ(widths_reported(kSumColumns), std::vector<int>{});
+  EXPECT_EQ(widths_reported(kSumColumns / 2), (std::vector<int>{584, 1000}));
+  const int C = 584;
+  yuan::test::DevArray<uint16_t> in(yuan::test::to_bf16(yuan::test::randn(3 * C, 1.0f, C)));
+  Exact<float> sums(C);
+  launch_column_sums(sums.p, bf16_of(in), 3, C, kSumColumns / 2);
+  expect_report(cudaErrorLaunchFailure, Check::GlobalRace, "column_sums", {0, 1, 0}, {0, 0, 0}, sums.p + 256,
+                "which thread (256,0,0) of block (0,0,0) wrote in this launch");
+}
+
+// A GELU-like kernel over 16-byte packs, one pack a thread. The planted bug (`overrun`): the thread after the last
+// pack reads and writes one pack past the end, which the 16 bytes of initialised slack the tests' arrays once had
+// hid; DevArray has none, so it is an OutOfBounds.
+__global__ void double_packs(__nv_bfloat16* out, const __nv_bfloat16* in, size_t n, bool overrun) {
+  const size_t i = (blockIdx.x * size_t(blockDim.x) + threadIdx.x) * yuan::gpu::PackBf16::kN;
+  if (overrun ? i > n : i >= n) return;
+  const yuan::gpu::PackBf16 x = yuan::gpu::load_pack(in + i);
+  yuan::gpu::PackBf16 y;
+  for (int k = 0; k < yuan::gpu::PackBf16::kN; k++) y.v[k] = __float2bfloat16(2.0f * __bfloat162float(x.v[k]));
+  yuan::gpu::store_pack(out + i, y);
+}
+
+TEST_F(EmulatorChecks, APackPastTheEndOfATestArray) {
+  const size_t n = 37 * yuan::gpu::PackBf16::kN;
+  Exact<__nv_bfloat16> in_slack(n + 8), out_slack(n + 8);
+  launch(double_packs, 1, 64, 0, 0, out_slack.p, in_slack.p, n, true);
+  expect_no_report();  // what the slack hid
+  yuan::test::DevArray<uint16_t> in(n), out(n);
+  launch(double_packs, 1, 64, 0, 0, bf16_of(out), bf16_of(in), n, false);
+  expect_no_report();
+  launch(double_packs, 1, 64, 0, 0, bf16_of(out), bf16_of(in), n, true);
+  expect_report(cudaErrorIllegalAddress, Check::OutOfBounds, "double_packs", {0, 0, 0}, {37, 0, 0}, bf16_of(in) + n,
+                "0 bytes past the end of a 592-byte allocation");
+}
+
+// A linear layer's weight and bias gradients as a backend takes them (dw = inp^T dout, dbias = dout's column
+// sums; inp N x C, dout N x OC, row-major): the bias gradient fused into the GEMM (cuBLASLt's BGRADB epilogue)
+// when the library has an algorithm for it, else the plain GEMM and column_sums with `fallback_stride`. On a GPU the
+// library may refuse the epilogue for some shapes; the emulated one refuses it only when told to.
+void weight_and_bias_gradients(float* dw, float* dbias, const __nv_bfloat16* inp, const __nv_bfloat16* dout, int N,
+                               int C, int OC, int fallback_stride) {
+  cublasLtHandle_t h;
+  ASSERT_EQ(cublasLtCreate(&h), CUBLAS_STATUS_SUCCESS);
+  Layouts l;
+  cublasLtMatrixLayoutCreate(&l.a, CUDA_R_16BF, C, N, C);
+  cublasLtMatrixLayoutCreate(&l.b, CUDA_R_16BF, OC, N, OC);
+  cublasLtMatrixLayoutCreate(&l.c, CUDA_R_32F, C, OC, C);
+  cublasLtMatmulPreference_t pref;
+  cublasLtMatmulPreferenceCreate(&pref);
+  bool fused = false;
+  for (cublasLtEpilogue_t e : {CUBLASLT_EPILOGUE_BGRADB, CUBLASLT_EPILOGUE_DEFAULT}) {
+    cublasLtMatmulDescDestroy(l.desc);
+    cublasLtMatmulDescCreate(&l.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    const int32_t t = CUBLAS_OP_T;
+    cublasLtMatmulDescSetAttribute(l.desc, CUBLASLT_MATMUL_DESC_TRANSB, &t, sizeof t);
+    cublasLtMatmulDescSetAttribute(l.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e);
+    if (e == CUBLASLT_EPILOGUE_BGRADB)
+      cublasLtMatmulDescSetAttribute(l.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &dbias, sizeof dbias);
+    cublasLtMatmulHeuristicResult_t r;
+    int found = 0;
+    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(h, l.desc, l.a, l.b, l.c, l.c, pref, 1, &r, &found);
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED) continue;  // no algorithm: the fallback
+    ASSERT_EQ(st, CUBLAS_STATUS_SUCCESS);
+    ASSERT_EQ(found, 1);
+    const float alpha = 1.0f, beta = 0.0f;
+    ASSERT_EQ(cublasLtMatmul(h, l.desc, &alpha, inp, l.a, dout, l.b, &beta, dw, l.c, dw, l.c, &r.algo, nullptr, 0, 0),
+              CUBLAS_STATUS_SUCCESS);
+    fused = e == CUBLASLT_EPILOGUE_BGRADB;
+    break;
+  }
+  if (!fused) launch_column_sums(dbias, dout, N, OC, fallback_stride);
+  cublasLtMatmulPreferenceDestroy(pref);
+  cublasLtDestroy(h);
+}
+
+// The planted bug of the sweep above, now in the fallback of a fused epilogue at a width above 512: with the
+// library offering the epilogue it never runs; refusing it (set_cublaslt_refuses_fused_epilogues, as CudaMatmul's
+// Refused cases do) runs the fallback, and the bug is reported.
+TEST_F(EmulatorChecks, AFallbackOnlyARefusedEpilogueReaches) {
+  const int N = 5, C = 16, OC = 584;
+  const auto inp = yuan::test::randn(N * C, 1.0f, 60), dout = yuan::test::randn(N * OC, 1.0f, 61);
+  yuan::test::DevArray<uint16_t> d_inp(yuan::test::to_bf16(inp)), d_dout(yuan::test::to_bf16(dout));
+  std::vector<float> want(OC, 0.0f);
+  const auto rounded = yuan::test::round_bf16(dout);
+  for (int n = 0; n < N; n++)
+    for (int c = 0; c < OC; c++) want[c] += rounded[static_cast<size_t>(n) * OC + c];
+  for (bool refuse : {false, true}) {
+    yuan::emu::set_cublaslt_refuses_fused_epilogues(refuse);
+    for (int stride : {kSumColumns, kSumColumns / 2}) {
+      yuan::test::DevArray<float> dw(C * OC), dbias(OC);
+      weight_and_bias_gradients(dw.get(), dbias.get(), bf16_of(d_inp), bf16_of(d_dout), N, C, OC, stride);
+      if (refuse && stride != kSumColumns) {
+        expect_report(cudaErrorLaunchFailure, Check::GlobalRace, "column_sums", {0, 1, 0}, {0, 0, 0},
+                      dbias.get() + 256, "which thread (256,0,0) of block (0,0,0) wrote in this launch");
+        continue;
+      }
+      expect_no_report();
+      EXPECT_LT(yuan::test::rel_err(dbias.download(), want), 1e-5) << "refused " << refuse << ", stride " << stride;
+    }
+  }
+  yuan::emu::set_cublaslt_refuses_fused_epilogues(false);
+}
+
+// The vocabulary-parallel cross-entropy (classifier.cuh's three passes) over the tensor ranks' `parts` of a
+// vocabulary, on B x T rows of logits of mean `mean` and spread 2, the all-reduces done on the host: the maxima
+// with `reduce_max`, the sums with +. Returned: the largest relative error of the losses against the whole row's
+// (CudaClassifier.VocabularyParallelMatchesCpu holds it to 1e-4).
+double vocab_parallel_loss_error(const std::vector<int>& parts, float mean, float (*reduce_max)(float, float)) {
+  using namespace yuan::test;
+  const int B = 2, T = 5, N = B * T, stride = T + 1;
+  int V = 0;
+  for (int v : parts) V += v;
+  const auto z = round_bf16(randn(static_cast<size_t>(N) * V, 2.0f, 90 + V, mean));
+  std::vector<int32_t> tok(static_cast<size_t>(B) * stride);
+  std::mt19937 gen(91);
+  for (auto& t : tok) t = static_cast<int32_t>(gen() % V);
+  std::vector<float> whole = z, want(N);
+  yuan::ops::classifier_forward_backward(whole.data(), want.data(), tok.data() + 1, B, T, V, stride, 0.0f);
+  DevArray<int32_t> d_tok(tok);
+  std::vector<std::unique_ptr<DevArray<uint16_t>>> d_part;
+  std::vector<float> row_max(N), sums(2 * static_cast<size_t>(N), 0.0f);
+  const auto part_ld = [](int v) { return (v + 63) / 64 * 64; };
+  for (size_t r = 0, b = 0; r < parts.size(); b += parts[r], r++) {
+    const int v = parts[r], ld = part_ld(v);
+    std::vector<float> padded(static_cast<size_t>(N) * ld, mean);
+    for (int i = 0; i < N; i++) std::copy_n(z.begin() + static_cast<size_t>(i) * V + b, v, padded.begin() + i * ld);
+    d_part.push_back(std::make_unique<DevArray<uint16_t>>(to_bf16(padded)));
+    DevArray<float> d_max(N);
+    yuan::gpu::classifier_row_max(bf16_of(*d_part[r]), d_max.get(), N, v, ld, 0);
+    const auto got = d_max.download();
+    for (int i = 0; i < N; i++) row_max[i] = r == 0 ? got[i] : reduce_max(row_max[i], got[i]);
+  }
+  DevArray<float> d_row_max(row_max);
+  for (size_t r = 0, b = 0; r < parts.size(); b += parts[r], r++) {
+    DevArray<float> d_sums(sums.size());
+    yuan::gpu::classifier_row_sums(bf16_of(*d_part[r]), d_row_max.get(), d_tok.get() + 1, B, T, parts[r],
+                                   part_ld(parts[r]), stride, static_cast<int>(b), d_sums.get(), 0);
+    const auto got = d_sums.download();
+    for (size_t i = 0; i < sums.size(); i++) sums[i] += got[i];
+  }
+  DevArray<float> d_sums(sums), d_losses(N);
+  yuan::gpu::classifier_parallel_finish(bf16_of(*d_part[0]), d_losses.get(), d_row_max.get(), d_sums.get(),
+                                        d_tok.get() + 1, B, T, parts[0], part_ld(parts[0]), stride, 0, 0.0f, 0);
+  return rel_err(d_losses.download(), want);
+}
+
+// A sum where the maximum's all-reduce belongs: softmax and loss do not change when every logit of a row shifts
+// by the same amount, so over 2 ranks with logits near 1 (the maxima summed: a shift of a few units) the losses
+// are right; over 4 ranks with logits near 30, as a trained model's are, exp(z - max) underflows and they are not.
+TEST(EmulatorShapes, ASumForTheMaximumShowsOverFourRanksWithLargeLogits) {
+  float (*const maximum)(float, float) = [](float a, float b) { return std::max(a, b); };
+  float (*const sum)(float, float) = [](float a, float b) { return a + b; };
+  const std::vector<int> two = {200, 201}, four = {96, 101, 64, 139};
+  EXPECT_LT(vocab_parallel_loss_error(two, 1.0f, maximum), 1e-4);
+  EXPECT_LT(vocab_parallel_loss_error(four, 30.0f, maximum), 1e-4);
+  EXPECT_LT(vocab_parallel_loss_error(two, 1.0f, sum), 1e-4) << "what 2 ranks and small logits let through";
+  EXPECT_GT(vocab_parallel_loss_error(four, 30.0f, sum), 1e-4) << "caught at 4 ranks with large logits";
   expect_no_report();
 }
 
