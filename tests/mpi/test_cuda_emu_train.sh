@@ -59,18 +59,29 @@ for layout in data pipeline zero3 tp; do
   $PY - "$WORK/$layout-cpu/metrics.jsonl" "$WORK/$layout-cuda/metrics.jsonl" <<'PYEOF'
 import json, sys
 cpu, gpu = ([json.loads(l) for l in open(p) if '"loss"' in l] for p in sys.argv[1:3])
-def gaps(key):
-    return [abs(g[key] - c[key]) / c[key] for c, g in zip(cpu, gpu)]
-loss = gaps("loss")
-print(f"mean relative loss gap {sum(loss) / len(loss):.2e} (tolerance {2 ** -9:.2e})")
-assert len(loss) == len(cpu) == len(gpu) >= 10 and sum(loss) / len(loss) <= 2 ** -9, \
-    "the emulated CUDA backend drifts from the CPU backend"
-assert gpu[-1]["loss"] < gpu[0]["loss"] - 0.2, "the emulated CUDA backend does not learn"
 u = 2 ** -9  # bf16's unit roundoff
-norm = gaps("grad_norm")
-print(f"relative grad_norm gap: step 1 {norm[0]:.2e} (tolerance {u:.2e}), worst {max(norm):.2e} "
-      f"(tolerance {8 * u:.2e}), mean {sum(norm) / len(norm):.2e} (tolerance {2 * u:.2e})")
-assert norm[0] <= u and max(norm) <= 8 * u and sum(norm) / len(norm) <= 2 * u, \
-    f"the gradient norms differ: {[c['grad_norm'] for c in cpu]} vs {[g['grad_norm'] for g in gpu]}"
+def check(gpu, say=print):
+    def gaps(key):
+        return [abs(g[key] - c[key]) / c[key] for c, g in zip(cpu, gpu)]
+    loss = gaps("loss")
+    say(f"mean relative loss gap {sum(loss) / len(loss):.2e} (tolerance {2 ** -9:.2e})")
+    assert len(loss) == len(cpu) == len(gpu) >= 10 and sum(loss) / len(loss) <= 2 ** -9, \
+        "the emulated CUDA backend drifts from the CPU backend"
+    assert gpu[-1]["loss"] < gpu[0]["loss"] - 0.2, "the emulated CUDA backend does not learn"
+    norm = gaps("grad_norm")
+    say(f"relative grad_norm gap: step 1 {norm[0]:.2e} (tolerance {u:.2e}), worst {max(norm):.2e} "
+        f"(tolerance {8 * u:.2e}), mean {sum(norm) / len(norm):.2e} (tolerance {2 * u:.2e})")
+    assert norm[0] <= u and max(norm) <= 8 * u and sum(norm) / len(norm) <= 2 * u, \
+        f"the gradient norms differ: {[c['grad_norm'] for c in cpu]} vs {[g['grad_norm'] for g in gpu]}"
+check(gpu)
+# The planted bug this comparison is for: a gradient 22% too large everywhere (as a wrong scale in a backward
+# kernel gives), which the losses do not show; the grad_norm comparison must fail on it.
+try:
+    check([dict(g, grad_norm=1.22 * g["grad_norm"]) for g in gpu], say=lambda _: None)
+except AssertionError as e:
+    assert str(e).startswith("the gradient norms differ"), e
+    print("a gradient norm 22% too large is caught")
+else:
+    sys.exit("a gradient norm 22% too large passed the comparison")
 PYEOF
 done
