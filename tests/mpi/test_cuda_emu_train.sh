@@ -1,5 +1,5 @@
-# The CUDA backend on the emulator (bin/yuanlm_emu, cuda/emu) trains like the CPU backend: the tiny deck on 2
-# ranks with train.device=cuda and with train.device=cpu, same data order and initial weights, in two layouts:
+# The CUDA backend on the emulator (bin/yuanlm_emu, cuda/emu) trains like the CPU backend: the tiny deck with
+# train.device=cuda and with train.device=cpu, same data order and initial weights, in five layouts:
 #   data:     2 data-parallel ranks for 20 steps, ZeRO-2 with small buckets, so that gradients are reduced over NCCL
 #             (emulated over MPI) bucket by bucket while backward still runs;
 #   pipeline: one pipeline of 2 stages for 10 steps, 4 micro-batches under 1F1B, so that activations and their
@@ -11,6 +11,12 @@
 #   tp:       2 tensor-parallel ranks (Megatron's cut) for 20 steps, 4 micro-batches a step, so that the vocabulary-
 #             parallel embedding and cross-entropy, the column- and row-parallel layers and their all-reduces over
 #             NCCL, and the bias and residual added after them all run on the cuda backend.
+#   tp4:      4 tensor ranks (4 heads) for 6 steps, resumed from a checkpoint whose every logit is raised by 40 (each wte row
+#             gains the vector of ones and ln_f's bias 40/n_embd on every feature: the softmax does not see a shift
+#             that is the same for a whole row, and its gradient has none, so it stays), as a trained model's
+#             logits are large: the ranks' row maxima are all-reduced with MAX over NCCL, and a wrong operator
+#             (their sum, ~4 x 40) underflows every exp(z - max) and the loss is NaN, where tp 2 at initial
+#             logits (near 0) gives the same numbers with either operator (both checked by planting it).
 #
 # Tolerance: every step's loss within 1% and the mean gap within 2^-9 ~ 2e-3 relative; final weights within 1e-2
 # of their scale. The CUDA backend keeps weights and activations in bf16 (a relative rounding of up to 2^-9 each)
@@ -23,6 +29,10 @@
 # only the bf16 storage of activations and weights differs: each gradient element is off by a few u at most, with
 # random signs, and the norm averages them; measured ~3e-5), every later step within 8u = 2^-6 (the runs' weights
 # have drifted apart by then, as above; measured up to 6e-3) and their mean within 2u = 2^-8 (measured ~1e-3).
+# tp4's logits near 40 are stored in bf16 on the cuda backend with a rounding of up to 2^5 u-2^6 u each (near 0:
+# ~u of a far smaller value), which moves its losses and gradients ~16 times as far (measured: loss gaps up to
+# 4e-3, their mean 2e-3; grad_norm 1.4% at step 1, 6% at worst, 1.5% on average; weights 9e-3): there every
+# tolerance in units of u is 16 times the above, and the weights are held to 2e-2. A wrong maximum is a NaN.
 source "$(dirname "$0")/lib.sh"
 [ -x bin/yuanlm_emu ] || { echo "SKIP: bin/yuanlm_emu is not built (make emu)"; exit 77; }
 make_corpus "$WORK/corpus" 2 4000 64
@@ -42,32 +52,23 @@ fi
 want="cuda backend: n_embd = 36 must be a multiple of 8 (16-byte bf16 vectors)"
 grep '^error:' "$WORK/shape.log" | grep -qF "$want" || { cat "$WORK/shape.log"; exit 1; }
 if grep -q "^cuda: device" "$WORK/shape.log"; then echo "the backend was made before the shape was refused"; exit 1; fi
-for layout in data pipeline zero3 tp; do
-  echo "== $layout"
-  declare -n extra=$layout
-  for dev in cpu cuda; do
-    mpirun -np 2 bin/yuanlm_emu train "${TINY[@]}" --train.device=$dev --data.train="$WORK/corpus/*.h5" \
-      --run.dir="$WORK/$layout-$dev" --train.global_batch=8 --train.log_every=1 "${extra[@]}" \
-      >"$WORK/$layout-$dev.log" 2>&1 || { cat "$WORK/$layout-$dev.log"; exit 1; }
-  done
-  grep -q "backend cuda" "$WORK/$layout-cuda.log"
-  if grep -q "cuda emulator:" "$WORK/$layout-cuda.log"; then
-    grep "cuda emulator:" "$WORK/$layout-cuda.log"
-    exit 1
-  fi
-  compare "$WORK/$layout-cpu" "$WORK/$layout-cuda" 1e-2 1e-2
-  $PY - "$WORK/$layout-cpu/metrics.jsonl" "$WORK/$layout-cuda/metrics.jsonl" <<'PYEOF'
+# compare_metrics RUN K MIN_STEPS DROP: RUN-cpu's and RUN-cuda's metrics.jsonl: losses and gradient norms in units
+# of K times bf16's rounding u, at least MIN_STEPS steps, the loss down by DROP; then the same with the planted bug
+# the norm comparison is for.
+compare_metrics() {
+  $PY - "$1-cpu/metrics.jsonl" "$1-cuda/metrics.jsonl" "$2" "$3" "$4" <<'PYEOF'
 import json, sys
 cpu, gpu = ([json.loads(l) for l in open(p) if '"loss"' in l] for p in sys.argv[1:3])
-u = 2 ** -9  # bf16's unit roundoff
+k, min_steps, drop = float(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
+u = k * 2 ** -9  # bf16's unit roundoff, times the layout's factor
 def check(gpu, say=print):
     def gaps(key):
         return [abs(g[key] - c[key]) / c[key] for c, g in zip(cpu, gpu)]
     loss = gaps("loss")
-    say(f"mean relative loss gap {sum(loss) / len(loss):.2e} (tolerance {2 ** -9:.2e})")
-    assert len(loss) == len(cpu) == len(gpu) >= 10 and sum(loss) / len(loss) <= 2 ** -9, \
+    say(f"mean relative loss gap {sum(loss) / len(loss):.2e} (tolerance {u:.2e})")
+    assert len(loss) == len(cpu) == len(gpu) >= min_steps and sum(loss) / len(loss) <= u, \
         "the emulated CUDA backend drifts from the CPU backend"
-    assert gpu[-1]["loss"] < gpu[0]["loss"] - 0.2, "the emulated CUDA backend does not learn"
+    assert gpu[-1]["loss"] < gpu[0]["loss"] - drop, "the emulated CUDA backend does not learn"
     norm = gaps("grad_norm")
     say(f"relative grad_norm gap: step 1 {norm[0]:.2e} (tolerance {u:.2e}), worst {max(norm):.2e} "
         f"(tolerance {8 * u:.2e}), mean {sum(norm) / len(norm):.2e} (tolerance {2 * u:.2e})")
@@ -84,4 +85,57 @@ except AssertionError as e:
 else:
     sys.exit("a gradient norm 22% too large passed the comparison")
 PYEOF
+}
+
+# run_layout NAME NP ARGS...: the layout on both backends, NAME-cpu and NAME-cuda, with no emulator report.
+run_layout() {
+  local name=$1 np=$2
+  shift 2
+  for dev in cpu cuda; do
+    mpirun -np "$np" bin/yuanlm_emu train "${TINY[@]}" --train.device=$dev --data.train="$WORK/corpus/*.h5" \
+      --run.dir="$WORK/$name-$dev" --train.global_batch=8 --train.log_every=1 "$@" \
+      >"$WORK/$name-$dev.log" 2>&1 || { cat "$WORK/$name-$dev.log"; exit 1; }
+  done
+  grep -q "backend cuda" "$WORK/$name-cuda.log"
+  if grep -q "cuda emulator:" "$WORK/$name-cuda.log"; then
+    grep "cuda emulator:" "$WORK/$name-cuda.log"
+    exit 1
+  fi
+}
+
+for layout in data pipeline zero3 tp; do
+  echo "== $layout"
+  declare -n extra=$layout
+  run_layout "$layout" 2 "${extra[@]}"
+  compare "$WORK/$layout-cpu" "$WORK/$layout-cuda" 1e-2 1e-2
+  compare_metrics "$WORK/$layout" 1 10 0.2
 done
+
+echo "== tp4"
+train 1 "$WORK/tp4-init" --model.n_head=4 --train.steps=1 --train.global_batch=8 --train.micro_batch=2 >/dev/null
+ckpt="$WORK/tp4-init/ckpt/step_0000001"
+$PY - "$ckpt" 64 32 40 <<'PYEOF'
+# Raise every logit by `shift` in a one-rank checkpoint of vocabulary V and width C, and seal it again.
+import hashlib, json, sys
+import numpy as np
+d, V, C, shift = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+state = json.load(open(f"{d}/state.json"))
+(entry,) = [f for f in state["files"] if f["name"].startswith("optim_")]
+assert entry["offset"] == 0 and entry["count"] == state["n_params"], "one shard of the whole model"
+path = f"{d}/{entry['name']}"
+raw = bytearray(open(path, "rb").read())
+n = int.from_bytes(raw[:8], "little")
+b, e = json.loads(raw[8:8 + n])["master"]["data_offsets"]
+w = np.frombuffer(raw, dtype="<f4", count=(e - b) // 4, offset=8 + n + b).copy()
+w[:V * C] += 1.0  # wte, first in the layout: every row gains the vector of ones
+w[-C:] += shift / C  # ln_f's bias, last: shift / C on every feature, so each logit rises by shift
+raw[8 + n + b:8 + n + e] = w.astype("<f4").tobytes()
+open(path, "wb").write(raw)
+entry["sha256"] = hashlib.sha256(raw).hexdigest()
+del state["sha256"]  # state.json's own checksum: of its JSON without it, keys sorted, no whitespace
+state["sha256"] = hashlib.sha256(json.dumps(state, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+json.dump(state, open(f"{d}/state.json", "w"), indent=2)
+PYEOF
+run_layout tp4 4 --model.n_head=4 --parallel.tp_size=4 --train.micro_batch=2 --train.steps=7 --ckpt.resume="$ckpt"
+compare "$WORK/tp4-cpu" "$WORK/tp4-cuda" 1e-2 2e-2
+compare_metrics "$WORK/tp4" 16 6 0.1
