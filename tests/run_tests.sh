@@ -56,16 +56,19 @@ if [ -x bin/test_cuda_emu ]; then
   gtest cuda-emu bin/test_cuda_emu
   # The work that crosses streams again, with every asynchronous operation run as late (the offload pipeline's
   # copies, NCCL), then as early (the backend's streams and events) as its dependencies allow: docs/EMULATOR.md,
-  # "Stream modes". The offload comparison runs at 2 micro-batches a step only, which reaches every copy and
-  # event of the pipeline (test_offload.cu); the NCCL deadline test waits on a peer, not on a stream. So the
-  # emulator's share of `make test` stays within twice what it was.
+  # "Stream modes". Only what reaches another stream: the offload comparison at 2 micro-batches a step (every copy,
+  # event and bucket of the pipeline, test_offload.cu); of the backend's own tests, the program on one backend
+  # (its compute stream waiting on the gradient-copy stream) and on two (each its own stream), since the others
+  # make the same calls on the compute stream alone; the NCCL deadline test waits on a peer, not on a stream.
+  # So the emulator's share of `make test` stays within twice what it was.
   emu_mode() {
     echo "== CUDA tests on the emulator, YUAN_EMU_STREAMS=$1"
     gtest "cuda-emu-$1" env YUAN_EMU_STREAMS="$1" bin/test_cuda_emu \
       --gtest_filter="$2:CudaNccl.OneRankCollectives:Emulator*Stream*.*"
   }
   emu_mode latest 'CudaOffload.*:Accum/CudaOffloadMicroBatches.*/2'
-  emu_mode earliest 'CudaBackend.*:CudaOffload.DelayedUpdateTrains'
+  emu_mode earliest \
+    'CudaBackend.ProgramMatchesTheCpuBackend:CudaBackend.TwoStagesComputeTheWholeModel:CudaOffload.DelayedUpdateTrains'
 fi
 echo "== end-to-end jobs (tests/mpi, across nodes: tests/cluster) and GPU code checks (tests/cuda)"
 for t in tests/mpi/test_*.sh tests/cluster/test_*.sh tests/cuda/test_*.sh; do
