@@ -10,13 +10,13 @@
 #             missing wait between them give wrong weights);
 #   tp:       2 tensor-parallel ranks (Megatron's cut) for 20 steps, 4 micro-batches a step, so that the vocabulary-
 #             parallel embedding and cross-entropy, the column- and row-parallel layers and their all-reduces over
-#             NCCL, and the bias and residual added after them all run on the cuda backend.
-#   tp4:      4 tensor ranks (4 heads) for 6 steps, resumed from a checkpoint whose every logit is raised by 40 (each wte row
-#             gains the vector of ones and ln_f's bias 40/n_embd on every feature: the softmax does not see a shift
-#             that is the same for a whole row, and its gradient has none, so it stays), as a trained model's
-#             logits are large: the ranks' row maxima are all-reduced with MAX over NCCL, and a wrong operator
-#             (their sum, ~4 x 40) underflows every exp(z - max) and the loss is NaN, where tp 2 at initial
-#             logits (near 0) gives the same numbers with either operator (both checked by planting it).
+#             NCCL, and the bias and residual added after them all run on the cuda backend;
+#   tp4:      4 tensor ranks (4 heads) for 6 steps, resumed from a checkpoint whose every logit is raised by 40
+#             (each wte row gains the vector of ones and ln_f's bias 40/n_embd on every feature: the softmax does
+#             not see a shift that is the same for a whole row, and its gradient has none, so it stays), as a
+#             trained model's logits are large: the ranks' row maxima are all-reduced with MAX over NCCL, and a
+#             wrong operator (their sum, ~4 x 40) underflows every exp(z - max) and the loss is NaN, where tp 2 at
+#             initial logits (near 0) gives the same numbers with either operator (both checked by planting it).
 #
 # Tolerance: every step's loss within 1% and the mean gap within 2^-9 ~ 2e-3 relative; final weights within 1e-2
 # of their scale. The CUDA backend keeps weights and activations in bf16 (a relative rounding of up to 2^-9 each)
