@@ -30,9 +30,10 @@
 # random signs, and the norm averages them; measured ~3e-5), every later step within 8u = 2^-6 (the runs' weights
 # have drifted apart by then, as above; measured up to 6e-3) and their mean within 2u = 2^-8 (measured ~1e-3).
 # tp4's logits near 40 are stored in bf16 on the cuda backend with a rounding of up to 2^5 u-2^6 u each (near 0:
-# ~u of a far smaller value), which moves its losses and gradients ~16 times as far (measured: loss gaps up to
-# 4e-3, their mean 2e-3; grad_norm 1.4% at step 1, 6% at worst, 1.5% on average; weights 9e-3): there every
-# tolerance in units of u is 16 times the above, and the weights are held to 2e-2. A wrong maximum is a NaN.
+# ~u of a far smaller value), which moves its losses and gradients ~16 times as far (measured over its 6 steps:
+# loss gaps up to 2.5e-3, their mean 1.2e-3; grad_norm 1.5% at step 1 and at worst, 0.7% on average; weights
+# 8e-3; over 10 steps grad_norm reached 6%): there every tolerance in units of u is 16 times the above, and the
+# weights are held to 2e-2. A wrong maximum is a NaN loss, which ends the run.
 source "$(dirname "$0")/lib.sh"
 [ -x bin/yuanlm_emu ] || { echo "SKIP: bin/yuanlm_emu is not built (make emu)"; exit 77; }
 make_corpus "$WORK/corpus" 2 4000 64
