@@ -119,4 +119,7 @@ TEST(PlannerMachine, ShippedFilesParse) {
     EXPECT_EQ(m.kind, "cuda");
     EXPECT_EQ(m.devices_per_node, 8);
   }
+  const Machine cpu = read_machine("input/machines/cpu.ini");
+  EXPECT_TRUE(cpu.cpu());
+  EXPECT_EQ(cpu.mem_bytes, 0);
 }
