@@ -2,9 +2,14 @@
 // and the layout search against memory.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <string>
+#include <vector>
 
+#include "parallel/schedule.h"
 #include "planner/machine.h"
+#include "planner/search.h"
+#include "planner/step_model.h"
 #include "util/error.h"
 
 using namespace yuan;
@@ -122,4 +127,145 @@ TEST(PlannerMachine, ShippedFilesParse) {
   const Machine cpu = read_machine("input/machines/cpu.ini");
   EXPECT_TRUE(cpu.cpu());
   EXPECT_EQ(cpu.mem_bytes, 0);
+}
+
+TEST(PlannerCollectives, AlphaBeta) {
+  const LinkClass link{1e-5, 1e9};
+  const double n = 8e6;
+  // Ring: D-1 steps of n/D each way; all-reduce is a reduce-scatter then an all-gather.
+  EXPECT_DOUBLE_EQ(collective_s(Collective::AllGather, n, 4, link), 3 * 1e-5 + 0.75 * n / 1e9);
+  EXPECT_DOUBLE_EQ(collective_s(Collective::ReduceScatter, n, 4, link), 3 * 1e-5 + 0.75 * n / 1e9);
+  EXPECT_DOUBLE_EQ(collective_s(Collective::AllReduce, n, 4, link), 2 * (3 * 1e-5 + 0.75 * n / 1e9));
+  EXPECT_DOUBLE_EQ(collective_s(Collective::SendRecv, n, 2, link), 1e-5 + n / 1e9);
+  // Small messages over many ranks go up and down a tree: 2 log2(D) latencies instead of 2 (D-1).
+  EXPECT_DOUBLE_EQ(collective_s(Collective::AllReduce, 8, 64, link), 2 * 6 * 1e-5 + 2 * 8 / 1e9);
+  EXPECT_EQ(collective_s(Collective::AllReduce, n, 1, link), 0);
+}
+
+TEST(PlannerSchedule, BubbleOfEqualStages) {
+  // With equal stages and free sends, both schedules idle (p-1)/(m+p-1) of the step on every stage.
+  for (auto kind : {yuan::parallel::ScheduleKind::OneFOneB, yuan::parallel::ScheduleKind::GPipe})
+    for (int p : {1, 2, 4, 5})
+      for (int m : {1, 3, 8}) {
+        SCOPED_TRACE(testing::Message() << yuan::parallel::schedule_name(kind) << " p " << p << " m " << m);
+        StageTimes t;
+        t.forward.compute = 1;
+        t.backward.compute = 1.5;
+        t.backward.comm = 0.5;
+        const Simulation sim = simulate(kind, std::vector<StageTimes>(p, t), m);
+        EXPECT_NEAR(sim.makespan, (m + p - 1) * 3.0, 1e-9);
+        for (double busy : sim.busy) EXPECT_NEAR(1 - busy / sim.makespan, (p - 1.0) / (m + p - 1), 1e-9);
+      }
+}
+
+TEST(PlannerSchedule, SendsAndSlowStages) {
+  StageTimes t;
+  t.forward.compute = 1;
+  t.backward.compute = 2;
+  t.send_s = 0.25;
+  // Two stages, one micro-batch: F0, send, F1, B1, send back, B0.
+  Simulation sim = simulate(yuan::parallel::ScheduleKind::OneFOneB, {t, t}, 1);
+  EXPECT_DOUBLE_EQ(sim.makespan, 1 + 0.25 + 1 + 2 + 0.25 + 2);
+  // The slowest stage sets the pace: m micro-batches through a stage of 3 + 6 take it at least 9 m.
+  StageTimes slow = t;
+  slow.forward.compute = 3;
+  slow.backward.compute = 6;
+  sim = simulate(yuan::parallel::ScheduleKind::OneFOneB, {t, slow, t}, 8);
+  EXPECT_GE(sim.makespan, 8 * 9.0);
+  EXPECT_DOUBLE_EQ(sim.busy[1], 8 * 9.0);
+}
+
+namespace {
+
+// The tiny deck's model on the dev VM's cpu node, with `host_gib` of host memory per node.
+Machine cpu_node(double host_gib) {
+  Machine m = parse_machine(kMachine, "m.ini");
+  m.kind = "cpu";
+  m.devices_per_node = 2;
+  m.mem_bytes = m.pcie_bw = 0;
+  m.host_mem_bytes = host_gib * (1 << 30);
+  return m;
+}
+
+Config tiny_deck() {
+  Config c;
+  c.model = {4, 4, 128, 128, 4000};
+  c.train.micro_batch = 8;
+  c.train.global_batch = 16;
+  c.train.device = "cpu";
+  c.data.train = "data/none/train_*.h5";  // named, never read
+  return c;
+}
+
+}  // namespace
+
+TEST(PlannerSearch, RespectsMemoryAndRanksByTokens) {
+  const Config deck = tiny_deck();
+  const Search roomy = search_layouts(deck, 2, 2, cpu_node(64));
+  ASSERT_GT(roomy.fitting.size(), 10u);
+  EXPECT_TRUE(roomy.rejected.empty());
+  for (size_t i = 1; i < roomy.fitting.size(); i++)
+    EXPECT_GE(roomy.fitting[i - 1].prediction.tokens_per_s, roomy.fitting[i].prediction.tokens_per_s);
+  // Data x tensor x pipelines (heterogeneous too) x micro-batch x ZeRO x recompute x schedule.
+  bool tensor = false, pipeline = false, mixed = false, zero3 = false, recompute = false, gpipe = false;
+  for (const Candidate& c : roomy.fitting) {
+    tensor |= c.config.parallel.tp_size > 1;
+    pipeline |= !c.config.parallel.pipelines.empty();
+    mixed |= c.config.parallel.templates.size() > 1;
+    zero3 |= c.config.optim.zero == 3;
+    recompute |= c.config.train.recompute;
+    gpipe |= c.config.parallel.schedule == "gpipe";
+  }
+  EXPECT_TRUE(tensor && pipeline && mixed && zero3 && recompute && gpipe);
+  // A node of between the smallest and the largest need: what fits is within it, and what does not is over.
+  double least = 1e300, most = 0;
+  for (const Candidate& c : roomy.fitting) {
+    least = std::min(least, c.prediction.host_bytes);
+    most = std::max(most, c.prediction.host_bytes);
+  }
+  ASSERT_LT(least, most);
+  const Machine tight = cpu_node((least + most) / 2 / (1 << 30));
+  const Search squeezed = search_layouts(deck, 2, 2, tight);
+  ASSERT_FALSE(squeezed.fitting.empty());
+  ASSERT_FALSE(squeezed.rejected.empty());
+  EXPECT_EQ(squeezed.fitting.size() + squeezed.rejected.size(), roomy.fitting.size());
+  for (const Candidate& c : squeezed.fitting) EXPECT_LE(c.prediction.host_bytes, tight.host_mem_bytes);
+  for (const Candidate& c : squeezed.rejected) {
+    EXPECT_GT(c.prediction.host_bytes, tight.host_mem_bytes);
+    EXPECT_NE(c.prediction.short_of.find("host memory: node"), std::string::npos) << c.prediction.short_of;
+  }
+}
+
+TEST(PlannerSearch, OverridesRunTheLayout) {
+  // The overrides a candidate prints, applied to the deck as `yuanlm train DECK ...` applies them, give the
+  // layout that was predicted: the same prediction.
+  const Config deck = tiny_deck();
+  const Machine m = cpu_node(64);
+  const Search found = search_layouts(deck, 2, 2, m);
+  const std::string path = testing::TempDir() + "planner_deck.ini";
+  std::ofstream(path) << deck.to_ini();
+  for (size_t i = 0; i < found.fitting.size(); i++) {
+    const Candidate& c = found.fitting[i];
+    SCOPED_TRACE(c.layout);
+    std::vector<std::string> args = {path};
+    args.insert(args.end(), c.overrides.begin(), c.overrides.end());
+    Config applied;
+    ASSERT_TRUE(parse_config(args, "train", applied));
+    EXPECT_EQ(applied.to_ini(), c.config.to_ini());
+    EXPECT_DOUBLE_EQ(predict(applied, c.world, 2, m).step_s, c.prediction.step_s);
+  }
+}
+
+TEST(PlannerPredict, CpuRanksShareTheNode) {
+  // Two ranks on one cpu node share its GEMM rate: each computes at half speed, so the same micro-batches per rank
+  // take twice as long as one rank alone on its node.
+  Config c = tiny_deck();
+  c.train.global_batch = 16;
+  const Machine m = cpu_node(64);
+  const Prediction shared = predict(c, 2, 2, m), alone = predict(c, 2, 1, m);
+  EXPECT_NEAR(shared.split.compute, 2 * alone.split.compute, 1e-9 * shared.split.compute);
+  EXPECT_TRUE(shared.fits);
+  EXPECT_GT(shared.tokens_per_s, 0);
+  EXPECT_NEAR(shared.split.compute + shared.split.comm + shared.split.bubble + shared.split.optimizer,
+              shared.step_s, 1e-9 * shared.step_s);
 }

@@ -167,7 +167,7 @@ std::string part(double s, double step) { return strf("%.4g ms (%.0f%%)", 1e3 * 
 std::string command_line(const std::vector<std::string>& overrides) {
   std::string s;
   for (const std::string& o : overrides) {
-    const bool plain = o.find_first_of(" |,'") == std::string::npos;
+    const bool plain = o.find_first_of(" |'") == std::string::npos;
     s += (s.empty() ? "" : " ") + (plain ? o : "'" + o + "'");
   }
   return s;
