@@ -192,17 +192,23 @@ void print_search(const Config& cfg, const planner::Machine& m, const std::strin
     if (found.rejected.empty())
       throw Error(strf("plan: no layout of the deck runs on %d ranks (%d nodes x %d): train.global_batch %d must "
                        "split into micro-batches over the data-parallel pipelines, and the model (%d heads, vocab "
-                       "%d) over the tensor ranks", world, nodes, per_node, cfg.train.global_batch, cfg.model.n_head,
-                       cfg.model.vocab_size), true);
+                       "%d) over the tensor ranks%s", world, nodes, per_node, cfg.train.global_batch, cfg.model.n_head,
+                       cfg.model.vocab_size, found.refused == 0 ? "" : strf("; %d layouts were refused, the first "
+                       "with: %s", found.refused, found.refusal.c_str()).c_str()), true);
     const planner::Candidate& closest = *std::min_element(
         found.rejected.begin(), found.rejected.end(),
         [](const planner::Candidate& a, const planner::Candidate& b) { return a.prediction.over < b.prediction.over; });
-    throw Error(strf("plan: no layout of the deck fits %d nodes x %d ranks of %s (%s): the closest, %s, is short of "
-                     "%s; more nodes, or a machine with more memory per device", nodes, per_node, m.name.c_str(),
+    throw Error(strf("plan: no layout of the deck fits %d node%s x %d ranks of %s (%s): the closest, %s, is short of "
+                     "%s; more nodes, or a machine with more memory per device", nodes, nodes == 1 ? "" : "s", per_node, m.name.c_str(),
                      file.c_str(), closest.layout.c_str(), closest.prediction.short_of.c_str()), true);
   }
   const int shown = std::min<int>(top, static_cast<int>(found.fitting.size()));
-  const int rejected = std::min<int>(3, static_cast<int>(found.rejected.size()));
+  // The rejected worth explaining are those that would have beaten the winner.
+  const double best = found.fitting.front().prediction.tokens_per_s;
+  int rejected = 0;
+  while (rejected < 3 && rejected < static_cast<int>(found.rejected.size()) &&
+         found.rejected[rejected].prediction.tokens_per_s > best)
+    rejected++;
   if (json) {
     for (int i = 0; i < shown; i++) {
       const planner::Candidate& c = found.fitting[i];
@@ -218,17 +224,15 @@ void print_search(const Config& cfg, const planner::Machine& m, const std::strin
     }
     return;
   }
-  say("machine: %s (%s), %d nodes x %d ranks; %zu layouts fit, %zu do not; the best %d by predicted tokens/s:",
-      m.name.c_str(), file.c_str(), nodes, per_node, found.fitting.size(), found.rejected.size(), shown);
+  say("machine: %s (%s), %d node%s x %d ranks; %zu layouts fit, %zu do not; the best %d by predicted tokens/s:",
+      m.name.c_str(), file.c_str(), nodes, nodes == 1 ? "" : "s", per_node, found.fitting.size(), found.rejected.size(), shown);
   for (int i = 0; i < shown; i++) {
     const planner::Candidate& c = found.fitting[i];
     say("\n%d. %s", i + 1, c.layout.c_str());
     print_prediction(c.prediction);
-    say("run: %s yuanlm train DECK %s", c.config.parallel.pipelines.empty() ? strf("mpirun -np %d", world).c_str()
-                                                                            : strf("mpirun -np %d", world).c_str(),
-        command_line(c.overrides).c_str());
+    say("run: mpirun -np %d yuanlm train DECK %s", world, command_line(c.overrides).c_str());
   }
-  if (rejected > 0) say("\nthe strongest rejected:");
+  say(rejected > 0 ? "\nrejected, though predicted faster:" : "\nno layout predicted faster was rejected");
   for (int i = 0; i < rejected; i++) {
     const planner::Candidate& c = found.rejected[i];
     say("  %s: would reach %.4g tokens/s, but %s", c.layout.c_str(), c.prediction.tokens_per_s,
@@ -276,6 +280,9 @@ int plan_main(const std::vector<std::string>& args) {
                   "--predict (the deck's own layout)", true);
     if (nodes < 1) throw Error("plan: --machine without --predict needs --nodes N (the nodes to plan for)", true);
     if (per_node < 1) per_node = machine.devices_per_node;
+    if (!machine.cpu() && per_node > machine.devices_per_node)
+      throw Error(strf("plan: --ranks-per-node %d, but a node of %s has %d devices (%d ranks too many)", per_node,
+                       machine_file.c_str(), machine.devices_per_node, per_node - machine.devices_per_node), true);
     validate_model_data_train(cfg);
     print_search(cfg, machine, machine_file, nodes, per_node, top, json);
     return 0;
