@@ -6,7 +6,9 @@
 // and which groups cross a node boundary. Memory comes from the same plans the trainer allocates by
 // (train/memory_plan.h plan_rank, which the trainer also builds from and checks before it allocates), for the
 // device the deck asks for (cuda when built with it, for train.device=auto), with no device needed; the formulas
-// are in docs/MEMORY.md.
+// are in docs/MEMORY.md. With --machine FILE (planner/machine.h), time too: --predict gives the step time,
+// tokens/s, MFU and split of the deck's own layout on that machine (planner/step_model.h), and --nodes N searches
+// every layout that fits N of its nodes and ranks them by predicted tokens/s (planner/search.h).
 #include <boost/program_options.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -266,7 +268,8 @@ int plan_main(const std::vector<std::string>& args) {
   po::variables_map vm;
   if (!parse_config(args, "plan", cfg, &own, &vm)) return 0;
   YUAN_CHECK(cfg.model.n_layer > 0 && cfg.model.n_embd > 0, "plan: the deck gives no model (model.n_layer, "
-             "model.n_embd, ...); usage: yuanlm plan DECK [--modules] [--world N] [--nodes N] [--ranks-per-node G]");
+             "model.n_embd, ...); usage: yuanlm plan DECK [--modules] [--world N] [--nodes N] [--ranks-per-node G] "
+             "[--machine FILE [--predict] [--top K]] [--json]");
   const bool by_nodes = vm.count("nodes") + vm.count("ranks-per-node") > 0;
   if (top < 1) throw Error(strf("plan: --top %d must be at least 1", top), true);
   YUAN_CHECK(!predict || !machine_file.empty(), "plan: --predict needs --machine FILE");
