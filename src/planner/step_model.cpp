@@ -213,11 +213,10 @@ After after_schedule(const Config& c, const parallel::Topology& topo, int rank, 
   }
   After a;
   a.comm = exposed;
-  // The host AdamW over the shard, then on cuda the transfers: gradients down (the shard at zero >= 1, the whole
-  // at zero 0), weights up as bf16 for the gathers.
-  const double elements = c.optim.zero == 0 ? static_cast<double>(plan.layout.total()) : shard;
-  double optimizer = elements * (kAdamReadWrite + r.weight) / r.host_bw;
-  if (!r.cpu) optimizer += elements * (4 + r.weight) / pcie_bw;
+  // The host AdamW over the shard (every parameter the rank holds at zero 0), then on cuda the transfers: its
+  // gradients down, its weights up as bf16 for the gathers.
+  double optimizer = shard * (kAdamReadWrite + r.weight) / r.host_bw;
+  if (!r.cpu) optimizer += shard * (4 + r.weight) / pcie_bw;
   // The delayed update runs step t's AdamW beside step t+1's passes.
   a.optimizer = c.optim.delayed_update ? std::max(0.0, optimizer - schedule_s) : optimizer;
   return a;
