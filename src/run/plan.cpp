@@ -205,12 +205,10 @@ void print_search(const Config& cfg, const planner::Machine& m, const std::strin
                      file.c_str(), closest.layout.c_str(), closest.prediction.short_of.c_str()), true);
   }
   const int shown = std::min<int>(top, static_cast<int>(found.fitting.size()));
-  // The rejected worth explaining are those that would have beaten the winner.
-  const double best = found.fitting.front().prediction.tokens_per_s;
-  int rejected = 0;
-  while (rejected < 3 && rejected < static_cast<int>(found.rejected.size()) &&
-         found.rejected[rejected].prediction.tokens_per_s > best)
-    rejected++;
+  // The strongest rejected: the fastest of them as if they fitted, and whether they would have beaten the winner.
+  const int rejected = std::min<int>(3, static_cast<int>(found.rejected.size()));
+  const bool faster = rejected > 0 &&
+                      found.rejected.front().prediction.tokens_per_s > found.fitting.front().prediction.tokens_per_s;
   if (json) {
     for (int i = 0; i < shown; i++) {
       const planner::Candidate& c = found.fitting[i];
@@ -234,7 +232,9 @@ void print_search(const Config& cfg, const planner::Machine& m, const std::strin
     print_prediction(c.prediction);
     say("run: mpirun -np %d yuanlm train DECK %s", world, command_line(c.overrides).c_str());
   }
-  say(rejected > 0 ? "\nrejected, though predicted faster:" : "\nno layout predicted faster was rejected");
+  if (rejected > 0)
+    say("\nthe strongest rejected (%s):", faster ? "the fastest would beat the best that fits"
+                                                : "none would beat the best that fits");
   for (int i = 0; i < rejected; i++) {
     const planner::Candidate& c = found.rejected[i];
     say("  %s: would reach %.4g tokens/s, but %s", c.layout.c_str(), c.prediction.tokens_per_s,
