@@ -5,9 +5,10 @@
 //             falling off below gemm_half_flops), attention (flash kernel on cuda, causal loops per head on the
 //             cpu backend), memory-bound ops (layernorm, GELU, residuals, softmax, embedding) at mem_bw; on a cpu
 //             node the ranks share the node's rate and bandwidth
-//   comm      alpha-beta per link class (a group crossing nodes runs at [link.inter], group_link): ring reduce-scatter and
-//             all-gather, ring or tree all-reduce, whichever is faster (as NCCL's tuner and Open MPI's decision
-//             rules choose), send/recv; tensor-parallel all-reduces sit inside each pass, pipeline sends between
+//   comm      alpha-beta per link class (a group crossing nodes runs at [link.inter], group_link): ring
+//             reduce-scatter and all-gather, ring or tree all-reduce, whichever is faster (as NCCL's tuner and
+//             Open MPI's decision rules choose), send/recv; tensor-parallel all-reduces sit inside each pass,
+//             pipeline sends between
 //   schedule  every pipeline's 1F1B or GPipe order (parallel/schedule.h) simulated with those pass times, so the
 //             bubble comes out of the simulation; the step waits for the slowest pipeline
 //   after     the data groups' gradient reductions and weight gathers (hidden behind backward on cuda where the

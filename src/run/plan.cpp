@@ -201,7 +201,8 @@ void print_search(const Config& cfg, const planner::Machine& m, const std::strin
         found.rejected.begin(), found.rejected.end(),
         [](const planner::Candidate& a, const planner::Candidate& b) { return a.prediction.over < b.prediction.over; });
     throw Error(strf("plan: no layout of the deck fits %d node%s x %d ranks of %s (%s): the closest, %s, is short of "
-                     "%s; more nodes, or a machine with more memory per device", nodes, nodes == 1 ? "" : "s", per_node, m.name.c_str(),
+                     "%s; more nodes, or a machine with more memory per device", nodes, nodes == 1 ? "" : "s",
+                     per_node, m.name.c_str(),
                      file.c_str(), closest.layout.c_str(), closest.prediction.short_of.c_str()), true);
   }
   const int shown = std::min<int>(top, static_cast<int>(found.fitting.size()));
@@ -225,7 +226,8 @@ void print_search(const Config& cfg, const planner::Machine& m, const std::strin
     return;
   }
   say("machine: %s (%s), %d node%s x %d ranks; %zu layouts fit, %zu do not; the best %d by predicted tokens/s:",
-      m.name.c_str(), file.c_str(), nodes, nodes == 1 ? "" : "s", per_node, found.fitting.size(), found.rejected.size(), shown);
+      m.name.c_str(), file.c_str(), nodes, nodes == 1 ? "" : "s", per_node, found.fitting.size(),
+      found.rejected.size(), shown);
   for (int i = 0; i < shown; i++) {
     const planner::Candidate& c = found.fitting[i];
     say("\n%d. %s", i + 1, c.layout.c_str());
@@ -262,7 +264,8 @@ int plan_main(const std::vector<std::string>& args) {
       "machine", po::value(&machine_file),
       "a machine file (input/machines/*.ini): with --nodes, search the layouts that fit and rank them by predicted "
       "tokens/s; with --predict, predict the deck's own layout")(
-      "predict", po::bool_switch(&predict), "with --machine: the step time, tokens/s, MFU and split of the deck's layout")(
+      "predict", po::bool_switch(&predict),
+      "with --machine: the step time, tokens/s, MFU and split of the deck's layout")(
       "top", po::value(&top), "with --machine --nodes: how many of the best layouts to print (5)");
   Config cfg;
   po::variables_map vm;
