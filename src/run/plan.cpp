@@ -6,7 +6,9 @@
 // and which groups cross a node boundary. Memory comes from the same plans the trainer allocates by
 // (train/memory_plan.h plan_rank, which the trainer also builds from and checks before it allocates), for the
 // device the deck asks for (cuda when built with it, for train.device=auto), with no device needed; the formulas
-// are in docs/MEMORY.md.
+// are in docs/MEMORY.md. With --machine FILE (planner/machine.h), time too: --predict gives the step time,
+// tokens/s, MFU and split of the deck's own layout on that machine (planner/step_model.h), and --nodes N searches
+// every layout that fits N of its nodes and ranks them by predicted tokens/s (planner/search.h).
 #include <boost/program_options.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -16,6 +18,9 @@
 #include "parallel/layout.h"
 #include "parallel/nodes.h"
 #include "parallel/schedule.h"
+#include "planner/machine.h"
+#include "planner/search.h"
+#include "planner/step_model.h"
 #include "program/program.h"
 #include "run/commands.h"
 #include "train/memory_plan.h"
@@ -143,13 +148,111 @@ parallel::NodeMap plan_nodes(int world, const char* source, int nodes, int per_n
                    : parallel::NodeMap::blocks(world / per_node, per_node);
 }
 
+nlohmann::ordered_json split_json(const planner::StepSplit& s) {
+  return {{"compute", s.compute}, {"comm", s.comm}, {"bubble", s.bubble}, {"optimizer", s.optimizer}};
+}
+
+nlohmann::ordered_json prediction_json(const planner::Prediction& p, const std::vector<std::string>& overrides,
+                                       int world, int per_node) {
+  nlohmann::ordered_json j = {{"fits", p.fits}, {"step_s", p.step_s}, {"tokens_per_s", p.tokens_per_s},
+                              {"mfu", p.mfu}, {"split", split_json(p.split)}, {"device_bytes", p.device_bytes},
+                              {"host_bytes", p.host_bytes}, {"world", world}, {"ranks_per_node", per_node},
+                              {"overrides", overrides}};
+  if (!p.fits) j["short_of"] = p.short_of;
+  return j;
+}
+
+// "12.3 ms (45%)" of the step.
+std::string part(double s, double step) { return strf("%.4g ms (%.0f%%)", 1e3 * s, 100 * s / step); }
+
+// The overrides as a command line: quoted where the shell would split them.
+std::string command_line(const std::vector<std::string>& overrides) {
+  std::string s;
+  for (const std::string& o : overrides) {
+    const bool plain = o.find_first_of(" |'") == std::string::npos;
+    s += (s.empty() ? "" : " ") + (plain ? o : "'" + o + "'");
+  }
+  return s;
+}
+
+void print_prediction(const planner::Prediction& p) {
+  say("predicted step %.4g s, %.4g tokens/s, MFU %.1f%%: compute %s, exposed communication %s, bubble %s, "
+      "optimizer %s", p.step_s, p.tokens_per_s, 100 * p.mfu, part(p.split.compute, p.step_s).c_str(),
+      part(p.split.comm, p.step_s).c_str(), part(p.split.bubble, p.step_s).c_str(),
+      part(p.split.optimizer, p.step_s).c_str());
+  say("memory: fullest device %s, fullest node's host %s%s", format_bytes(static_cast<size_t>(p.device_bytes)).c_str(),
+      format_bytes(static_cast<size_t>(p.host_bytes)).c_str(), p.fits ? "" : ("; does not fit: " + p.short_of).c_str());
+}
+
+// `plan DECK --machine FILE --nodes N`: the layouts ranked by predicted tokens/s, the best `top`, and why the
+// strongest of the rejected were rejected; or an Error saying what is short when none fits.
+void print_search(const Config& cfg, const planner::Machine& m, const std::string& file, int nodes, int per_node,
+                  int top, bool json) {
+  const planner::Search found = planner::search_layouts(cfg, nodes, per_node, m);
+  const int world = nodes * per_node;
+  if (found.fitting.empty()) {
+    if (found.rejected.empty())
+      throw Error(strf("plan: no layout of the deck runs on %d ranks (%d nodes x %d): train.global_batch %d must "
+                       "split into micro-batches over the data-parallel pipelines, and the model (%d heads, vocab "
+                       "%d) over the tensor ranks%s", world, nodes, per_node, cfg.train.global_batch, cfg.model.n_head,
+                       cfg.model.vocab_size, found.refused == 0 ? "" : strf("; %d layouts were refused, the first "
+                       "with: %s", found.refused, found.refusal.c_str()).c_str()), true);
+    const planner::Candidate& closest = *std::min_element(
+        found.rejected.begin(), found.rejected.end(),
+        [](const planner::Candidate& a, const planner::Candidate& b) { return a.prediction.over < b.prediction.over; });
+    throw Error(strf("plan: no layout of the deck fits %d node%s x %d ranks of %s (%s): the closest, %s, is short of "
+                     "%s; more nodes, or a machine with more memory per device", nodes, nodes == 1 ? "" : "s",
+                     per_node, m.name.c_str(),
+                     file.c_str(), closest.layout.c_str(), closest.prediction.short_of.c_str()), true);
+  }
+  const int shown = std::min<int>(top, static_cast<int>(found.fitting.size()));
+  // The strongest rejected: the fastest of them as if they fitted, and whether they would have beaten the winner.
+  const int rejected = std::min<int>(3, static_cast<int>(found.rejected.size()));
+  const bool faster = rejected > 0 &&
+                      found.rejected.front().prediction.tokens_per_s > found.fitting.front().prediction.tokens_per_s;
+  if (json) {
+    for (int i = 0; i < shown; i++) {
+      const planner::Candidate& c = found.fitting[i];
+      nlohmann::ordered_json j = {{"rank", i + 1}, {"layout", c.layout}};
+      j.update(prediction_json(c.prediction, c.overrides, world, per_node));
+      std::printf("%s\n", j.dump().c_str());
+    }
+    for (int i = 0; i < rejected; i++) {
+      const planner::Candidate& c = found.rejected[i];
+      nlohmann::ordered_json j = {{"rank", nullptr}, {"layout", c.layout}};
+      j.update(prediction_json(c.prediction, c.overrides, world, per_node));
+      std::printf("%s\n", j.dump().c_str());
+    }
+    return;
+  }
+  say("machine: %s (%s), %d node%s x %d ranks; %zu layouts fit, %zu do not; the best %d by predicted tokens/s:",
+      m.name.c_str(), file.c_str(), nodes, nodes == 1 ? "" : "s", per_node, found.fitting.size(),
+      found.rejected.size(), shown);
+  for (int i = 0; i < shown; i++) {
+    const planner::Candidate& c = found.fitting[i];
+    say("\n%d. %s", i + 1, c.layout.c_str());
+    print_prediction(c.prediction);
+    say("run: mpirun -np %d yuanlm train DECK %s", world, command_line(c.overrides).c_str());
+  }
+  if (rejected > 0)
+    say("\nthe strongest rejected (%s):", faster ? "the fastest would beat the best that fits"
+                                                : "none would beat the best that fits");
+  for (int i = 0; i < rejected; i++) {
+    const planner::Candidate& c = found.rejected[i];
+    say("  %s: would reach %.4g tokens/s, but %s", c.layout.c_str(), c.prediction.tokens_per_s,
+        c.prediction.short_of.c_str());
+  }
+}
+
 }  // namespace
 
 int plan_main(const std::vector<std::string>& args) {
   po::options_description own("plan", kHelpWidth);
   bool modules = false;
   int world = 0, nodes = 0, per_node = 0;
-  bool json = false;
+  bool json = false, predict = false;
+  std::string machine_file;
+  int top = 5;
   own.add_options()("modules", po::bool_switch(&modules), "list the model's modules with parameters and FLOPs")(
       "json", po::bool_switch(&json), "the layout's memory as one JSON object per stage (for tools/)")(
       "world", po::value(&world),
@@ -157,13 +260,39 @@ int plan_main(const std::vector<std::string>& args) {
       "nodes", po::value(&nodes),
       "nodes the job runs on, consecutive ranks filling each: prints each node's ranks and groups and which groups "
       "cross a node boundary (--nodes x --ranks-per-node must make the job's ranks)")(
-      "ranks-per-node", po::value(&per_node), "ranks on each node (with --nodes, or instead of it)");
+      "ranks-per-node", po::value(&per_node), "ranks on each node (with --nodes, or instead of it)")(
+      "machine", po::value(&machine_file),
+      "a machine file (input/machines/*.ini): with --nodes, search the layouts that fit and rank them by predicted "
+      "tokens/s; with --predict, predict the deck's own layout")(
+      "predict", po::bool_switch(&predict),
+      "with --machine: the step time, tokens/s, MFU and split of the deck's layout")(
+      "top", po::value(&top), "with --machine --nodes: how many of the best layouts to print (5)");
   Config cfg;
   po::variables_map vm;
   if (!parse_config(args, "plan", cfg, &own, &vm)) return 0;
   YUAN_CHECK(cfg.model.n_layer > 0 && cfg.model.n_embd > 0, "plan: the deck gives no model (model.n_layer, "
-             "model.n_embd, ...); usage: yuanlm plan DECK [--modules] [--world N] [--nodes N] [--ranks-per-node G]");
+             "model.n_embd, ...); usage: yuanlm plan DECK [--modules] [--world N] [--nodes N] [--ranks-per-node G] "
+             "[--machine FILE [--predict] [--top K]] [--json]");
   const bool by_nodes = vm.count("nodes") + vm.count("ranks-per-node") > 0;
+  if (top < 1) throw Error(strf("plan: --top %d must be at least 1", top), true);
+  YUAN_CHECK(!predict || !machine_file.empty(), "plan: --predict needs --machine FILE");
+  planner::Machine machine;
+  if (!machine_file.empty()) machine = planner::read_machine(machine_file);
+  if (!machine_file.empty() && !predict) {
+    // The search places its own layouts: it needs the nodes, and the ranks on each (the machine's devices by
+    // default).
+    if (vm.count("world"))
+      throw Error("plan: --machine searches layouts over --nodes N [--ranks-per-node G]; --world belongs with "
+                  "--predict (the deck's own layout)", true);
+    if (nodes < 1) throw Error("plan: --machine without --predict needs --nodes N (the nodes to plan for)", true);
+    if (per_node < 1) per_node = machine.devices_per_node;
+    if (!machine.cpu() && per_node > machine.devices_per_node)
+      throw Error(strf("plan: --ranks-per-node %d, but a node of %s has %d devices (%d ranks too many)", per_node,
+                       machine_file.c_str(), machine.devices_per_node, per_node - machine.devices_per_node), true);
+    validate_model_data_train(cfg);
+    print_search(cfg, machine, machine_file, nodes, per_node, top, json);
+    return 0;
+  }
   if (vm.count("nodes") && nodes < 1) throw Error(strf("plan: --nodes %d must be at least 1", nodes), true);
   if (vm.count("ranks-per-node") && per_node < 1)
     throw Error(strf("plan: --ranks-per-node %d must be at least 1", per_node), true);
@@ -195,6 +324,21 @@ int plan_main(const std::vector<std::string>& args) {
         ParamLayout(cfg.model).total(), flops_per_token(cfg.model, ParamLayout(cfg.model).total()));
   if (modules) {
     print_modules(cfg.model);
+    return 0;
+  }
+  if (predict) {
+    // The deck's own layout on the machine's device, its ranks filling nodes as given (one node's devices each by
+    // default).
+    cfg.train.device = machine.kind;
+    const int rpn = by_nodes ? world / node_map.nodes() : std::min(machine.devices_per_node, world);
+    const planner::Prediction p = planner::predict(cfg, world, rpn, machine);
+    const std::vector<std::string> overrides = planner::layout_overrides(cfg, machine);
+    if (json) {
+      std::printf("%s\n", prediction_json(p, overrides, world, rpn).dump().c_str());
+    } else {
+      say("machine: %s (%s), %d ranks, %d per node", machine.name.c_str(), machine_file.c_str(), world, rpn);
+      print_prediction(p);
+    }
     return 0;
   }
   parallel::validate(cfg, world);

@@ -1,0 +1,380 @@
+#include "planner/step_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <tuple>
+
+#include "backend/backend.h"
+#include "model/gpt.h"
+#include "optim/zero_spec.h"
+#include "parallel/layout.h"
+#include "parallel/topology.h"
+#include "train/memory_plan.h"
+#include "util/dtype.h"
+#include "util/error.h"
+
+namespace yuan::planner {
+
+double collective_s(Collective op, double bytes, int ranks, const LinkClass& link) {
+  const double a = link.latency_s, bw = link.bandwidth;
+  if (op == Collective::SendRecv) return a + bytes / bw;
+  if (ranks <= 1) return 0;
+  const double D = ranks;
+  const double ring_pass = (D - 1) * a + (D - 1) / D * bytes / bw;
+  if (op != Collective::AllReduce) return ring_pass;
+  // All-reduce: a reduce-scatter and an all-gather around the ring, or up and down a (pipelined, double binary)
+  // tree, whose few steps win for small messages: the libraries pick the faster.
+  const double tree = 2 * std::ceil(std::log2(D)) * a + 2 * bytes / bw;
+  return std::min(2 * ring_pass, tree);
+}
+
+LinkClass group_link(const Machine& m, const std::vector<int>& ranks, int ranks_per_node) {
+  std::map<int, int> on_node;  // members by node
+  for (int r : ranks) on_node[r / ranks_per_node]++;
+  if (on_node.size() <= 1) return m.intra;
+  // A ring (or tree) over nodes crosses each node boundary once per channel, and the libraries spread their
+  // channels over the node's network ports: the group's members on a node share their ports' bandwidth (the
+  // other ranks of the node use theirs for their own groups at the same time).
+  int members = ranks_per_node;
+  for (const auto& [node, n] : on_node) members = std::min(members, n);
+  return {m.inter.latency_s, std::min(m.intra.bandwidth, members * m.inter.bandwidth)};
+}
+
+Simulation simulate(parallel::ScheduleKind kind, const std::vector<StageTimes>& stages, int micro_batches) {
+  const int p = static_cast<int>(stages.size()), m = micro_batches;
+  std::vector<std::vector<parallel::PipeAction>> actions;
+  for (int s = 0; s < p; s++) actions.push_back(parallel::Schedule(kind, s, p, m).actions());
+  constexpr double kNotYet = -1;
+  std::vector<std::vector<double>> forward_done(p, std::vector<double>(m, kNotYet)), backward_done = forward_done;
+  std::vector<size_t> next(p, 0);
+  Simulation sim;
+  sim.busy.assign(p, 0);
+  std::vector<double> free(p, 0);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int s = 0; s < p; s++) {
+      for (; next[s] < actions[s].size(); next[s]++) {
+        const parallel::PipeAction& a = actions[s][next[s]];
+        const bool forward = a.kind == parallel::PipeAction::Forward;
+        // What the pass waits for: the activation from the stage before, or the gradient from the stage after.
+        double ready = 0;
+        if (forward && s > 0) {
+          if (forward_done[s - 1][a.micro] == kNotYet) break;
+          ready = forward_done[s - 1][a.micro] + stages[s - 1].send_s;
+        } else if (!forward && s + 1 < p) {
+          if (backward_done[s + 1][a.micro] == kNotYet) break;
+          ready = backward_done[s + 1][a.micro] + stages[s].send_s;
+        }
+        const double took = forward ? stages[s].forward.total() : stages[s].backward.total();
+        free[s] = std::max(free[s], ready) + took;
+        sim.busy[s] += took;
+        (forward ? forward_done : backward_done)[s][a.micro] = free[s];
+        progress = true;
+      }
+    }
+  }
+  for (int s = 0; s < p; s++) {
+    YUAN_CHECK(next[s] == actions[s].size(), "planner: the %s schedule of %d stages and %d micro-batches deadlocks "
+               "at stage %d", parallel::schedule_name(kind), p, m, s);
+    sim.makespan = std::max(sim.makespan, free[s]);
+  }
+  return sim;
+}
+
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+constexpr double kGiB = 1024.0 * kMiB;
+// Bytes the host AdamW moves per element of its shard: reads the fp32 gradient, master weight, m and v, writes
+// the last three, and the working weight for upload (bf16 on cuda, fp32 on the cpu backend).
+constexpr double kAdamReadWrite = 4 * 4 + 3 * 4;
+
+// One rank's share of its node's machine: what its ops run at.
+struct Rates {
+  double gemm = 0;     // FLOP/s large GEMMs reach
+  double half = 0;     // gemm_half_flops
+  double mem_bw = 0;   // bytes/s of memory-bound ops
+  double host_bw = 0;  // bytes/s of the host AdamW
+  double act = 4;      // bytes of an activation element
+  double weight = 4;   // bytes of a working-weight element
+  DType weights = DType::F32;
+  bool cpu = true;
+};
+
+// A GEMM of `flops` reaches gemm x flops / (flops + half): its time is (flops + half) / gemm.
+double gemm_s(const Rates& r, double flops, double count = 1) { return count * (flops + r.half) / r.gemm; }
+double mem_s(const Rates& r, double bytes) { return bytes / r.mem_bw; }
+
+// The links the job's groups run on (group_link), for the job's placement.
+struct Links {
+  const Machine& m;
+  int per_node;
+  LinkClass of(const std::vector<int>& ranks) const { return group_link(m, ranks, per_node); }
+};
+
+// Forward and backward of one micro-batch of `range` on one tensor rank of `tp` (N = B T tokens).
+StageTimes stage_times(const GPTConfig& g, const ModuleRange& range, int B, bool recompute, int tp,
+                       const LinkClass& tensor_link, const Rates& r) {
+  const double N = static_cast<double>(B) * g.seq_len, C = g.n_embd, S = g.seq_len, V = g.vocab_size;
+  const double heads = static_cast<double>(g.n_head) / tp, hs = C / g.n_head, e = r.act;
+  const auto tp_all_reduce = [&](double bytes) { return collective_s(Collective::AllReduce, bytes, tp, tensor_link); };
+  StageTimes t;
+  for (int mod = range.first; mod < range.end; mod++) {
+    if (mod == kWteModule) {
+      // Token and position lookups summed into the residual stream; backward scatters fp32 rows into wte.
+      t.forward.compute += mem_s(r, 3 * N * C * e);
+      t.backward.compute += mem_s(r, N * C * (e + 2 * 4));
+      t.forward.comm += tp > 1 ? tp_all_reduce(N * C * e) : 0;  // the vocabulary-split lookup's partial sums
+    } else if (mod == ln_f_module(g)) {
+      // ln_f and the tied classifier over this rank's part of the vocabulary, its softmax and cross-entropy
+      // (fp32 logits); tensor ranks share row maxima and sums, and sum the input gradient.
+      t.forward.compute += mem_s(r, 2 * N * C * e + 3 * N * V / tp * 4) + gemm_s(r, 2 * N * C * V / tp);
+      t.backward.compute += mem_s(r, 4 * N * C * e + 2 * N * V / tp * 4) + gemm_s(r, 2 * N * C * V / tp, 2);
+      t.forward.comm += tp > 1 ? 3 * tp_all_reduce(N * 4) : 0;
+      t.backward.comm += tp > 1 ? tp_all_reduce(N * C * e) : 0;
+    } else if (mod != kWpeModule) {
+      // A block: qkv, projection, fc and fc projection (column- and row-parallel), attention, two layernorms,
+      // two residual adds, GELU; backward runs each GEMM twice (input and weight gradients).
+      const double gemms = gemm_s(r, 2 * N * C * 3 * C / tp) + gemm_s(r, 2 * N * C / tp * C) +
+                           gemm_s(r, 2 * N * C * 4 * C / tp) + gemm_s(r, 2 * N * 4 * C / tp * C);
+      double attention_f = 0, attention_b = 0, softmax = 0;
+      if (r.cpu) {
+        // src/ops/attention.cpp: causal loops per sequence and head, keeping the [T,T] probabilities.
+        const double per_head = 2 * S * S * hs;  // scores and values, causal half of 2 x 2 S^2 hs
+        attention_f = gemm_s(r, per_head, B * heads);
+        attention_b = gemm_s(r, per_head, 2 * B * heads);
+        softmax = B * heads * S * S * 4 * 2;
+      } else {
+        // cuda/attention.cu: flash-style, causal; backward recomputes the scores and their gradient twice.
+        const double causal = 2 * N * S * C / tp;
+        attention_f = gemm_s(r, causal);
+        attention_b = gemm_s(r, 2.5 * causal);
+      }
+      const double memory_f = mem_s(r, 2 * 2 * N * C * e + 2 * 3 * N * C * e + 2 * N * 4 * C / tp * e + softmax);
+      const PassTimes forward{gemms + attention_f + memory_f, tp > 1 ? 2 * tp_all_reduce(N * C * e) : 0};
+      t.forward.compute += forward.compute;
+      t.forward.comm += forward.comm;
+      t.backward.compute += 2 * gemms + attention_b + 2 * memory_f + (recompute ? forward.compute : 0);
+      t.backward.comm += forward.comm + (recompute ? forward.comm : 0);
+    }
+  }
+  return t;
+}
+
+// The time after a stage's schedule: its data groups' collectives not hidden, and its optimizer.
+struct After {
+  double comm = 0, optimizer = 0;
+};
+
+After after_schedule(const Config& c, const parallel::Topology& topo, int rank, const RankPlan& plan,
+                     const StageTimes& times, int micro_batches, const Links& links, const Rates& r,
+                     double pcie_bw, double schedule_s) {
+  const parallel::Place& place = topo.place(rank);
+  const bool overlap = topo.replicas_only();
+  // Collectives the cpu backend runs block the rank's only thread; cuda runs them on the NCCL stream.
+  const bool hides = !r.cpu && overlap;
+  const double backward_compute = times.backward.compute, m = micro_batches;
+  double exposed = 0, shard = 0;
+  for (const ModuleRange& g : topo.module_groups_of(rank)) {
+    const std::vector<int> holders = topo.holders(g.first, place.tp_rank);
+    const int D = static_cast<int>(holders.size());
+    const LinkClass link = links.of(holders);
+    double params = 0, largest = 0, block = 0, blocks = 0;
+    for (const ModuleSpec& s : plan.layout.modules())
+      if (g.contains(s.index)) {
+        params += static_cast<double>(s.numel);
+        largest = std::max(largest, static_cast<double>(s.numel));
+        if (s.index >= block_module(0) && s.index < ln_f_module(c.model)) {
+          block = static_cast<double>(s.numel);
+          blocks++;
+        }
+      }
+    const int group_rank = static_cast<int>(std::find(holders.begin(), holders.end(), rank) - holders.begin());
+    shard += static_cast<double>(ZeroSpec(plan.layout, g, c.optim, D, group_rank, overlap,
+                                          r.weights).shard_n);
+    if (D == 1) continue;
+    const double grads = 4 * params, weights = r.weight * params;
+    const int zero = c.optim.zero;
+    const bool per_micro = zero >= 2 && overlap;
+    // Reductions: one per step, or one per micro-batch as its backward finishes (zero 2 and 3 with overlap).
+    const double reduce = zero == 0 ? collective_s(Collective::AllReduce, grads, D, link)
+                                    : collective_s(Collective::ReduceScatter, grads, D, link);
+    // What cannot hide: the last bucket, reduced after the backward that fills it ends.
+    const double bucket = std::min(grads, (zero == 3 ? largest * 4 : c.optim.bucket_mb * kMiB));
+    const double tail = zero == 0 ? collective_s(Collective::AllReduce, bucket, D, link)
+                                  : collective_s(Collective::ReduceScatter, bucket, D, link);
+    const double reductions = per_micro ? m : 1;
+    exposed += hides ? reductions * std::max(reduce - backward_compute, tail) : reductions * reduce;
+    if (zero == 1 || zero == 2) exposed += collective_s(Collective::AllGather, weights, D, link);
+    if (zero == 3) {
+      // Each block is gathered for every pass, less the two still in the block buffers where one pass turns into
+      // the next (tools/comm_volume.py); the embedding, wpe and ln_f once per step. On cuda the next module's
+      // gather runs while this one computes: what shows is the gathers beyond the compute, and each pass's first.
+      const double block_gathers = std::max(0.0, 2 * m * blocks - 2 * (2 * m - 1));
+      const double per_block = collective_s(Collective::AllGather, r.weight * block, D, link);
+      const double all = block_gathers * per_block +
+                         collective_s(Collective::AllGather, r.weight * (params - blocks * block), D, link);
+      const double compute = m * (times.forward.compute + times.backward.compute);
+      exposed += hides ? std::max(all - compute, 0.0) + 2 * m * per_block : all;
+    }
+  }
+  After a;
+  a.comm = exposed;
+  // The host AdamW over the shard (every parameter the rank holds at zero 0), then on cuda the transfers: its
+  // gradients down, its weights up as bf16 for the gathers.
+  double optimizer = shard * (kAdamReadWrite + r.weight) / r.host_bw;
+  if (!r.cpu) optimizer += shard * (4 + r.weight) / pcie_bw;
+  // The delayed update runs step t's AdamW beside step t+1's passes.
+  a.optimizer = c.optim.delayed_update ? std::max(0.0, optimizer - schedule_s) : optimizer;
+  return a;
+}
+
+std::string gib(double b) { return strf("%.2f GiB", b / kGiB); }
+
+}  // namespace
+
+Prediction predict(const Config& c, int world, int ranks_per_node, const Machine& m) {
+  YUAN_CHECK(ranks_per_node >= 1, "planner: %d ranks per node", ranks_per_node);
+  parallel::validate(c, world);
+  const parallel::Topology topo = parallel::make_topology(c, world);
+  const Device device = m.cpu() ? Device::Cpu : Device::Cuda;
+  const int on_node = std::min(ranks_per_node, world);
+  Prediction pred;
+  if (!m.cpu() && ranks_per_node > m.devices_per_node) {
+    pred.fits = false;
+    pred.short_of = strf("ranks: %d per node, but a node has %d devices (%d short)", ranks_per_node,
+                         m.devices_per_node, ranks_per_node - m.devices_per_node);
+    pred.over = static_cast<double>(ranks_per_node - m.devices_per_node) / m.devices_per_node;
+    return pred;
+  }
+  Rates r;
+  r.cpu = m.cpu();
+  const double share = m.cpu() ? on_node : 1;  // a cpu node's ranks share its cores and memory
+  r.gemm = m.peak_flops * m.gemm_efficiency / share;
+  r.half = m.gemm_half_flops;
+  r.mem_bw = m.mem_bw / share;
+  r.host_bw = m.host_mem_bw / on_node;
+  r.act = static_cast<double>(dtype_size(tensor_formats(device).activations));
+  r.weights = tensor_formats(device).weights;
+  r.weight = static_cast<double>(dtype_size(r.weights));
+  const Links links{m, ranks_per_node};
+  const parallel::ScheduleKind kind = parallel::parse_schedule(c.parallel.schedule);
+  const int T = topo.tp_size();
+
+  // Per pipeline, per stage: times and memory from the stage's first tensor rank (its tensor ranks are alike).
+  struct StagePlan {
+    StageTimes times;
+    RankMemory memory;
+    RankPlan plan;
+    int rank = 0;
+  };
+  // Pipelines alike: the same template, micro-batches and placement of their groups on nodes (which links they use).
+  struct Alike {
+    std::vector<StagePlan> plans;
+    Simulation sim;
+    int micro_batches = 0;
+  };
+  std::map<std::tuple<std::string, int, std::string>, Alike> alike;
+  std::vector<const Alike*> of_pipeline;
+  double makespan = 0;
+  int slowest = 0;
+  const auto crosses = [&](int a, int b) { return a / ranks_per_node != b / ranks_per_node; };
+  for (size_t p = 0; p < topo.pipelines().size(); p++) {
+    const parallel::Pipeline& pl = topo.pipelines()[p];
+    const int stages = static_cast<int>(pl.stages.size());
+    std::string placement;
+    for (int s = 0; s < stages; s++) {
+      const int rank = topo.rank_of({static_cast<int>(p), s, 0});
+      placement += crosses(rank, rank + T - 1) ? 'T' : 't';
+      placement += s + 1 < stages && crosses(rank, rank + T) ? 'S' : 's';
+    }
+    auto [it, added] = alike.try_emplace(std::make_tuple(pl.name, pl.micro_batches, placement));
+    Alike& a = it->second;
+    if (added) {
+      std::vector<StageTimes> times;
+      for (int s = 0; s < stages; s++) {
+        const int rank = topo.rank_of({static_cast<int>(p), s, 0});
+        StagePlan sp{{}, {}, plan_rank(c, topo, device, rank), rank};
+        sp.memory = sp.plan.memory;
+        sp.times = stage_times(c.model, pl.stages[s], c.train.micro_batch, c.train.recompute, T,
+                               links.of(topo.tensor_ranks(rank)), r);
+        if (s + 1 < stages) {
+          const std::vector<int> pair = {rank, topo.rank_of({static_cast<int>(p), s + 1, 0})};
+          sp.times.send_s = collective_s(Collective::SendRecv, r.act * c.train.micro_batch * c.model.seq_len *
+                                                                   c.model.n_embd, 2, links.of(pair));
+        }
+        times.push_back(sp.times);
+        a.plans.push_back(std::move(sp));
+      }
+      a.sim = simulate(kind, times, pl.micro_batches);
+      a.micro_batches = pl.micro_batches;
+    }
+    of_pipeline.push_back(&a);
+    if (a.sim.makespan > makespan) {
+      makespan = a.sim.makespan;
+      slowest = static_cast<int>(p);
+    }
+  }
+
+  // Memory: every device against its capacity, every node's ranks against its host memory.
+  std::vector<double> node_host((world + ranks_per_node - 1) / ranks_per_node, 0.0);
+  double worst_device = 0;
+  int worst_device_rank = 0;
+  for (int rank = 0; rank < world; rank++) {
+    const parallel::Place& place = topo.place(rank);
+    const RankMemory& mem = of_pipeline[place.pipeline]->plans[place.stage].memory;
+    node_host[rank / ranks_per_node] += static_cast<double>(mem.host_bytes() + kRankMemoryMargin);
+    const double dev = device == Device::Cpu ? 0 : static_cast<double>(mem.device_bytes() + kRankMemoryMargin);
+    if (dev > worst_device) {
+      worst_device = dev;
+      worst_device_rank = rank;
+    }
+  }
+  const auto fullest = std::max_element(node_host.begin(), node_host.end());
+  pred.device_bytes = worst_device;
+  pred.host_bytes = *fullest;
+  std::vector<std::string> short_of;
+  if (device != Device::Cpu && worst_device > m.mem_bytes) {
+    short_of.push_back(strf("device memory: rank %d needs %s of a %s device (%s short)", worst_device_rank,
+                            gib(worst_device).c_str(), gib(m.mem_bytes).c_str(),
+                            gib(worst_device - m.mem_bytes).c_str()));
+    pred.over = std::max(pred.over, worst_device / m.mem_bytes - 1);
+  }
+  if (*fullest > m.host_mem_bytes) {
+    short_of.push_back(strf("host memory: node %d's ranks need %s of %s (%s short)",
+                            static_cast<int>(fullest - node_host.begin()), gib(*fullest).c_str(),
+                            gib(m.host_mem_bytes).c_str(), gib(*fullest - m.host_mem_bytes).c_str()));
+    pred.over = std::max(pred.over, *fullest / m.host_mem_bytes - 1);
+  }
+  for (const std::string& s : short_of) pred.short_of += (pred.short_of.empty() ? "" : "; ") + s;
+  pred.fits = short_of.empty();
+
+  // The step: the slowest pipeline's schedule, then the slowest stage's collectives and optimizer (the data groups
+  // join every pipeline, so each waits for the last to finish its schedule). Pipelines alike are counted once.
+  After worst;
+  for (const auto& entry : alike)
+    for (const StagePlan& sp : entry.second.plans) {
+      const After a = after_schedule(c, topo, sp.rank, sp.plan, sp.times, entry.second.micro_batches, links, r,
+                                     m.pcie_bw, makespan);
+      if (a.comm + a.optimizer > worst.comm + worst.optimizer) worst = a;
+    }
+  // The split on the busiest stage of the slowest pipeline: its passes, and the rest of the schedule idle.
+  const std::vector<StagePlan>& plans = of_pipeline[slowest]->plans;
+  const Simulation& sim = of_pipeline[slowest]->sim;
+  const int busiest = static_cast<int>(std::max_element(sim.busy.begin(), sim.busy.end()) - sim.busy.begin());
+  const StageTimes& bt = plans[busiest].times;
+  const double m_b = topo.pipelines()[slowest].micro_batches;
+  pred.split.compute = m_b * (bt.forward.compute + bt.backward.compute);
+  pred.split.comm = m_b * (bt.forward.comm + bt.backward.comm) + worst.comm;
+  pred.split.bubble = makespan - sim.busy[busiest];
+  pred.split.optimizer = worst.optimizer;
+  pred.step_s = makespan + worst.comm + worst.optimizer;
+  const double tokens = static_cast<double>(c.train.global_batch) * c.model.seq_len;
+  pred.tokens_per_s = tokens / pred.step_s;
+  const double peak = m.cpu() ? m.peak_flops * node_host.size() : m.peak_flops * world;
+  pred.mfu = pred.tokens_per_s * flops_per_token(c.model, ParamLayout(c.model).total()) / peak;
+  return pred;
+}
+
+}  // namespace yuan::planner

@@ -1,0 +1,81 @@
+// The step-time model: how long one optimizer step of a deck's layout takes on a machine (planner/machine.h),
+// built from the same per-rank derivation the trainer allocates by (train/memory_plan.h plan_rank): each stage's
+// modules, tensor part, micro-batch, recompute, module groups and ZeRO shards.
+//   compute   per op from its FLOPs and bytes: GEMMs at the rate their size reaches (gemm_efficiency x peak,
+//             falling off below gemm_half_flops), attention (flash kernel on cuda, causal loops per head on the
+//             cpu backend), memory-bound ops (layernorm, GELU, residuals, softmax, embedding) at mem_bw; on a cpu
+//             node the ranks share the node's rate and bandwidth
+//   comm      alpha-beta per link class (a group crossing nodes runs at [link.inter], group_link): ring
+//             reduce-scatter and all-gather, ring or tree all-reduce, whichever is faster (as NCCL's tuner and
+//             Open MPI's decision rules choose), send/recv; tensor-parallel all-reduces sit inside each pass,
+//             pipeline sends between
+//   schedule  every pipeline's 1F1B or GPipe order (parallel/schedule.h) simulated with those pass times, so the
+//             bubble comes out of the simulation; the step waits for the slowest pipeline
+//   after     the data groups' gradient reductions and weight gathers (hidden behind backward on cuda where the
+//             optimizer overlaps, exposed on the cpu backend, whose collectives block the rank's only thread),
+//             ZeRO-3's per-module gathers (prefetched behind compute on cuda), the host AdamW at host_mem_bw and
+//             the offload transfers at pcie_bw (behind the next step with optim.delayed_update)
+#pragma once
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "parallel/schedule.h"
+#include "planner/machine.h"
+
+namespace yuan::planner {
+
+enum class Collective { AllReduce, ReduceScatter, AllGather, SendRecv };
+// Seconds for `ranks` ranks to run `op` over a buffer of `bytes` each rank passes (the whole buffer, as the
+// trainer's comm_bytes counts it) on `link`:
+//   ring all-gather / reduce-scatter  (D-1) alpha + (D-1)/D n / bw
+//   ring all-reduce                   2 (D-1) alpha + 2 (D-1)/D n / bw
+//   tree all-reduce                   2 ceil(log2 D) alpha + 2 n / bw      (the faster of ring and tree is used)
+//   send/recv                         alpha + n / bw
+double collective_s(Collective op, double bytes, int ranks, const LinkClass& link);
+
+// The link a group of `ranks` (world ranks, `ranks_per_node` consecutive ones on each node) runs at: [link.intra]
+// inside one node; across nodes, [link.inter]'s latency and its bandwidth times the group's fewest members on a
+// node (they share their ports: a ring crosses each node boundary once per channel), at most [link.intra]'s.
+LinkClass group_link(const Machine& m, const std::vector<int>& ranks, int ranks_per_node);
+
+// One pass of one micro-batch on a stage: its compute, and the communication inside it (tensor parallelism).
+struct PassTimes {
+  double compute = 0, comm = 0;
+  double total() const { return compute + comm; }
+};
+struct StageTimes {
+  PassTimes forward, backward;
+  double send_s = 0;  // the activation (forward) or its gradient (backward) between this stage and the next
+};
+struct Simulation {
+  double makespan = 0;        // from the first forward to the last backward of the step
+  std::vector<double> busy;   // per stage: time spent in passes
+};
+// Every stage walks its Schedule's actions in order; a forward waits for the previous stage's forward of the same
+// micro-batch (plus its send), a backward for the next stage's backward (plus the send back).
+Simulation simulate(parallel::ScheduleKind kind, const std::vector<StageTimes>& stages, int micro_batches);
+
+// Where the step goes, on the stage that sets its length: the split sums to step_s.
+struct StepSplit {
+  double compute = 0;    // its passes' compute (recompute included)
+  double comm = 0;       // exposed communication: tensor all-reduces, data reductions and gathers not hidden
+  double bubble = 0;     // idle time in the schedule, from the simulation
+  double optimizer = 0;  // host AdamW and offload transfers not hidden
+};
+
+struct Prediction {
+  bool fits = true;
+  std::string short_of;   // when !fits: what is short, and by how much
+  double over = 0;        // when !fits: the largest shortfall as a share of what is available (for ranking)
+  double step_s = 0, tokens_per_s = 0, mfu = 0;
+  StepSplit split;
+  double device_bytes = 0;  // the fullest device (cuda; 0 on cpu), plan_rank's figure plus the per-rank margin
+  double host_bytes = 0;    // the fullest node's host memory
+};
+
+// The step of the job of `c` (its layout as the trainer would build it) on `world` ranks, `ranks_per_node`
+// consecutive ranks on each node of `m`. Throws Error when the deck's layout is invalid for `world`.
+Prediction predict(const Config& c, int world, int ranks_per_node, const Machine& m);
+
+}  // namespace yuan::planner

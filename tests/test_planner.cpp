@@ -1,0 +1,305 @@
+// The planner: machine files (parser errors, round trip), the alpha-beta collectives, the schedule simulation,
+// and the layout search against memory.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "parallel/schedule.h"
+#include "planner/machine.h"
+#include "planner/search.h"
+#include "planner/step_model.h"
+#include "util/error.h"
+
+using namespace yuan;
+using namespace yuan::planner;
+
+namespace {
+
+const char* kMachine = R"(# a test node
+[machine]
+name = test node
+devices_per_node = 4  # source: test
+
+[device]
+kind = cuda
+peak_flops = 100e12  # source: test
+gemm_efficiency = 0.5  # source: test
+gemm_half_flops = 1e9  # source: test
+mem_bw = 1e12  # measured: test
+mem_bytes = 16e9  # source: test
+pcie_bw = 10e9  # source: test
+
+[host]
+mem_bytes = 256e9  # source: test
+mem_bw = 100e9  # source: test
+cores = 32  # source: test
+
+[link.intra]
+latency_s = 2e-6  # source: test
+bandwidth = 100e9  # source: test
+
+[link.inter]
+latency_s = 10e-6  # source: test
+bandwidth = 10e9  # source: test
+)";
+
+// The error parse_machine gives for kMachine with `from` replaced by `to` ("" when it parses).
+std::string error_with(const std::string& from, const std::string& to) {
+  std::string text = kMachine;
+  const size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  text.replace(at, from.size(), to);
+  try {
+    parse_machine(text, "m.ini");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(PlannerMachine, Parses) {
+  MachineSources sources;
+  const Machine m = parse_machine(kMachine, "m.ini", &sources);
+  EXPECT_EQ(m.name, "test node");
+  EXPECT_EQ(m.devices_per_node, 4);
+  EXPECT_EQ(m.kind, "cuda");
+  EXPECT_DOUBLE_EQ(m.peak_flops, 100e12);
+  EXPECT_DOUBLE_EQ(m.gemm_efficiency, 0.5);
+  EXPECT_DOUBLE_EQ(m.mem_bw, 1e12);
+  EXPECT_DOUBLE_EQ(m.host_mem_bytes, 256e9);
+  EXPECT_EQ(m.host_cores, 32);
+  EXPECT_DOUBLE_EQ(m.intra.latency_s, 2e-6);
+  EXPECT_DOUBLE_EQ(m.inter.bandwidth, 10e9);
+  EXPECT_EQ(sources.at("device.mem_bw"), "measured: test");
+  EXPECT_EQ(sources.at("link.inter.bandwidth"), "source: test");
+}
+
+TEST(PlannerMachine, RoundTrips) {
+  MachineSources sources;
+  const Machine m = parse_machine(kMachine, "m.ini", &sources);
+  const std::string text = machine_text(m, sources);
+  MachineSources again;
+  const Machine n = parse_machine(text, "again.ini", &again);
+  EXPECT_EQ(machine_text(n, again), text);
+  EXPECT_EQ(again, sources);
+  EXPECT_EQ(n.devices_per_node, m.devices_per_node);
+  EXPECT_EQ(n.gemm_half_flops, m.gemm_half_flops);
+  EXPECT_EQ(n.intra.latency_s, m.intra.latency_s);
+  // A number without a source cannot be written.
+  sources.erase("host.mem_bw");
+  EXPECT_THROW(machine_text(m, sources), Error);
+}
+
+TEST(PlannerMachine, ErrorsNameFileLineAndKey) {
+  EXPECT_EQ(error_with("", ""), "");
+  EXPECT_EQ(error_with("mem_bw = 1e12", "mem_bandwidth = 1e12"), "m.ini:11: key 'device.mem_bandwidth': unknown key");
+  EXPECT_EQ(error_with("100e12", "100 TFLOPS"), "m.ini:8: key 'device.peak_flops': '100 TFLOPS' is not a number");
+  EXPECT_NE(error_with("mem_bytes = 16e9  # source: test", "mem_bytes = 16e9").find(
+                "m.ini:12: key 'device.mem_bytes': the number has no '# source: ...'"),
+            std::string::npos);
+  EXPECT_EQ(error_with("0.5  # source", "1.5  # source"), "m.ini:9: key 'device.gemm_efficiency': 1.5 must be a "
+            "fraction, at most 1");
+  EXPECT_EQ(error_with("kind = cuda", "kind = tpu"), "m.ini:7: key 'device.kind': 'tpu' is not cpu or cuda");
+  EXPECT_EQ(error_with("cores = 32", "cores = 3.5"), "m.ini:18: key 'host.cores': 3.5 must be a whole number");
+  EXPECT_EQ(error_with("[host]", "[hots]"), "m.ini:15: unknown section [hots] (expected [machine], [device], "
+            "[host], [link.intra] or [link.inter])");
+  EXPECT_EQ(error_with("latency_s = 10e-6  # source: test\n", ""), "m.ini: key 'link.inter.latency_s' missing");
+  EXPECT_EQ(error_with("cores = 32  # source: test", "cores = 32  # source: test\nmem_bw = 1  # source: x"),
+            "m.ini:19: key 'host.mem_bw' given twice");
+  EXPECT_EQ(error_with("bandwidth = 10e9", "bandwidth = 0"), "m.ini:26: key 'link.inter.bandwidth': 0 must be "
+            "positive");
+  EXPECT_EQ(error_with("mem_bytes = 16e9", "mem_bytes = 0"), "m.ini: key 'device.mem_bytes' must be positive for "
+            "a cuda device");
+  EXPECT_THROW(read_machine("/nonexistent/machine.ini"), Error);
+}
+
+TEST(PlannerMachine, ShippedFilesParse) {
+  for (const char* f : {"input/machines/h100-sxm.ini", "input/machines/a100.ini", "input/machines/v100.ini"}) {
+    SCOPED_TRACE(f);
+    const Machine m = read_machine(f);
+    EXPECT_EQ(m.kind, "cuda");
+    EXPECT_EQ(m.devices_per_node, 8);
+  }
+  const Machine cpu = read_machine("input/machines/cpu.ini");
+  EXPECT_TRUE(cpu.cpu());
+  EXPECT_EQ(cpu.mem_bytes, 0);
+}
+
+TEST(PlannerCollectives, AlphaBeta) {
+  const LinkClass link{1e-5, 1e9};
+  const double n = 8e6;
+  // Ring: D-1 steps of n/D each way; all-reduce is a reduce-scatter then an all-gather.
+  EXPECT_DOUBLE_EQ(collective_s(Collective::AllGather, n, 4, link), 3 * 1e-5 + 0.75 * n / 1e9);
+  EXPECT_DOUBLE_EQ(collective_s(Collective::ReduceScatter, n, 4, link), 3 * 1e-5 + 0.75 * n / 1e9);
+  EXPECT_DOUBLE_EQ(collective_s(Collective::AllReduce, n, 4, link), 2 * (3 * 1e-5 + 0.75 * n / 1e9));
+  EXPECT_DOUBLE_EQ(collective_s(Collective::SendRecv, n, 2, link), 1e-5 + n / 1e9);
+  // Small messages over many ranks go up and down a tree: 2 log2(D) latencies instead of 2 (D-1).
+  EXPECT_DOUBLE_EQ(collective_s(Collective::AllReduce, 8, 64, link), 2 * 6 * 1e-5 + 2 * 8 / 1e9);
+  EXPECT_EQ(collective_s(Collective::AllReduce, n, 1, link), 0);
+}
+
+TEST(PlannerSchedule, BubbleOfEqualStages) {
+  // With equal stages and free sends, both schedules idle (p-1)/(m+p-1) of the step on every stage.
+  for (auto kind : {yuan::parallel::ScheduleKind::OneFOneB, yuan::parallel::ScheduleKind::GPipe})
+    for (int p : {1, 2, 4, 5})
+      for (int m : {1, 3, 8}) {
+        SCOPED_TRACE(testing::Message() << yuan::parallel::schedule_name(kind) << " p " << p << " m " << m);
+        StageTimes t;
+        t.forward.compute = 1;
+        t.backward.compute = 1.5;
+        t.backward.comm = 0.5;
+        const Simulation sim = simulate(kind, std::vector<StageTimes>(p, t), m);
+        EXPECT_NEAR(sim.makespan, (m + p - 1) * 3.0, 1e-9);
+        for (double busy : sim.busy) EXPECT_NEAR(1 - busy / sim.makespan, (p - 1.0) / (m + p - 1), 1e-9);
+      }
+}
+
+TEST(PlannerSchedule, SendsAndSlowStages) {
+  StageTimes t;
+  t.forward.compute = 1;
+  t.backward.compute = 2;
+  t.send_s = 0.25;
+  // Two stages, one micro-batch: F0, send, F1, B1, send back, B0.
+  Simulation sim = simulate(yuan::parallel::ScheduleKind::OneFOneB, {t, t}, 1);
+  EXPECT_DOUBLE_EQ(sim.makespan, 1 + 0.25 + 1 + 2 + 0.25 + 2);
+  // The slowest stage sets the pace: m micro-batches through a stage of 3 + 6 take it at least 9 m.
+  StageTimes slow = t;
+  slow.forward.compute = 3;
+  slow.backward.compute = 6;
+  sim = simulate(yuan::parallel::ScheduleKind::OneFOneB, {t, slow, t}, 8);
+  EXPECT_GE(sim.makespan, 8 * 9.0);
+  EXPECT_DOUBLE_EQ(sim.busy[1], 8 * 9.0);
+}
+
+namespace {
+
+// The tiny deck's model on the dev VM's cpu node, with `host_gib` of host memory per node.
+Machine cpu_node(double host_gib) {
+  Machine m = parse_machine(kMachine, "m.ini");
+  m.kind = "cpu";
+  m.devices_per_node = 2;
+  m.mem_bytes = m.pcie_bw = 0;
+  m.host_mem_bytes = host_gib * (1 << 30);
+  return m;
+}
+
+Config tiny_deck() {
+  Config c;
+  c.model = {4, 4, 128, 128, 4000};
+  c.train.micro_batch = 8;
+  c.train.global_batch = 16;
+  c.train.device = "cpu";
+  c.data.train = "data/none/train_*.h5";  // named, never read
+  return c;
+}
+
+}  // namespace
+
+TEST(PlannerSearch, RespectsMemoryAndRanksByTokens) {
+  const Config deck = tiny_deck();
+  const Search roomy = search_layouts(deck, 2, 2, cpu_node(64));
+  ASSERT_GT(roomy.fitting.size(), 10u);
+  EXPECT_TRUE(roomy.rejected.empty());
+  for (size_t i = 1; i < roomy.fitting.size(); i++)
+    EXPECT_GE(roomy.fitting[i - 1].prediction.tokens_per_s, roomy.fitting[i].prediction.tokens_per_s);
+  // Data x tensor x pipelines (heterogeneous too) x micro-batch x ZeRO x recompute x schedule.
+  bool tensor = false, pipeline = false, mixed = false, zero3 = false, recompute = false, gpipe = false;
+  for (const Candidate& c : roomy.fitting) {
+    tensor |= c.config.parallel.tp_size > 1;
+    pipeline |= !c.config.parallel.pipelines.empty();
+    mixed |= c.config.parallel.templates.size() > 1;
+    zero3 |= c.config.optim.zero == 3;
+    recompute |= c.config.train.recompute;
+    gpipe |= c.config.parallel.schedule == "gpipe";
+  }
+  EXPECT_TRUE(tensor && pipeline && mixed && zero3 && recompute && gpipe);
+  // A node of between the smallest and the largest need: what fits is within it, and what does not is over.
+  double least = 1e300, most = 0;
+  for (const Candidate& c : roomy.fitting) {
+    least = std::min(least, c.prediction.host_bytes);
+    most = std::max(most, c.prediction.host_bytes);
+  }
+  ASSERT_LT(least, most);
+  const Machine tight = cpu_node((least + most) / 2 / (1 << 30));
+  const Search squeezed = search_layouts(deck, 2, 2, tight);
+  ASSERT_FALSE(squeezed.fitting.empty());
+  ASSERT_FALSE(squeezed.rejected.empty());
+  EXPECT_EQ(squeezed.fitting.size() + squeezed.rejected.size(), roomy.fitting.size());
+  for (const Candidate& c : squeezed.fitting) EXPECT_LE(c.prediction.host_bytes, tight.host_mem_bytes);
+  for (const Candidate& c : squeezed.rejected) {
+    EXPECT_GT(c.prediction.host_bytes, tight.host_mem_bytes);
+    EXPECT_NE(c.prediction.short_of.find("host memory: node"), std::string::npos) << c.prediction.short_of;
+  }
+}
+
+TEST(PlannerSearch, OverridesRunTheLayout) {
+  // The overrides a candidate prints, applied to the deck as `yuanlm train DECK ...` applies them, give the
+  // layout that was predicted: the same prediction.
+  const Config deck = tiny_deck();
+  const Machine m = cpu_node(64);
+  const Search found = search_layouts(deck, 2, 2, m);
+  const std::string path = testing::TempDir() + "planner_deck.ini";
+  std::ofstream(path) << deck.to_ini();
+  for (size_t i = 0; i < found.fitting.size(); i++) {
+    const Candidate& c = found.fitting[i];
+    SCOPED_TRACE(c.layout);
+    std::vector<std::string> args = {path};
+    args.insert(args.end(), c.overrides.begin(), c.overrides.end());
+    Config applied;
+    ASSERT_TRUE(parse_config(args, "train", applied));
+    EXPECT_EQ(applied.to_ini(), c.config.to_ini());
+    EXPECT_DOUBLE_EQ(predict(applied, c.world, 2, m).step_s, c.prediction.step_s);
+  }
+}
+
+TEST(PlannerPredict, CpuRanksShareTheNode) {
+  // Two ranks on one cpu node share its GEMM rate: each computes at half speed, so the same micro-batches per rank
+  // take twice as long as one rank alone on its node.
+  Config c = tiny_deck();
+  c.train.global_batch = 16;
+  const Machine m = cpu_node(64);
+  const Prediction shared = predict(c, 2, 2, m), alone = predict(c, 2, 1, m);
+  EXPECT_NEAR(shared.split.compute, 2 * alone.split.compute, 1e-9 * shared.split.compute);
+  EXPECT_TRUE(shared.fits);
+  EXPECT_GT(shared.tokens_per_s, 0);
+  EXPECT_NEAR(shared.split.compute + shared.split.comm + shared.split.bubble + shared.split.optimizer,
+              shared.step_s, 1e-9 * shared.step_s);
+}
+
+TEST(PlannerPredict, GroupsAcrossNodesRunAtTheInterLink) {
+  // Tensor-parallel pairs inside a node talk over [link.intra]; with one rank per node the same pairs cross nodes
+  // and their all-reduces run at [link.inter] (10 times slower in kMachine, with 5 times the latency).
+  Config c = tiny_deck();
+  c.parallel.tp_size = 2;
+  Machine m = cpu_node(64);
+  m.peak_flops = 1e15;  // compute aside, so that the split is the links'
+  const Prediction inside = predict(c, 2, 2, m), across = predict(c, 2, 1, m);
+  EXPECT_GT(inside.split.comm, 0);
+  EXPECT_GT(across.split.comm, 5 * inside.split.comm);
+  // The delayed update runs the host AdamW beside the next step's passes: what shows of it shrinks.
+  c.parallel.tp_size = 1;
+  Config delayed = c;
+  delayed.optim.delayed_update = true;
+  EXPECT_LT(predict(delayed, 2, 2, m).split.optimizer, predict(c, 2, 2, m).split.optimizer);
+}
+
+TEST(PlannerCollectives, GroupLinks) {
+  const Machine m = parse_machine(kMachine, "m.ini");  // 4 per node; intra 100e9, inter 10e9 per rank
+  EXPECT_EQ(group_link(m, {0, 1, 2, 3}, 4).bandwidth, 100e9);
+  EXPECT_EQ(group_link(m, {0, 1, 2, 3}, 4).latency_s, 2e-6);
+  // One member per node: that rank's share of the ports.
+  EXPECT_EQ(group_link(m, {0, 4, 8}, 4).bandwidth, 10e9);
+  EXPECT_EQ(group_link(m, {0, 4, 8}, 4).latency_s, 10e-6);
+  // Two members on every node share two ranks' ports; the node with fewest members sets the pace.
+  EXPECT_EQ(group_link(m, {0, 1, 4, 5}, 4).bandwidth, 20e9);
+  EXPECT_EQ(group_link(m, {0, 1, 2, 4}, 4).bandwidth, 10e9);
+  // Whole nodes: all their ports; but never faster than inside a node.
+  EXPECT_EQ(group_link(m, {0, 1, 2, 3, 4, 5, 6, 7}, 4).bandwidth, 40e9);
+  Machine wide = m;
+  wide.intra.bandwidth = 30e9;
+  EXPECT_EQ(group_link(wide, {0, 1, 2, 3, 4, 5, 6, 7}, 4).bandwidth, 30e9);
+}
