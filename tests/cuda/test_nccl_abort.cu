@@ -1,8 +1,7 @@
 // ncclCommAbort while an operation waits for a peer that never joins it, as a watchdog on a dead or stopped peer
 // calls it: the wait ends within a deadline, the operation writes nothing, and the peer joining after the abort
 // (its memory freed by then) does not write into freed memory. Two ranks, so the test runs itself under mpirun;
-// the emulator's NCCL (cuda/emu/nccl.cpp) is MPI, one GPU is enough for it.
-#include <mpi.h>
+// the emulator's NCCL (cuda/emu/nccl.cpp) is MPI, one GPU is enough for it. Only there: bin/test_cuda links no MPI.
 #include <nccl.h>
 
 #include <chrono>
@@ -13,9 +12,13 @@
 #include <unistd.h>
 
 #include "gpu_test.h"
+#ifdef YUAN_EMU
+#include <mpi.h>
+#endif
 
 namespace {
 
+#ifdef YUAN_EMU
 using yuan::test::DevArray;
 
 constexpr const char* kChildEnv = "YUAN_TEST_NCCL_ABORT_CHILD";
@@ -67,6 +70,7 @@ void abort_pair() {
   CUDA_CHECK(cudaStreamDestroy(stream));
   MPI_Finalize();
 }
+#endif
 
 TEST(CudaNccl, AbortEndsAnOperationAPeerNeverJoins) {
   YUAN_REQUIRE_GPU();
