@@ -5,7 +5,8 @@
 // Failure model: the communicator is nonblocking (ncclConfig_t::blocking = 0), so no NCCL call, initialisation
 // included, can block the host indefinitely; every wait (initialisation, enqueueing, synchronize, finalize) polls
 // ncclCommGetAsyncError and a deadline. A dead or stuck peer therefore ends as an Error on every surviving rank
-// within dist.nccl_timeout_s, after ncclCommAbort has released the GPU side, instead of a hang.
+// within dist.nccl_timeout_s, after ncclCommAbort has released the GPU side, instead of a hang; past the deadline,
+// where the caller asks for it (src/parallel/nccl.cpp), as one line for the whole job from its handler instead.
 #include <nccl.h>
 
 #include <chrono>
@@ -42,8 +43,14 @@ ncclDataType_t nccl_reduce_type(DType t, const char* what) {
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(int rank, int size, const NcclId& id, DeviceStream producer, double timeout_s, std::string name)
-      : rank_(rank), size_(size), producer_(producer), timeout_s_(timeout_s), name_(std::move(name)) {
+  NcclCommunicator(int rank, int size, const NcclId& id, DeviceStream producer, double timeout_s, std::string name,
+                   NcclTimeout on_timeout)
+      : rank_(rank),
+        size_(size),
+        producer_(producer),
+        timeout_s_(timeout_s),
+        name_(std::move(name)),
+        on_timeout_(std::move(on_timeout)) {
     YUAN_CHECK(size >= 1 && rank >= 0 && rank < size, "NCCL communicator: rank %d of %d", rank, size);
     YUAN_CHECK(timeout_s > 0, "NCCL communicator: timeout %g s must be positive", timeout_s);
     try {
@@ -175,11 +182,12 @@ class NcclCommunicator final : public Communicator {
   void synchronize() override {
     CUDA_CHECK(cudaEventRecord(ev_done_, stream_));
     const Deadline d = deadline();
+    const std::string what = strf("synchronize after %s", last_op_);
     for (;;) {
       const cudaError_t e = cudaEventQuery(ev_done_);
       if (e == cudaSuccess) return;
       if (e != cudaErrorNotReady) CUDA_CHECK(e);
-      poll(d, "synchronize");
+      poll(d, what.c_str());
     }
   }
 
@@ -230,6 +238,7 @@ class NcclCommunicator final : public Communicator {
 
   // A nonblocking communicator may still be setting up the last call; nothing else may be issued until it is.
   void settle(const char* what) {
+    last_op_ = what;
     const Deadline d = deadline();
     ncclResult_t state = ncclInProgress;
     while ((state = async_state()) == ncclInProgress) poll(d, what);
@@ -258,9 +267,16 @@ class NcclCommunicator final : public Communicator {
   void poll(const Deadline& d, const char* what) {
     const ncclResult_t state = async_state();
     if (failed(state)) fail(what, ncclGetErrorString(state));
-    if (Clock::now() > d)
+    const Deadline now = Clock::now();
+    if (now > d) {
+      if (on_timeout_) {
+        ncclCommAbort(comm_);  // as in fail(), before the handler's liveness pings
+        comm_ = nullptr;
+        on_timeout_(what, timeout_s_ + std::chrono::duration<double>(now - d).count());
+      }
       fail(what, strf("not complete after dist.nccl_timeout_s = %g s: a peer rank died or is stuck", timeout_s_)
                      .c_str());
+    }
     std::this_thread::sleep_for(kPollStep);
   }
 
@@ -291,6 +307,8 @@ class NcclCommunicator final : public Communicator {
   cudaStream_t producer_;
   double timeout_s_;
   std::string name_;
+  NcclTimeout on_timeout_;
+  const char* last_op_ = "no operation";  // the latest enqueued, named by a wait in synchronize()
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t ev_producer_ = nullptr, ev_done_ = nullptr;
@@ -309,8 +327,9 @@ NcclId nccl_unique_id() {
 }
 
 std::unique_ptr<Communicator> make_nccl_communicator(int rank, int size, const NcclId& id, DeviceStream producer,
-                                                     double timeout_s, const std::string& name) {
-  return std::make_unique<NcclCommunicator>(rank, size, id, producer, timeout_s, name);
+                                                     double timeout_s, const std::string& name,
+                                                     NcclTimeout on_timeout) {
+  return std::make_unique<NcclCommunicator>(rank, size, id, producer, timeout_s, name, std::move(on_timeout));
 }
 
 }  // namespace yuan

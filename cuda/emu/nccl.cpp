@@ -10,6 +10,12 @@
 // nonblocking communicator reports ncclInProgress, so a member that never comes shows as a pending initialisation,
 // not a hang; without MPI (a one-process test) a communicator of more than one rank never completes.
 //
+// Abort (ncclCommAbort), as NCCL's: callable while another thread waits in an operation of the communicator, it
+// returns at once, and every operation of it still pending or queued ends without writing its output and without
+// waiting for a peer that may never come. MPI cannot cancel a collective, so each operation works on buffers of
+// its own (copied in when it starts, out when it completes): an abandoned one keeps them, and a peer that answers
+// after the abort writes there, never into the caller's memory, which may be freed by then.
+//
 // bf16 and half sums, products, minima and maxima are reduced in fp32 and rounded back to nearest even, as NCCL does.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -17,7 +23,7 @@
 #include <nccl.h>
 
 #include <algorithm>
-
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <utility>
@@ -61,19 +67,26 @@ struct ncclComm {
   int mine[2] = {0, 0};      // other members: what they send rank 0
   std::vector<MPI_Request> requests;
   bool table_sent = false;
+  // Set by ncclCommAbort without the emulator's lock, which a thread waiting in an operation holds; shared with the
+  // operations, which outlive the communicator.
+  std::shared_ptr<std::atomic<bool>> aborted = std::make_shared<std::atomic<bool>>(false);
 };
 
 namespace yuan::emu {
 namespace {
 
-// One operation of a communicator, recorded in a group until ncclGroupEnd starts it.
+// One operation of a communicator, recorded in a group until ncclGroupEnd starts it. The MPI operations work on
+// `stage` (see the file comment): `start` copies the input in and posts them, `finish` copies the output out.
 struct Op {
   ncclComm_t comm;
   cudaStream_t stream;
   const void* input;   // what the operation reads, checked for initialisation when it starts
   size_t input_bytes;
-  std::function<void(std::vector<MPI_Request>&)> start;  // posts the MPI operations
-  std::function<void()> finish;                           // after they completed: copies out, marks memory
+  size_t stage_bytes;
+  std::function<void(char* stage, std::vector<MPI_Request>&)> start;
+  std::function<void(const char* stage)> finish;  // after the MPI operations completed: copies out, marks memory
+  std::shared_ptr<std::atomic<bool>> aborted = nullptr;  // the communicator's (submit)
+  std::vector<char> stage = {};
 };
 
 struct Group {
@@ -215,7 +228,15 @@ void post(Op& op, std::vector<MPI_Request>& requests) {
   if (!bad.empty())
     report(Check::Uninitialised, Where{"NCCL (emulated)", {}, {}}, reinterpret_cast<uintptr_t>(op.input),
            "the operation reads " + bad, true, cudaErrorLaunchFailure);
-  op.start(requests);
+  op.stage.resize(op.stage_bytes);
+  op.start(op.stage.data(), requests);
+}
+
+// The operations of aborted communicators with their MPI requests, kept for good: MPI may still complete them
+// into their stages.
+void abandon(std::shared_ptr<Op> op, std::shared_ptr<std::vector<MPI_Request>> requests) {
+  static auto* abandoned = new std::vector<std::pair<std::shared_ptr<Op>, std::shared_ptr<std::vector<MPI_Request>>>>;
+  if (!requests->empty()) abandoned->emplace_back(std::move(op), std::move(requests));
 }
 
 // Starts `op` now (after its stream's earlier work) and puts its completion in the stream's order; in the Latest
@@ -229,25 +250,30 @@ void start(Op op) {
     post(*pending, *requests);
   }
   enqueue(pending->stream, [requests, pending, posted = !late](bool block) mutable {
-    if (!posted) {
+    const std::atomic<bool>& aborted = *pending->aborted;
+    if (!posted && !aborted) {
       post(*pending, *requests);
       posted = true;
     }
-    if (!requests->empty()) {
-      int done = 1;
-      if (block)
-        MPI_Waitall(static_cast<int>(requests->size()), requests->data(), MPI_STATUSES_IGNORE);
-      else
+    int done = 1;
+    // Blocking, it still polls (as MPI_Waitall would): an abort from another thread must end the wait.
+    do {
+      if (aborted) {
+        abandon(pending, requests);
+        return true;
+      }
+      if (!requests->empty())
         MPI_Testall(static_cast<int>(requests->size()), requests->data(), &done, MPI_STATUSES_IGNORE);
-      if (!done) return false;
-      requests->clear();
-    }
-    pending->finish();
+    } while (!done && block);
+    if (!done) return false;
+    requests->clear();
+    pending->finish(pending->stage.data());
     return true;
   });
 }
 
 ncclResult_t submit(Op op) {
+  op.aborted = op.comm->aborted;
   if (group().depth > 0)
     group().ops.push_back(std::move(op));
   else
@@ -373,10 +399,14 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   return ncclSuccess;
 }
 
-// An aborted communicator: its join, if unfinished, is cancelled; collectives already started stay with MPI.
+// An aborted communicator: its join, if unfinished, is cancelled, and its operations end (see the file comment).
+// The flag is set before taking the lock: a thread waiting in one of the operations holds it until it sees the flag.
+// The MPI communicator is not freed, as operations abandoned on it may still be in flight.
 ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  if (!comm) return ncclSuccess;
+  comm->aborted->store(true);
   Lock lock(mutex());
-  if (comm && mpi_running()) cancel(comm->requests);
+  if (mpi_running()) cancel(comm->requests);
   delete comm;
   return ncclSuccess;
 }
@@ -416,21 +446,21 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataT
   if (ncclResult_t r = check_buffer(comm, "ncclAllReduce", "send", send, bytes)) return r;
   if (ncclResult_t r = check_buffer(comm, "ncclAllReduce", "receive", recv, bytes)) return r;
   const bool avg = op == ncclAvg;
-  return submit(Op{comm, stream, send, bytes,
-                   [=](std::vector<MPI_Request>& rq) {
-                     if (comm->size == 1) {
-                       if (send != recv) std::memcpy(recv, send, bytes);
-                       return;
-                     }
+  const int size = comm->size;
+  return submit(Op{comm, stream, send, bytes, bytes,
+                   [=](char* stage, std::vector<MPI_Request>& rq) {
+                     std::memcpy(stage, send, bytes);
+                     if (size == 1) return;
                      rq.emplace_back();
-                     MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, static_cast<int>(count), mpi_type(t),
+                     MPI_Iallreduce(MPI_IN_PLACE, stage, static_cast<int>(count), mpi_type(t),
                                     mpi_op(avg ? ncclSum : op, t), comm->mpi, &rq.back());
                    },
-                   [=] {
-                     if (avg && comm->size > 1) {  // NCCL's average: the sum divided by the ranks
+                   [=](const char* stage) {
+                     std::memcpy(recv, stage, bytes);
+                     if (avg && size > 1) {  // NCCL's average: the sum divided by the ranks
                        for (size_t i = 0; i < count; i++) {
-                         if (t == ncclFloat32) static_cast<float*>(recv)[i] /= comm->size;
-                         if (t == ncclFloat64) static_cast<double*>(recv)[i] /= comm->size;
+                         if (t == ncclFloat32) static_cast<float*>(recv)[i] /= size;
+                         if (t == ncclFloat64) static_cast<double*>(recv)[i] /= size;
                        }
                      }
                      mark_initialised(recv, bytes);
@@ -448,18 +478,19 @@ ncclResult_t ncclReduce(const void* send, void* recv, size_t count, ncclDataType
   const bool at_root = comm->rank == root;
   if (at_root)
     if (ncclResult_t r = check_buffer(comm, "ncclReduce", "receive", recv, bytes)) return r;
-  return submit(Op{comm, stream, send, bytes,
-                   [=](std::vector<MPI_Request>& rq) {
-                     if (comm->size == 1) {
-                       if (send != recv) std::memcpy(recv, send, bytes);
-                       return;
-                     }
+  return submit(Op{comm, stream, send, bytes, bytes,
+                   [=](char* stage, std::vector<MPI_Request>& rq) {
+                     std::memcpy(stage, send, bytes);
+                     if (comm->size == 1) return;
                      rq.emplace_back();
-                     MPI_Ireduce(at_root && send == recv ? MPI_IN_PLACE : send, recv, static_cast<int>(count),
+                     // The root reduces in place in its stage; the others' stages are only read.
+                     MPI_Ireduce(at_root ? MPI_IN_PLACE : stage, at_root ? stage : nullptr, static_cast<int>(count),
                                  mpi_type(t), mpi_op(op, t), root, comm->mpi, &rq.back());
                    },
-                   [=] {
-                     if (at_root) mark_initialised(recv, bytes);
+                   [=](const char* stage) {
+                     if (!at_root) return;
+                     std::memcpy(recv, stage, bytes);
+                     mark_initialised(recv, bytes);
                    }});
 }
 
@@ -471,21 +502,22 @@ ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recvcount, n
   if (op == ncclAvg) return fail(comm, ncclInvalidArgument, "ncclReduceScatter: ncclAvg is not modelled");
   if (ncclResult_t r = check_buffer(comm, "ncclReduceScatter", "send", send, bytes * comm->size)) return r;
   if (ncclResult_t r = check_buffer(comm, "ncclReduceScatter", "receive", recv, bytes)) return r;
-  // In place, the receive buffer is this rank's block of the send buffer; MPI wants them apart, so the result goes
-  // through a buffer of its own.
-  auto result = std::make_shared<std::vector<char>>(bytes);
-  return submit(Op{comm, stream, send, bytes * comm->size,
-                   [=](std::vector<MPI_Request>& rq) {
+  // The stage holds the send buffer, then this rank's block of the result: MPI wants them apart, and in place the
+  // receive buffer is this rank's block of the send buffer.
+  const size_t in_bytes = bytes * comm->size;
+  return submit(Op{comm, stream, send, in_bytes, in_bytes + bytes,
+                   [=](char* stage, std::vector<MPI_Request>& rq) {
+                     std::memcpy(stage, send, in_bytes);
                      if (comm->size == 1) {
-                       std::memcpy(result->data(), send, bytes);
+                       std::memcpy(stage + in_bytes, stage, bytes);
                        return;
                      }
                      rq.emplace_back();
-                     MPI_Ireduce_scatter_block(send, result->data(), static_cast<int>(recvcount), mpi_type(t),
+                     MPI_Ireduce_scatter_block(stage, stage + in_bytes, static_cast<int>(recvcount), mpi_type(t),
                                                mpi_op(op, t), comm->mpi, &rq.back());
                    },
-                   [=] {
-                     std::memcpy(recv, result->data(), bytes);
+                   [=](const char* stage) {
+                     std::memcpy(recv, stage + in_bytes, bytes);
                      mark_initialised(recv, bytes);
                    }});
 }
@@ -497,22 +529,19 @@ ncclResult_t ncclAllGather(const void* send, void* recv, size_t sendcount, ncclD
   if (ncclResult_t r = check(comm, "ncclAllGather", t, sendcount, stream)) return r;
   if (ncclResult_t r = check_buffer(comm, "ncclAllGather", "send", send, bytes)) return r;
   if (ncclResult_t r = check_buffer(comm, "ncclAllGather", "receive", recv, bytes * comm->size)) return r;
-  const bool in_place = send == static_cast<const char*>(recv) + comm->rank * bytes;
-  return submit(Op{comm, stream, send, bytes,
-                   [=](std::vector<MPI_Request>& rq) {
-                     if (comm->size == 1) {
-                       if (!in_place) std::memcpy(recv, send, bytes);
-                       return;
-                     }
+  const int rank = comm->rank, size = comm->size;
+  return submit(Op{comm, stream, send, bytes, bytes * size,
+                   [=](char* stage, std::vector<MPI_Request>& rq) {
+                     std::memcpy(stage + rank * bytes, send, bytes);
+                     if (size == 1) return;
                      rq.emplace_back();
-                     if (in_place)
-                       MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, static_cast<int>(sendcount),
-                                      mpi_type(t), comm->mpi, &rq.back());
-                     else
-                       MPI_Iallgather(send, static_cast<int>(sendcount), mpi_type(t), recv,
-                                      static_cast<int>(sendcount), mpi_type(t), comm->mpi, &rq.back());
+                     MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, stage, static_cast<int>(sendcount),
+                                    mpi_type(t), comm->mpi, &rq.back());
                    },
-                   [=] { mark_initialised(recv, bytes * comm->size); }});
+                   [=](const char* stage) {
+                     std::memcpy(recv, stage, bytes * size);
+                     mark_initialised(recv, bytes * size);
+                   }});
 }
 
 ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t t, int root, ncclComm_t comm,
@@ -525,14 +554,17 @@ ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataT
   if (at_root)
     if (ncclResult_t r = check_buffer(comm, "ncclBroadcast", "send", send, bytes)) return r;
   if (ncclResult_t r = check_buffer(comm, "ncclBroadcast", "receive", recv, bytes)) return r;
-  return submit(Op{comm, stream, at_root ? send : nullptr, at_root ? bytes : 0,
-                   [=](std::vector<MPI_Request>& rq) {
-                     if (at_root && send != recv) std::memcpy(recv, send, bytes);
+  return submit(Op{comm, stream, at_root ? send : nullptr, at_root ? bytes : 0, bytes,
+                   [=](char* stage, std::vector<MPI_Request>& rq) {
+                     if (at_root) std::memcpy(stage, send, bytes);
                      if (comm->size == 1) return;
                      rq.emplace_back();
-                     MPI_Ibcast(recv, static_cast<int>(count), mpi_type(t), root, comm->mpi, &rq.back());
+                     MPI_Ibcast(stage, static_cast<int>(count), mpi_type(t), root, comm->mpi, &rq.back());
                    },
-                   [=] { mark_initialised(recv, bytes); }});
+                   [=](const char* stage) {
+                     std::memcpy(recv, stage, bytes);
+                     mark_initialised(recv, bytes);
+                   }});
 }
 
 ncclResult_t ncclSend(const void* send, size_t count, ncclDataType_t t, int peer, ncclComm_t comm,
@@ -543,12 +575,13 @@ ncclResult_t ncclSend(const void* send, size_t count, ncclDataType_t t, int peer
   if (peer < 0 || peer >= comm->size || peer == comm->rank)
     return fail(comm, ncclInvalidArgument, format("ncclSend: peer %d of %d", peer, comm->size));
   if (ncclResult_t r = check_buffer(comm, "ncclSend", "send", send, bytes)) return r;
-  return submit(Op{comm, stream, send, bytes,
-                   [=](std::vector<MPI_Request>& rq) {
+  return submit(Op{comm, stream, send, bytes, bytes,
+                   [=](char* stage, std::vector<MPI_Request>& rq) {
+                     std::memcpy(stage, send, bytes);
                      rq.emplace_back();
-                     MPI_Isend(send, static_cast<int>(count), mpi_type(t), peer, kP2pTag, comm->mpi, &rq.back());
+                     MPI_Isend(stage, static_cast<int>(count), mpi_type(t), peer, kP2pTag, comm->mpi, &rq.back());
                    },
-                   [] {}});
+                   [](const char*) {}});
 }
 
 ncclResult_t ncclRecv(void* recv, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t stream) {
@@ -558,10 +591,13 @@ ncclResult_t ncclRecv(void* recv, size_t count, ncclDataType_t t, int peer, nccl
   if (peer < 0 || peer >= comm->size || peer == comm->rank)
     return fail(comm, ncclInvalidArgument, format("ncclRecv: peer %d of %d", peer, comm->size));
   if (ncclResult_t r = check_buffer(comm, "ncclRecv", "receive", recv, bytes)) return r;
-  return submit(Op{comm, stream, nullptr, 0,
-                   [=](std::vector<MPI_Request>& rq) {
+  return submit(Op{comm, stream, nullptr, 0, bytes,
+                   [=](char* stage, std::vector<MPI_Request>& rq) {
                      rq.emplace_back();
-                     MPI_Irecv(recv, static_cast<int>(count), mpi_type(t), peer, kP2pTag, comm->mpi, &rq.back());
+                     MPI_Irecv(stage, static_cast<int>(count), mpi_type(t), peer, kP2pTag, comm->mpi, &rq.back());
                    },
-                   [=] { mark_initialised(recv, bytes); }});
+                   [=](const char* stage) {
+                     std::memcpy(recv, stage, bytes);
+                     mark_initialised(recv, bytes);
+                   }});
 }

@@ -2,6 +2,7 @@
 #include "parallel/nccl.h"
 
 #include "parallel/groups.h"
+#include "parallel/watchdog.h"
 
 namespace yuan::parallel {
 
@@ -10,7 +11,11 @@ std::unique_ptr<Communicator> make_nccl_communicator(const ProcessGroup& group, 
   NcclId id{};
   if (group.rank() == 0) id = nccl_unique_id();
   MPI_CHECK(MPI_Bcast(id.data(), static_cast<int>(id.size()), MPI_BYTE, 0, group.comm()));
-  return yuan::make_nccl_communicator(group.rank(), group.size(), id, producer, timeout_s, group.name());
+  return yuan::make_nccl_communicator(
+      group.rank(), group.size(), id, producer, timeout_s, group.name(),
+      [group = group.name(), timeout_s](const char* op, double waited) {
+        end_job_for_wait(op, group.c_str(), -1, waited, "dist.nccl_timeout_s", timeout_s);
+      });
 }
 
 }  // namespace yuan::parallel

@@ -100,50 +100,11 @@ class Watchdog {
       for (Slot& s : g_slots) {
         int64_t since = s.since_ns.load();
         if (since != 0 && was_stopped) s.since_ns.compare_exchange_strong(since, now);  // unless it just ended
-        else if (since != 0 && now - since > limit) give_up(s, (now - since) / 1e9, limit / 1e9);
+        else if (since != 0 && now - since > limit)
+          end_job_for_wait(s.op.load(), s.group.load(), s.peer.load(), (now - since) / 1e9, "dist.timeout_s",
+                           limit / 1e9);
       }
     }
-  }
-
-  [[noreturn]] static void give_up(const Slot& s, double waited, double limit) {
-    const int peer = s.peer.load();
-    std::string who = "a peer is stopped, stuck or unreachable (the ranks that print no such line)";
-    bool report = true;
-    if (liveness_served()) {
-      // Long enough for a live rank's responder on a loaded node; short against the deadline it adds to.
-      const double window = std::clamp(limit / 5, 2.0, 4.0);
-      const std::vector<int> silent = silent_ranks(window);
-      who = silent.empty()
-                ? std::string("every rank answers a liveness ping, so none is stopped, dead or cut off: a peer is stuck "
-                              "outside MPI or waits in another operation")
-                : strf("%s %s not answer a liveness ping within %g s: stopped, dead or cut off from this node",
-                       describe_ranks(silent, world_hosts()).c_str(), silent.size() == 1 ? "does" : "do", window);
-      // One line for the job: the lowest rank that answers writes it and ends. The others give it the time of its
-      // own ping (its wait ran out a little later, say), then ping it again: gone, it has written the line (or the
-      // job is ending), and they end without one; still there, it has not, and they write theirs.
-      int lowest = 0;
-      for (int r : silent)
-        if (r == lowest) lowest++;
-      if (lowest != process_rank()) {
-        std::this_thread::sleep_for(std::chrono::duration<double>(window + kReporterSeconds));
-        const std::vector<int> now_silent = silent_ranks(window);
-        report = std::find(now_silent.begin(), now_silent.end(), lowest) == now_silent.end();
-      }
-    }
-    if (report) {
-      std::fprintf(stderr,
-                   "error: [rank %d@%s] no progress for %.0f s: waiting in %s on group %s%s, longer than "
-                   "dist.timeout_s %g; %s; ending the job\n",
-                   process_rank(), process_host().c_str(), waited, s.op.load(), s.group.load(),
-                   peer >= 0 ? strf(" for world rank %d", peer).c_str() : "", limit, who.c_str());
-      std::fflush(stderr);
-    }
-    // The launcher may wait for ever on a node it cannot reach, and so may this rank's MPI_Abort: past a grace
-    // period the watcher kills the launcher and the alarm this process (SIGALRM's default action ends it).
-    end_launcher_after(kAbortGraceSeconds);
-    alarm(kAbortGraceSeconds);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-    std::_Exit(1);  // MPI_Abort does not return; should it, the job must still end
   }
 
   std::mutex mu_;
@@ -172,6 +133,50 @@ void note_wait(int64_t ns, const char* op, const char* group) {
 }
 
 }  // namespace
+
+void end_job_for_wait(const char* op, const char* group, int peer, double waited, const char* limit_key,
+                      double limit) {
+  static std::atomic<bool> ending{false};
+  if (ending.exchange(true))
+    for (;;) pause();
+  std::string who = "a peer is stopped, stuck or unreachable (the ranks that print no such line)";
+  bool report = true;
+  if (liveness_served()) {
+    // Long enough for a live rank's responder on a loaded node; short against the deadline it adds to.
+    const double window = std::clamp(limit / 5, 2.0, 4.0);
+    const std::vector<int> silent = silent_ranks(window);
+    who = silent.empty()
+              ? std::string("every rank answers a liveness ping, so none is stopped, dead or cut off: a peer is stuck "
+                            "outside MPI or waits in another operation")
+              : strf("%s %s not answer a liveness ping within %g s: stopped, dead or cut off from this node",
+                     describe_ranks(silent, world_hosts()).c_str(), silent.size() == 1 ? "does" : "do", window);
+    // One line for the job: the lowest rank that answers writes it and ends. The others give it the time of its
+    // own ping (its wait ran out a little later, say), then ping it again: gone, it has written the line (or the
+    // job is ending), and they end without one; still there, it has not, and they write theirs.
+    int lowest = 0;
+    for (int r : silent)
+      if (r == lowest) lowest++;
+    if (lowest != process_rank()) {
+      std::this_thread::sleep_for(std::chrono::duration<double>(window + kReporterSeconds));
+      const std::vector<int> now_silent = silent_ranks(window);
+      report = std::find(now_silent.begin(), now_silent.end(), lowest) == now_silent.end();
+    }
+  }
+  if (report) {
+    std::fprintf(stderr,
+                 "error: [rank %d@%s] no progress for %.0f s: waiting in %s on group %s%s, longer than %s %g; %s; "
+                 "ending the job\n",
+                 process_rank(), process_host().c_str(), waited, op, group,
+                 peer >= 0 ? strf(" for world rank %d", peer).c_str() : "", limit_key, limit, who.c_str());
+    std::fflush(stderr);
+  }
+  // The launcher may wait for ever on a node it cannot reach, and so may this rank's MPI_Abort: past a grace
+  // period the watcher kills the launcher and the alarm this process (SIGALRM's default action ends it).
+  end_launcher_after(kAbortGraceSeconds);
+  alarm(kAbortGraceSeconds);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::_Exit(1);  // MPI_Abort does not return; should it, the job must still end
+}
 
 void watch_waits(double seconds) {
   YUAN_CHECK(initialized(), "parallel::watch_waits before parallel::init");

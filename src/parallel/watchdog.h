@@ -19,6 +19,14 @@ void watch_waits(double seconds);
 // Stops and joins the watchdog thread (before MPI_Finalize: it must not call MPI_Abort after it).
 void stop_watchdog();
 
+// Ends the job for a wait in `op` on `group` (`peer` as in Waiting) that has lasted `waited` seconds, past the
+// deadline `limit` of the setting `limit_key`: every rank whose wait runs out calls it, and the job gets one line,
+// naming the ranks that do not answer a liveness ping (parallel/liveness.h), from the lowest rank that answers.
+// The watchdog calls it for MPI waits (dist.timeout_s), the NCCL communicator for its own (dist.nccl_timeout_s).
+// A second call in the same process (another thread's wait ran out too) waits for the first to end the process.
+[[noreturn]] void end_job_for_wait(const char* op, const char* group, int peer, double waited, const char* limit_key,
+                                   double limit);
+
 // The longest wait that ended on this process since the previous call (any thread), with its operation and group:
 // a stall the job rode out (a link that came back, a peer that was slow), for the step line.
 struct LongestWait {

@@ -2,19 +2,21 @@
 # Shared by tests/cluster/test_fail_*.sh (sourced after tests/mpi/lib.sh and tests/cluster/lib.sh, with the
 # cluster up): a training across the nodes that a fault then hits, and the checks every fault must pass.
 #
-#   fault_start NAME NP ARGS...  starts NP ranks (CLUSTER_RANKS_PER_NODE per node) training the tiny model for
-#                                ever with --dist.timeout_s=$TIMEOUT into $WORK/NAME, log $WORK/NAME.log, and
-#                                returns once 3 steps are logged; FAULT_JOB: the launcher's PID
+#   fault_start NAME NP ARGS...  starts NP ranks (CLUSTER_RANKS_PER_NODE per node) of $FAULT_BIN (default
+#                                bin/yuanlm) training the tiny model for ever with --dist.timeout_s=$TIMEOUT into
+#                                $WORK/NAME, log $WORK/NAME.log, and returns once 3 steps are logged; FAULT_JOB: the
+#                                launcher's PID
 #   rank_pids K                  the PIDs of node K's ranks
 #   fault_end NAME LIMIT         after a fault: the job ends within LIMIT seconds with a non-zero exit, no
 #                                process of it is left on any node (the watcher processes included)
 #   one_error NAME REGEX         the log holds exactly one "error:" line, and it matches REGEX
 TIMEOUT=${TIMEOUT:-5}
+FAULT_BIN=${FAULT_BIN:-bin/yuanlm}
 
 fault_start() {
   local name=$1 np=$2
   shift 2
-  launch "$np" bin/yuanlm train "${TINY[@]}" --data.train="$WORK/corpus/*.h5" --run.dir="$WORK/$name" \
+  launch "$np" "$FAULT_BIN" train "${TINY[@]}" --data.train="$WORK/corpus/*.h5" --run.dir="$WORK/$name" \
     --train.steps=100000 --train.global_batch=8 --train.micro_batch=2 --train.log_every=1 --ckpt.every=0 \
     --dist.timeout_s="$TIMEOUT" "$@" >"$WORK/$name.log" 2>&1 &
   FAULT_JOB=$!
@@ -30,7 +32,7 @@ fault_start() {
 
 rank_pids() {
   local p
-  for p in $(node_pids "$1"); do [ "$(cat "/proc/$p/comm" 2>/dev/null)" = yuanlm ] && echo "$p"; done
+  for p in $(node_pids "$1"); do [ "$(cat "/proc/$p/comm" 2>/dev/null)" = "$(basename "$FAULT_BIN")" ] && echo "$p"; done
   return 0
 }
 
