@@ -1,6 +1,7 @@
 # The fast checkpoint tier on one host: local checkpoints written every ckpt.local_every steps and rotated; a job
 # SIGKILLed (mpirun and all) after step 7 resumes from node memory at step 6 on another number of ranks, says which
-# tier, step and steps lost, and ends with the losses and weights of a run never interrupted; a corrupted local
+# tier, step and steps lost, and ends with the losses and weights of a run never interrupted (and a run that is
+# never interrupted has exactly the losses and weights it would have without local checkpoints); a corrupted local
 # file is skipped for the generation before it; an unwritable ckpt.local_dir is refused at start.
 source "$(dirname "$0")/lib.sh"
 make_corpus "$WORK/corpus" 2 4000 64
@@ -23,6 +24,11 @@ killed_run() {
   [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { cat "$WORK/killed.log"; echo "expected the killed run to fail, got $rc"; exit 1; }
 }
 
+echo "== the snapshots leave the numerics alone"
+train 2 "$WORK/same" "${args[@]}" >"$WORK/log" 2>&1 || { cat "$WORK/log"; exit 1; }
+compare "$WORK/ref" "$WORK/same" 0 0
+[ ! -e "$local" ] || { echo "a run that finished left $local"; ls -R "$local"; exit 1; }
+
 echo "== local checkpoints written and rotated; killed in step 8, resumed on 3 ranks"
 killed_run "$WORK/a" 7
 # Generations 4 and 6 are kept: 6 is the newest, 4 the newest known complete everywhere when 6 was started.
@@ -32,7 +38,6 @@ train 3 "$WORK/a" "${args[@]}" >"$WORK/log" 2>&1 || { cat "$WORK/log"; exit 1; }
 grep -q "resume: from node memory (2 own copies, 0 partner copies; written by 2 ranks, optimizer state re-cut for 3), step 6; 1 steps lost (the previous run logged step 7)" "$WORK/log" ||
   { cat "$WORK/log"; exit 1; }
 compare "$WORK/ref" "$WORK/a" 1e-5 1e-5
-[ ! -e "$local" ] || { echo "a run that finished left $local"; ls -R "$local"; exit 1; }
 
 echo "== a corrupted local file is skipped for the generation before it"
 killed_run "$WORK/b" 7
