@@ -177,8 +177,7 @@ LocalTier::LocalTier(const Config& cfg, const ZeroOptimizers& opts)
   } catch (const std::exception& e) {
     problem = strf("is not writable: %s", e.what());
   }
-  if (!problem.empty()) problem = strf("[rank %d@%s] ckpt.local_dir %s %s", w.rank, w.host.c_str(), dir_.c_str(),
-                                       problem.c_str());
+  if (!problem.empty()) problem = strf("ckpt.local_dir %s %s", dir_.c_str(), problem.c_str());
   problem = parallel::first_problem(problem);
   if (!problem.empty()) throw Error(problem, true);
 

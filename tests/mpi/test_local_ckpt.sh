@@ -7,7 +7,7 @@ source "$(dirname "$0")/lib.sh"
 make_corpus "$WORK/corpus" 2 4000 64
 # In memory, as by default: a write to disk (fsync'd) could still be going when the job is killed a step later.
 SHM=$(mktemp -d /dev/shm/yuanlm-test.XXXXXX)
-trap 'rm -rf "$WORK" "$SHM"' EXIT
+trap 'umount "$SHM/small" 2>/dev/null; rm -rf "$WORK" "$SHM"' EXIT
 args=(--train.steps=12 --train.global_batch=12 --train.micro_batch=2 --ckpt.every=0 --ckpt.local_every=2
       --ckpt.local_dir="$SHM/%h")
 local="$SHM/$(hostname)"
@@ -58,4 +58,18 @@ rc=$?
 set -e
 [ "$rc" -ne 0 ] && grep -q "^error: .*ckpt.local_dir $WORK/file/local is not writable" "$WORK/log" ||
   { cat "$WORK/log"; echo "rc $rc"; exit 1; }
+
+echo "== a ckpt.local_dir with too little space is refused at start, naming the bytes needed"
+mkdir "$SHM/small"
+if mount -t tmpfs -o size=64k tmpfs "$SHM/small" 2>"$WORK/mount.log"; then
+  set +e
+  train 2 "$WORK/d" "${args[@]}" --ckpt.local_dir="$SHM/small" >"$WORK/log" 2>&1
+  rc=$?
+  set -e
+  # Two generations of both ranks' shards (3 x 14016 floats each, and a header allowance): 2 x 2 x 172288 bytes.
+  [ "$rc" -ne 0 ] && grep -q "^error: .*ckpt.local_dir $SHM/small has [0-9.]* KiB free, and the local checkpoints of node 0 ($(hostname)) need 689152 bytes" "$WORK/log" ||
+    { cat "$WORK/log"; echo "rc $rc"; exit 1; }
+else
+  echo "(not checked: no tmpfs can be mounted here: $(cat "$WORK/mount.log"))"
+fi
 echo OK
