@@ -1,7 +1,6 @@
 #include "train/local_ckpt.h"
 
 #include <sys/statvfs.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -12,7 +11,6 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <optional>
 #include <set>
 #include <tuple>
 
@@ -213,12 +211,12 @@ void LocalTier::save(const TrainState& st, const ZeroOptimizers& opts) {
   ordered_json files = ordered_json::array();
   const std::vector<ZeroOptimizer*> saved = saved_optimizers(opts);
   for (size_t i = 0; i < saved.size(); i++) {
-    const ZeroOptimizer& opt = *saved[i];
+    ZeroOptimizer& opt = *saved[i];
     const size_t n = opt.shard_size();
     float* dst = snapshot_[i].data();
-    std::memcpy(dst, const_cast<ZeroOptimizer&>(opt).master(), n * sizeof(float));
-    std::memcpy(dst + n, const_cast<ZeroOptimizer&>(opt).exp_avg(), n * sizeof(float));
-    std::memcpy(dst + 2 * n, const_cast<ZeroOptimizer&>(opt).exp_avg_sq(), n * sizeof(float));
+    std::memcpy(dst, opt.master(), n * sizeof(float));
+    std::memcpy(dst + n, opt.exp_avg(), n * sizeof(float));
+    std::memcpy(dst + 2 * n, opt.exp_avg_sq(), n * sizeof(float));
     files.push_back(shard_entry(opt, files_[i]));
   }
   const parallel::WorldInfo& w = parallel::world();
