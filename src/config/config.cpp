@@ -95,6 +95,12 @@ std::vector<Field> fields(Config& c) {
       {"ckpt.resume", &c.ckpt.resume,
        "auto: continue from the newest valid checkpoint in run.dir/ckpt, by run then step; none: start fresh (refused "
        "when run.dir/ckpt holds checkpoints); or a checkpoint dir"},
+      {"ckpt.local_every", &c.ckpt.local_every,
+       "steps between checkpoints in node memory (ckpt.local_dir), each rank's with a copy on a partner rank of the "
+       "next node; written in the background, resumed from when newer than run.dir/ckpt's; 0: off"},
+      {"ckpt.local_dir", &c.ckpt.local_dir,
+       "node-local directory of those checkpoints; %h expands to the host name; empty: /dev/shm/yuanlm-<16 hex "
+       "digits of the sha256 of the absolute run.dir>"},
       {"profile.steps", &c.profile.steps,
        "A:B brackets steps A..B with cudaProfilerStart/Stop and NVTX phase ranges (nsys/ncu "
        "--profile-from-start off); empty: off"},
@@ -475,6 +481,7 @@ void validate_optim_run(const Config& c) {
   if (c.run.dir.empty()) throw Error("run.dir must not be empty", true);
   at_least("ckpt.every", c.ckpt.every, 0);
   at_least("ckpt.keep", c.ckpt.keep, 1);
+  at_least("ckpt.local_every", c.ckpt.local_every, 0);
   if (c.ckpt.resume.empty()) throw Error("ckpt.resume must be auto, none or a checkpoint directory", true);
   if (!c.profile.steps.empty()) {
     int a = 0, b = 0;

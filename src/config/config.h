@@ -82,6 +82,8 @@ struct CkptConfig {
   int every = 0;                // steps between checkpoints (0: only at the end and on a signal)
   int keep = 3;                 // newest checkpoints kept
   std::string resume = "auto";  // auto: newest valid one in run.dir/ckpt | none | a checkpoint directory
+  int local_every = 0;          // steps between checkpoints in node memory with a partner copy (0: off)
+  std::string local_dir;        // their directory; "": /dev/shm/yuanlm-<sha256 of run.dir>; %h: the host name
 };
 
 struct Config {

@@ -32,16 +32,6 @@ constexpr const char* kFormat = "yuanlm-checkpoint-1";
 
 std::string step_name(int64_t step) { return strf("step_%07lld", static_cast<long long>(step)); }
 
-// One optimizer shard: `count` values, the pieces of the model as tensor rank tp_rank of tp_size holds it one after
-// the other (ZeroOptimizer::shard_pieces; the whole model's flat buffer at tp_size 1). state.json gives one piece as
-// "offset", several (ZeRO-3: one per module) as "pieces": [[offset, count], ...].
-struct ShardFile {
-  std::string name;
-  size_t count = 0;
-  std::vector<ShardPiece> pieces;
-  int tp_rank = 0, tp_size = 1;
-};
-
 struct State {
   TrainState train;
   int64_t adam_step = 0;
@@ -52,13 +42,6 @@ struct State {
   std::vector<std::pair<std::string, std::string>> checksums;  // file, sha256
   bool sealed = false;  // state.json carries its own sha256 (older checkpoints do not)
 };
-
-// What state.json's own "sha256" is the checksum of: its JSON without that member, keys sorted, no whitespace
-// (nlohmann::json's dump()), so that re-indenting the file keeps it valid and changing any value does not.
-std::string state_checksum(json t) {
-  t.erase("sha256");
-  return sha256_hex(t.dump());
-}
 
 Config read_config(const std::string& dir) {
   Config c;
@@ -73,46 +56,6 @@ std::string value_name(const ParamLayout& layout, size_t offset) {
   for (const TensorSpec& t : layout.tensors())
     if (offset >= t.offset && offset < t.offset + t.numel) return t.name + " (" + where + ")";
   return where;
-}
-
-// Refuses optimizer shards that do not hold every value of the model exactly once per tensor-parallel rank: each
-// tensor rank's data group shards the model as that rank holds it (split tensors cut, replicated ones whole), so
-// the shards of one tensor rank must tile its layout. Values past the end are the padding of older checkpoints.
-void check_coverage(const std::string& what, const State& s, const GPTConfig& model) {
-  const ShardFile& first = s.shards.front();
-  for (const ShardFile& f : s.shards) {
-    YUAN_CHECK(f.tp_size == first.tp_size, "%s: file '%s' is for %d tensor-parallel ranks, '%s' for %d", what.c_str(),
-               f.name.c_str(), f.tp_size, first.name.c_str(), first.tp_size);
-    YUAN_CHECK(f.tp_rank < f.tp_size, "%s: file '%s': tp_rank %d is not below tp_size %d", what.c_str(),
-               f.name.c_str(), f.tp_rank, f.tp_size);
-  }
-  struct Span {
-    size_t lo, hi;
-    const std::string* file;
-  };
-  for (int r = 0; r < first.tp_size; r++) {
-    const ParamLayout layout(model, held_modules(model, all_modules(model)), {r, first.tp_size});
-    const size_t total = layout.total();
-    std::vector<Span> spans;
-    for (const ShardFile& f : s.shards) {
-      if (f.tp_rank != r) continue;
-      for (const ShardPiece& p : f.pieces) {
-        const size_t lo = std::min(p.model_offset, total);
-        if (lo < total) spans.push_back({lo, lo + std::min(p.count, total - lo), &f.name});
-      }
-    }
-    std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.lo < b.lo; });
-    size_t next = 0;
-    const std::string* prev = nullptr;
-    for (const Span& sp : spans) {
-      YUAN_CHECK(sp.lo >= next, "%s: files '%s' and '%s' both hold %s", what.c_str(), prev->c_str(), sp.file->c_str(),
-                 value_name(layout, sp.lo).c_str());
-      YUAN_CHECK(sp.lo == next, "%s: no optimizer shard holds %s", what.c_str(), value_name(layout, next).c_str());
-      next = sp.hi;
-      prev = sp.file;
-    }
-    YUAN_CHECK(next == total, "%s: no optimizer shard holds %s", what.c_str(), value_name(layout, next).c_str());
-  }
 }
 
 State read_state(const std::string& dir) {
@@ -135,27 +78,7 @@ State read_state(const std::string& dir) {
     const std::string name = json_field<std::string>(f, "name", what);
     const std::string entry = what + ": file '" + name + "'";
     s.checksums.emplace_back(name, json_field<std::string>(f, "sha256", entry));
-    if (f.contains("offset") || f.contains("pieces")) {
-      ShardFile shard{name, json_field<size_t>(f, "count", entry), {}};
-      if (f.contains("offset")) {
-        shard.pieces.push_back({json_field<size_t>(f, "offset", entry), shard.count});
-      } else {
-        size_t total = 0;
-        for (const json& p : f["pieces"]) {
-          YUAN_CHECK(p.is_array() && p.size() == 2 && p[0].is_number_unsigned() && p[1].is_number_unsigned(),
-                     "%s: \"pieces\" must be a list of [offset, count] pairs", entry.c_str());
-          shard.pieces.push_back({p[0].get<size_t>(), p[1].get<size_t>()});
-          total += shard.pieces.back().count;
-        }
-        YUAN_CHECK(total == shard.count, "%s: its pieces hold %zu values, \"count\" says %zu", entry.c_str(), total,
-                   shard.count);
-      }
-      if (f.contains("tp_size")) {
-        shard.tp_rank = json_field<int>(f, "tp_rank", entry);
-        shard.tp_size = json_field<int>(f, "tp_size", entry);
-      }
-      s.shards.push_back(shard);
-    }
+    if (f.contains("offset") || f.contains("pieces")) s.shards.push_back(parse_shard_entry(f, what));
   }
   YUAN_CHECK(!s.shards.empty(), "checkpoint %s: state.json lists no optimizer shards", dir.c_str());
   auto sum_of = [&](const std::string& file) {
@@ -167,11 +90,11 @@ State read_state(const std::string& dir) {
   // The shards are placed by the model config.ini describes: it must be the one that was written.
   YUAN_CHECK(sha256_file(dir + "/config.ini") == sum_of("config.ini"),
              "checkpoint %s: %s/config.ini does not match its checksum", dir.c_str(), dir.c_str());
-  check_coverage(what, s, read_config(dir).model);
+  check_coverage(what, s.shards, read_config(dir).model);
   // Last, so that an edited entry is reported by what is wrong with it rather than as a checksum mismatch.
   s.sealed = t.contains("sha256");
   if (s.sealed)
-    YUAN_CHECK(json_field<std::string>(t, "sha256", what) == state_checksum(t),
+    YUAN_CHECK(json_field<std::string>(t, "sha256", what) == json_checksum(t),
                "%s does not match its own sha256: it was changed after it was written", what.c_str());
   return s;
 }
@@ -262,45 +185,138 @@ void check_shard_tokenizer(const std::string& dir, const std::string& tokenizer,
                 true);
 }
 
-// Fills dst with tensor `name` ("master", "exp_avg", "exp_avg_sq") of the runs `want` of the whole model's flat
-// buffer (Run::local indexes dst), out of the shard files that cover them, whatever tensor-parallel layout wrote
-// them. Values past the parameters (the padding of older checkpoints) are never read.
+// Fills dst with tensor `name` (of kShardTensors) of the runs `want` of the whole model's flat buffer (Run::local
+// indexes dst), out of the shard files that cover them, whatever tensor-parallel layout wrote them.
 void read_runs(const std::string& dir, const State& s, const GPTConfig& model, const char* name,
                const std::vector<ParamLayout::Run>& want, float* dst) {
-  std::map<std::pair<int, int>, ParamLayout> layouts;  // the model as each tensor rank held it
   for (const ShardFile& f : s.shards) {
-    auto it = layouts.find({f.tp_rank, f.tp_size});
-    if (it == layouts.end())
-      it = layouts.emplace(std::pair{f.tp_rank, f.tp_size},
-                           ParamLayout(model, held_modules(model, all_modules(model)), {f.tp_rank, f.tp_size}))
-               .first;
-    // Where each value of the file belongs in the whole model (Run::local: its position in the file).
-    std::vector<ParamLayout::Run> have;
-    size_t pos = 0;
-    for (const ShardPiece& p : f.pieces) {
-      const size_t total = it->second.total();
-      const size_t count = std::min(p.count, total - std::min(p.model_offset, total));
-      for (ParamLayout::Run run : it->second.global_runs(p.model_offset, count)) {
-        run.local = run.local - p.model_offset + pos;
-        have.push_back(run);
-      }
-      pos += p.count;
-    }
     std::optional<SafetensorsReader> r;
-    for (const ParamLayout::Run& h : have)
-      for (const ParamLayout::Run& w : want) {
-        const size_t lo = std::max(h.global, w.global), hi = std::min(h.global + h.count, w.global + w.count);
-        if (lo >= hi) continue;
-        if (!r) {
-          r.emplace(dir + "/" + f.name);
-          const SafeTensorInfo& info = r->info(name);
-          YUAN_CHECK(info.dtype == "F32" && info.numel() == f.count, "checkpoint %s/%s: tensor '%s' is not F32[%zu]",
-                     dir.c_str(), f.name.c_str(), name, f.count);
-        }
-        const float* src = reinterpret_cast<const float*>(r->raw(name)) + h.local;
-        std::memcpy(dst + w.local + (lo - w.global), src + (lo - h.global), (hi - lo) * sizeof(float));
+    const float* src = nullptr;
+    for_overlaps(file_runs(model, f), want, [&](size_t from, size_t to, size_t n) {
+      if (!r) {
+        r.emplace(dir + "/" + f.name);
+        const SafeTensorInfo& info = r->info(name);
+        YUAN_CHECK(info.dtype == "F32" && info.numel() == f.count, "checkpoint %s/%s: tensor '%s' is not F32[%zu]",
+                   dir.c_str(), f.name.c_str(), name, f.count);
+        src = reinterpret_cast<const float*>(r->raw(name));
       }
+      std::memcpy(dst + to, src + from, n * sizeof(float));
+    });
   }
+}
+
+}  // namespace
+
+std::string json_checksum(json t) {
+  t.erase("sha256");
+  return sha256_hex(t.dump());
+}
+
+// Refuses optimizer shards that do not hold every value of the model exactly once per tensor-parallel rank: each
+// tensor rank's data group shards the model as that rank holds it (split tensors cut, replicated ones whole), so
+// the shards of one tensor rank must tile its layout. Values past the end are the padding of older checkpoints.
+void check_coverage(const std::string& what, const std::vector<ShardFile>& shards, const GPTConfig& model) {
+  const ShardFile& first = shards.front();
+  for (const ShardFile& f : shards) {
+    YUAN_CHECK(f.tp_size == first.tp_size, "%s: file '%s' is for %d tensor-parallel ranks, '%s' for %d", what.c_str(),
+               f.name.c_str(), f.tp_size, first.name.c_str(), first.tp_size);
+    YUAN_CHECK(f.tp_rank < f.tp_size, "%s: file '%s': tp_rank %d is not below tp_size %d", what.c_str(),
+               f.name.c_str(), f.tp_rank, f.tp_size);
+  }
+  struct Span {
+    size_t lo, hi;
+    const std::string* file;
+  };
+  for (int r = 0; r < first.tp_size; r++) {
+    const ParamLayout layout(model, held_modules(model, all_modules(model)), {r, first.tp_size});
+    const size_t total = layout.total();
+    std::vector<Span> spans;
+    for (const ShardFile& f : shards) {
+      if (f.tp_rank != r) continue;
+      for (const ShardPiece& p : f.pieces) {
+        const size_t lo = std::min(p.model_offset, total);
+        if (lo < total) spans.push_back({lo, lo + std::min(p.count, total - lo), &f.name});
+      }
+    }
+    std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.lo < b.lo; });
+    size_t next = 0;
+    const std::string* prev = nullptr;
+    for (const Span& sp : spans) {
+      YUAN_CHECK(sp.lo >= next, "%s: files '%s' and '%s' both hold %s", what.c_str(), prev->c_str(), sp.file->c_str(),
+                 value_name(layout, sp.lo).c_str());
+      YUAN_CHECK(sp.lo == next, "%s: no optimizer shard holds %s", what.c_str(), value_name(layout, next).c_str());
+      next = sp.hi;
+      prev = sp.file;
+    }
+    YUAN_CHECK(next == total, "%s: no optimizer shard holds %s", what.c_str(), value_name(layout, next).c_str());
+  }
+}
+
+ShardFile parse_shard_entry(const json& f, const std::string& what) {
+  const std::string name = json_field<std::string>(f, "name", what);
+  const std::string entry = what + ": file '" + name + "'";
+  ShardFile shard{name, json_field<size_t>(f, "count", entry), {}};
+  if (f.contains("offset")) {
+    shard.pieces.push_back({json_field<size_t>(f, "offset", entry), shard.count});
+  } else {
+    size_t total = 0;
+    const auto pieces = f.find("pieces");
+    YUAN_CHECK(pieces != f.end() && pieces->is_array(), "%s: no \"offset\" or \"pieces\"", entry.c_str());
+    for (const json& p : *pieces) {
+      YUAN_CHECK(p.is_array() && p.size() == 2 && p[0].is_number_unsigned() && p[1].is_number_unsigned(),
+                 "%s: \"pieces\" must be a list of [offset, count] pairs", entry.c_str());
+      shard.pieces.push_back({p[0].get<size_t>(), p[1].get<size_t>()});
+      total += shard.pieces.back().count;
+    }
+    YUAN_CHECK(total == shard.count, "%s: its pieces hold %zu values, \"count\" says %zu", entry.c_str(), total,
+               shard.count);
+  }
+  if (f.contains("tp_size")) {
+    shard.tp_rank = json_field<int>(f, "tp_rank", entry);
+    shard.tp_size = json_field<int>(f, "tp_size", entry);
+  }
+  return shard;
+}
+
+std::vector<ParamLayout::Run> file_runs(const GPTConfig& model, const ShardFile& f) {
+  const ParamLayout layout(model, held_modules(model, all_modules(model)), {f.tp_rank, f.tp_size});
+  // Values past the parameters (the padding of older checkpoints) belong nowhere and are never read.
+  const size_t total = layout.total();
+  std::vector<ParamLayout::Run> have;
+  size_t pos = 0;
+  for (const ShardPiece& p : f.pieces) {
+    const size_t count = std::min(p.count, total - std::min(p.model_offset, total));
+    for (ParamLayout::Run run : layout.global_runs(p.model_offset, count)) {
+      run.local = run.local - p.model_offset + pos;
+      have.push_back(run);
+    }
+    pos += p.count;
+  }
+  return have;
+}
+
+std::vector<ParamLayout::Run> wanted_runs(const GPTConfig& model, const ZeroOptimizer& opt) {
+  // The shard's place in the whole model: pieces of tensors when it is a tensor rank's part.
+  const ParamLayout mine(model, held_modules(model, all_modules(model)), opt.tensor_parallel());
+  std::vector<ParamLayout::Run> want;
+  size_t pos = 0;
+  for (const ShardPiece& p : opt.shard_pieces()) {
+    for (ParamLayout::Run run : mine.global_runs(p.model_offset, p.count)) {
+      run.local = run.local - p.model_offset + pos;
+      want.push_back(run);
+    }
+    pos += p.count;
+  }
+  return want;
+}
+
+void for_overlaps(const std::vector<ParamLayout::Run>& have, const std::vector<ParamLayout::Run>& want,
+                  const std::function<void(size_t from, size_t to, size_t n)>& copy) {
+  for (const ParamLayout::Run& h : have)
+    for (const ParamLayout::Run& w : want) {
+      const size_t lo = std::max(h.global, w.global), hi = std::min(h.global + h.count, w.global + w.count);
+      if (lo < hi) copy(h.local + (lo - h.global), w.local + (lo - w.global), hi - lo);
+    }
 }
 
 bool same_model(const GPTConfig& a, const GPTConfig& b) {
@@ -308,7 +324,38 @@ bool same_model(const GPTConfig& a, const GPTConfig& b) {
          a.vocab_size == b.vocab_size;
 }
 
-}  // namespace
+std::vector<ZeroOptimizer*> saved_optimizers(const ZeroOptimizers& opts) {
+  std::vector<ZeroOptimizer*> out;
+  for (const auto& opt : opts.all())
+    if (opt->stage() != 0 || opt->group_rank() == 0) out.push_back(opt.get());
+  return out;
+}
+
+std::string shard_file_name(int rank, const ZeroOptimizer& opt) {
+  return strf("optim_%05d_%03d.safetensors", rank, opt.modules().first);
+}
+
+void write_shard_file(const std::string& path, size_t count, const float* const tensors[3]) {
+  const std::vector<int64_t> shape = {static_cast<int64_t>(count)};
+  SafetensorsWriter out;
+  for (int i = 0; i < 3; i++) out.add_f32(kShardTensors[i], shape, tensors[i]);
+  out.write(path);
+}
+
+ordered_json shard_entry(const ZeroOptimizer& opt, const std::string& file) {
+  ordered_json entry = {{"name", file}};
+  const std::vector<ShardPiece> pieces = opt.shard_pieces();
+  if (pieces.size() == 1) {
+    entry["offset"] = pieces[0].model_offset;
+  } else {
+    entry["pieces"] = ordered_json::array();
+    for (const ShardPiece& p : pieces) entry["pieces"].push_back({p.model_offset, p.count});
+  }
+  entry["count"] = opt.shard_size();
+  const TensorParallel& tp = opt.tensor_parallel();
+  if (tp.size > 1) entry["tp_rank"] = tp.rank, entry["tp_size"] = tp.size;
+  return entry;
+}
 
 std::string save_checkpoint(const Config& cfg, const TrainState& st, ZeroOptimizers& opts,
                             const std::string& tokenizer_file) {
@@ -325,26 +372,11 @@ std::string save_checkpoint(const Config& cfg, const TrainState& st, ZeroOptimiz
   // One file per optimizer shard, named by rank and first module; zero 0 keeps a group's whole state on every
   // member, so its rank 0 writes it once.
   ordered_json mine = ordered_json::array();
-  for (const auto& opt : opts.all()) {
-    if (opt->stage() == 0 && opt->group_rank() != 0) continue;
-    std::string file = strf("optim_%05d_%03d.safetensors", w.rank, opt->modules().first);
-    const std::vector<int64_t> shape = {static_cast<int64_t>(opt->shard_size())};
-    SafetensorsWriter out;
-    out.add_f32("master", shape, opt->master());
-    out.add_f32("exp_avg", shape, opt->exp_avg());
-    out.add_f32("exp_avg_sq", shape, opt->exp_avg_sq());
-    out.write(tmp + "/" + file);
-    ordered_json entry = {{"name", file}};
-    const std::vector<ShardPiece> pieces = opt->shard_pieces();
-    if (pieces.size() == 1) {
-      entry["offset"] = pieces[0].model_offset;
-    } else {
-      entry["pieces"] = ordered_json::array();
-      for (const ShardPiece& p : pieces) entry["pieces"].push_back({p.model_offset, p.count});
-    }
-    entry["count"] = opt->shard_size();
-    const TensorParallel& tp = opt->tensor_parallel();
-    if (tp.size > 1) entry["tp_rank"] = tp.rank, entry["tp_size"] = tp.size;
+  for (ZeroOptimizer* opt : saved_optimizers(opts)) {
+    const std::string file = shard_file_name(w.rank, *opt);
+    const float* const tensors[3] = {opt->master(), opt->exp_avg(), opt->exp_avg_sq()};
+    write_shard_file(tmp + "/" + file, opt->shard_size(), tensors);
+    ordered_json entry = shard_entry(*opt, file);
     entry["sha256"] = sha256_file(tmp + "/" + file);
     mine.push_back(std::move(entry));
   }
@@ -372,7 +404,7 @@ std::string save_checkpoint(const Config& cfg, const TrainState& st, ZeroOptimiz
                           {"n_params", ParamLayout(cfg.model).total()},
                           {"tokenizer", tok},
                           {"files", files}};
-    state["sha256"] = state_checksum(json::parse(state.dump()));
+    state["sha256"] = json_checksum(json::parse(state.dump()));
     write_file_atomic(tmp + "/state.json", state.dump(2) + "\n");
     sync_dir(tmp);
     fs::remove_all(final_dir);  // a checkpoint of the same step from before a crash is superseded
@@ -425,6 +457,8 @@ ResumeChoice choose_resume(const Config& cfg) {
     const std::string dir = root + "/" + l.name, why = failure(dir);
     if (why.empty()) {
       choice.dir = dir;
+      choice.dir_run = l.run;
+      choice.dir_step = l.step;
       return choice;
     }
     warn("skipping checkpoint %s: %s", dir.c_str(), why.c_str());
@@ -446,20 +480,9 @@ TrainState load_checkpoint(const std::string& dir, const Config& cfg, ZeroOptimi
   check_shard_tokenizer(dir, tokenizer, s.tokenizer_sha256, cfg.data.train);
   if (!cfg.data.val.empty()) check_shard_tokenizer(dir, tokenizer, s.tokenizer_sha256, cfg.data.val);
   for (const auto& opt : opts.all()) {
-    // The shard's place in the whole model: pieces of tensors when it is a tensor rank's part.
-    const ParamLayout mine(cfg.model, held_modules(cfg.model, all_modules(cfg.model)), opt->tensor_parallel());
-    std::vector<ParamLayout::Run> want;
-    size_t pos = 0;
-    for (const ShardPiece& p : opt->shard_pieces()) {
-      for (ParamLayout::Run run : mine.global_runs(p.model_offset, p.count)) {
-        run.local = run.local - p.model_offset + pos;
-        want.push_back(run);
-      }
-      pos += p.count;
-    }
-    read_runs(dir, s, cfg.model, "master", want, opt->master());
-    read_runs(dir, s, cfg.model, "exp_avg", want, opt->exp_avg());
-    read_runs(dir, s, cfg.model, "exp_avg_sq", want, opt->exp_avg_sq());
+    const std::vector<ParamLayout::Run> want = wanted_runs(cfg.model, *opt);
+    float* const tensors[3] = {opt->master(), opt->exp_avg(), opt->exp_avg_sq()};
+    for (int i = 0; i < 3; i++) read_runs(dir, s, cfg.model, kShardTensors[i], want, tensors[i]);
     opt->set_adam_step(s.adam_step);
     opt->load_backend_params();
   }

@@ -19,10 +19,14 @@
 // step numbers than the timeline it abandoned, and is still the newest.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "config/config.h"
+#include "model/gpt.h"
 #include "optim/zero.h"
 
 namespace yuan {
@@ -45,6 +49,7 @@ std::string save_checkpoint(const Config& cfg, const TrainState& st, ZeroOptimiz
 struct ResumeChoice {
   std::string dir;  // "" to start from initialisation
   int64_t run = 1;  // this launch's run number, for the checkpoints it writes
+  int64_t dir_run = 0, dir_step = 0;  // the run that wrote `dir` and its step (when dir is not "")
 };
 ResumeChoice choose_resume(const Config& cfg);
 
@@ -70,5 +75,49 @@ CheckpointModel load_checkpoint_model(const std::string& path);
 // Refuses the shards of `glob` when they were made by another tokenizer than the checkpoint's (the shards'
 // "tokenizer" attribute names it with its sha256). Shards or checkpoints that do not say are accepted.
 void check_tokenizer(const CheckpointModel& m, const std::string& glob);
+
+// What the node-memory tier (train/local_ckpt.h) shares with these checkpoints: the same shard files, described by
+// the same "files" entries, read back and re-cut by the same code.
+
+// The optimizer state tensors of a shard file, in the order they are written.
+constexpr const char* kShardTensors[] = {"master", "exp_avg", "exp_avg_sq"};
+
+// One optimizer shard: `count` values, the pieces of the model as tensor rank tp_rank of tp_size holds it one after
+// the other (ZeroOptimizer::shard_pieces; the whole model's flat buffer at tp_size 1). A "files" entry gives one
+// piece as "offset", several (ZeRO-3: one per module) as "pieces": [[offset, count], ...].
+struct ShardFile {
+  std::string name;
+  size_t count = 0;
+  std::vector<ShardPiece> pieces;
+  int tp_rank = 0, tp_size = 1;
+};
+
+// The optimizers whose state a checkpoint holds: zero 0 keeps a group's whole state on every member, so only its
+// rank 0's.
+std::vector<ZeroOptimizer*> saved_optimizers(const ZeroOptimizers& opts);
+// The file name of `opt`'s shard on world rank `rank`.
+std::string shard_file_name(int rank, const ZeroOptimizer& opt);
+// Writes a shard file of `count` values from the three tensors (kShardTensors order) at `path`.
+void write_shard_file(const std::string& path, size_t count, const float* const tensors[3]);
+// `opt`'s "files" entry for `file` (its place in the model), without the sha256.
+nlohmann::ordered_json shard_entry(const ZeroOptimizer& opt, const std::string& file);
+// A "files" entry with a place, read back; errors name `what` and the file.
+ShardFile parse_shard_entry(const nlohmann::json& f, const std::string& what);
+// Refuses shards that do not hold every value of `model` exactly once per tensor-parallel rank.
+void check_coverage(const std::string& what, const std::vector<ShardFile>& shards, const GPTConfig& model);
+// Where each value of file `f` belongs in the whole model's flat buffer (Run::local: its position in the file).
+std::vector<ParamLayout::Run> file_runs(const GPTConfig& model, const ShardFile& f);
+// Where each value of `opt`'s shard belongs in the whole model (Run::local: its position in the shard).
+std::vector<ParamLayout::Run> wanted_runs(const GPTConfig& model, const ZeroOptimizer& opt);
+// Calls copy(from, to, n) for every stretch that a file's runs `have` and a shard's runs `want` share: n values
+// from position `from` of the file to position `to` of the shard.
+void for_overlaps(const std::vector<ParamLayout::Run>& have, const std::vector<ParamLayout::Run>& want,
+                  const std::function<void(size_t from, size_t to, size_t n)>& copy);
+// What a sealed JSON file's own "sha256" (state.json's, a local manifest's) is the checksum of: its JSON without that
+// member, keys sorted, no whitespace (nlohmann::json's dump()), so that re-indenting the file keeps it valid and
+// changing any value does not.
+std::string json_checksum(nlohmann::json t);
+// The model's dimensions as checkpoints compare them.
+bool same_model(const GPTConfig& a, const GPTConfig& b);
 
 }  // namespace yuan

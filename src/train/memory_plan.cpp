@@ -16,7 +16,8 @@
 namespace yuan {
 
 size_t RankMemory::host_bytes() const {
-  return host.optimizer + host.staging + data + (device == Device::Cpu ? on_device.total() : 0);
+  return host.optimizer + host.staging + data + local_buffers + local_storage +
+         (device == Device::Cpu ? on_device.total() : 0);
 }
 
 size_t RankMemory::device_bytes() const { return device == Device::Cpu ? 0 : on_device.total(); }
@@ -46,6 +47,12 @@ RankPlan plan_rank(const Config& c, const parallel::Topology& topo, Device devic
     const ZeroHostMemory h = zero_host_memory(z.sizes());
     m.host.optimizer += h.optimizer;
     m.host.staging += h.staging;
+    // What a checkpoint holds of the group (zero 0: its rank 0 writes the whole state): master, exp_avg, exp_avg_sq.
+    if (c.ckpt.local_every > 0 && (c.optim.zero != 0 || group_rank == 0)) {
+      // A partner's shard is taken to be the size of the rank's own (the same local rank of a node alike).
+      m.local_buffers += 2 * 3 * sizeof(float) * z.shard_n;
+      m.local_storage += 2 * 2 * 3 * sizeof(float) * z.shard_n;
+    }
     if (c.optim.zero == 3) shards = z.shard_n;  // one module group (validate)
   }
   plan.backend = backend_spec(held, shards);
@@ -87,9 +94,9 @@ namespace {
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 // The parts of a rank's memory in one place (host or device), summed over the ranks that share it.
-enum Part { kParams, kGrads, kOptimizer, kActivations, kBuffers, kData, kStaging, kMargin, kParts };
-constexpr const char* kPartNames[kParts] = {"params", "grads",   "optimizer", "activations",
-                                            "buffers", "data", "staging",   "margin"};
+enum Part { kParams, kGrads, kOptimizer, kActivations, kBuffers, kData, kStaging, kLocal, kMargin, kParts };
+constexpr const char* kPartNames[kParts] = {"params", "grads",   "optimizer",         "activations",
+                                            "buffers", "data", "staging", "local checkpoints", "margin"};
 using Parts = std::array<unsigned long long, kParts>;
 
 Parts host_parts(const RankMemory& m) {
@@ -103,6 +110,7 @@ Parts host_parts(const RankMemory& m) {
   p[kOptimizer] = m.host.optimizer;
   p[kStaging] = m.host.staging;
   p[kData] = m.data;
+  p[kLocal] = m.local_buffers + m.local_storage;
   p[kMargin] = kRankMemoryMargin;
   return p;
 }

@@ -41,6 +41,7 @@
 #include "parallel/world.h"
 #include "program/program.h"
 #include "train/checkpoint.h"
+#include "train/local_ckpt.h"
 #include "train/memory_plan.h"
 #include "train/metrics.h"
 #include "train/stage_runner.h"
@@ -164,9 +165,10 @@ class Trainer {
                                             stages_ > 1 ? &groups_.communicator(parallel::Group::Pipeline) : nullptr,
                                             place_.stage, stages_, cfg.train.micro_batch);
     tokenizer_ = find_tokenizer_for(cfg.data.train);
-    const ResumeChoice resume = choose_resume(cfg);
-    if (!resume.dir.empty()) state_ = load_checkpoint(resume.dir, cfg, *replica_.opts);
-    state_.run = resume.run;
+    int64_t run = 1;
+    state_ = resume_best_tier(cfg, choose_resume(cfg), *replica_.opts, &run);
+    state_.run = run;
+    if (cfg.ckpt.local_every > 0) local_ = std::make_unique<LocalTier>(cfg, *replica_.opts);
     open_loaders();
     set_hooks();
     peak_ = replica_.backend->peak_flops();
@@ -196,10 +198,12 @@ class Trainer {
       count_bad_steps(m);
       if (parallel::agreed_stop_signal()) return stop_for_requeue();
       maybe_checkpoint(m.step);
+      maybe_local_checkpoint(m.step);
       if (!maybe_evaluate(m.step)) return stop_for_requeue();
     }
     if (!evaluate(c.train.steps)) return stop_for_requeue();
     checkpoint();
+    if (local_) local_->finish();  // run.dir/ckpt holds the last step
     const double elapsed = now_seconds() - start;
     const int steps = c.train.steps - static_cast<int>(first_step_);
     say("done: %d steps in %s, %.0f tokens/s average", steps, format_duration(elapsed).c_str(),
@@ -436,6 +440,14 @@ class Trainer {
     if (cfg_.ckpt.every > 0 && done % cfg_.ckpt.every == 0 && done != cfg_.train.steps) checkpoint();
   }
 
+  // After `done` steps, every ckpt.local_every but the last (run() checkpoints it to run.dir/ckpt). A delayed update
+  // lands first, as for run.dir/ckpt's checkpoints: the snapshot holds the state after the step.
+  void maybe_local_checkpoint(int done) {
+    if (!local_ || done % cfg_.ckpt.local_every != 0 || done == cfg_.train.steps) return;
+    replica_.opts->drain();
+    local_->save(state_, *replica_.opts);
+  }
+
   // After `done` steps, every train.eval_every; run() evaluates the last step. False: a stop signal ended it.
   bool maybe_evaluate(int done) {
     if (cfg_.train.eval_every > 0 && done % cfg_.train.eval_every == 0 && done != cfg_.train.steps)
@@ -523,6 +535,7 @@ class Trainer {
   std::unique_ptr<TrainLoader> loader_;
   std::unique_ptr<ValLoader> val_;
   std::unique_ptr<MetricsLog> metrics_;
+  std::unique_ptr<LocalTier> local_;  // ckpt.local_every > 0
 };
 
 }  // namespace

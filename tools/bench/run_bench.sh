@@ -16,5 +16,7 @@ echo "== bench_pipeline.sh"
 tools/bench/bench_pipeline.sh
 echo "== bench_comm.sh"
 tools/bench/bench_comm.sh
+echo "== bench_local_ckpt.sh"
+tools/bench/bench_local_ckpt.sh
 echo "== bench_nodes.sh"
 tools/bench/bench_nodes.sh || [ $? -eq 77 ]  # 77: the test cluster cannot be made here (its SKIP line says why)

@@ -1,0 +1,691 @@
+#include "train/local_ckpt.h"
+
+#include <sys/statvfs.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <tuple>
+
+#include "parallel/world.h"
+#include "util/error.h"
+#include "util/fs.h"
+#include "util/json.h"
+#include "util/log.h"
+#include "util/memory.h"
+#include "util/safetensors.h"
+#include "util/sha256.h"
+
+namespace yuan {
+namespace fs = std::filesystem;
+using nlohmann::json;
+using nlohmann::ordered_json;
+
+namespace {
+
+constexpr const char* kLocalFormat = "yuanlm-local-checkpoint-1";
+constexpr size_t kChunk = size_t{1} << 28;  // floats per MPI message: counts are ints
+
+std::string step_dir_name(int64_t step) { return strf("step_%07lld", static_cast<long long>(step)); }
+std::string rank_dir_name(int rank) { return strf("rank_%05d", rank); }
+
+std::string absolute_run_dir(const Config& cfg) {
+  fs::path p = fs::absolute(cfg.run.dir).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();  // "runs/x/" names the same directory as "runs/x"
+  return p.string();
+}
+
+// Posts the sends (or receives) of n floats at p as messages of at most kChunk floats, in order, on one tag.
+void post_floats(bool send, float* p, size_t n, int peer, int tag, MPI_Comm comm, std::vector<MPI_Request>& reqs) {
+  for (size_t at = 0; at < n; at += kChunk) {
+    const int count = static_cast<int>(std::min(kChunk, n - at));
+    reqs.emplace_back();
+    if (send) MPI_CHECK(MPI_Isend(p + at, count, MPI_FLOAT, peer, tag, comm, &reqs.back()));
+    else MPI_CHECK(MPI_Irecv(p + at, count, MPI_FLOAT, peer, tag, comm, &reqs.back()));
+  }
+}
+
+// Waits for `reqs` until `deadline` (now_seconds()); false, with the requests still pending cancelled and freed,
+// when it passed first. Polls, so that the main thread's MPI calls go on beside it.
+bool wait_until(std::vector<MPI_Request>& reqs, double deadline) {
+  for (;;) {
+    int done = 0;
+    MPI_CHECK(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE));
+    if (done) return true;
+    if (now_seconds() > deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  for (MPI_Request& r : reqs)
+    if (r != MPI_REQUEST_NULL) {
+      MPI_Cancel(&r);
+      MPI_Request_free(&r);
+    }
+  return false;
+}
+
+// A copy's shard files out of `data` (the three tensors of each file one after another, in the manifest's order)
+// and its manifest, into `parent`/`name` through a .tmp_ directory.
+void write_copy(const std::string& parent, const std::string& name, const std::string& manifest,
+                const std::vector<const float*>& data, ordered_json* files) {
+  const std::string tmp = parent + "/.tmp_" + name, final_dir = parent + "/" + name;
+  make_dirs(parent);
+  fs::remove_all(tmp);
+  make_dirs(tmp);
+  ordered_json m = ordered_json::parse(manifest);
+  ordered_json& entries = files ? *files : m["files"];
+  for (size_t i = 0; i < entries.size(); i++) {
+    const std::string file = entries[i]["name"].get<std::string>();
+    const size_t count = entries[i]["count"].get<size_t>();
+    const float* const tensors[3] = {data[i], data[i] + count, data[i] + 2 * count};
+    write_shard_file(tmp + "/" + file, count, tensors);
+    if (files) (*files)[i]["sha256"] = sha256_file(tmp + "/" + file);
+  }
+  if (files) {
+    m["files"] = *files;
+    m["sha256"] = json_checksum(json::parse(m.dump()));
+  }
+  write_file_atomic(tmp + "/manifest.json", files ? m.dump(2) + "\n" : manifest);
+  fs::remove_all(final_dir);  // a copy of the same step from an abandoned timeline is superseded
+  fs::rename(tmp, final_dir);
+}
+
+// A warning from this rank, whichever it is (warn() is rank 0's): what only this rank saw.
+void warn_here(const std::string& what) {
+  const parallel::WorldInfo& w = parallel::world();
+  std::fputs(strf("warning: [rank %d@%s] %s\n", w.rank, w.host.c_str(), what.c_str()).c_str(), stderr);
+  std::fflush(stderr);
+}
+
+// The bytes a rank's own copy takes (its shard files; the headers are small).
+size_t own_bytes(const ZeroOptimizers& opts) {
+  size_t n = 0;
+  for (const ZeroOptimizer* opt : saved_optimizers(opts)) n += 3 * sizeof(float) * opt->shard_size() + 4096;
+  return n;
+}
+
+}  // namespace
+
+std::string resolve_local_dir(const Config& cfg, const std::string& host) {
+  std::string dir = cfg.ckpt.local_dir;
+  if (dir.empty()) return "/dev/shm/yuanlm-" + sha256_hex(absolute_run_dir(cfg)).substr(0, 16);
+  for (size_t at = dir.find("%h"); at != std::string::npos; at = dir.find("%h", at + host.size()))
+    dir.replace(at, 2, host);
+  return dir;
+}
+
+int partner_rank(const parallel::NodeMap& nodes, int rank) {
+  if (nodes.nodes() < 2) return -1;
+  const int n = nodes.node[rank];
+  const std::vector<int> here = nodes.ranks_on(n), next = nodes.ranks_on((n + 1) % nodes.nodes());
+  const size_t local = std::find(here.begin(), here.end(), rank) - here.begin();
+  return next[local % next.size()];
+}
+
+size_t local_storage_needed(const parallel::NodeMap& nodes, const std::vector<size_t>& own, int node) {
+  size_t need = 0;
+  for (int r = 0; r < static_cast<int>(own.size()); r++) {
+    const int keeper = partner_rank(nodes, r);
+    if (nodes.node[r] == node) need += own[r];
+    if (keeper >= 0 && nodes.node[keeper] == node) need += own[r];
+  }
+  return 2 * need;
+}
+
+LocalTier::LocalTier(const Config& cfg, const ZeroOptimizers& opts)
+    : run_dir_(absolute_run_dir(cfg)), n_params_(ParamLayout(cfg.model).total()), timeout_s_(cfg.dist.timeout_s) {
+  const parallel::WorldInfo& w = parallel::world();
+  const parallel::NodeMap& nodes = parallel::node_map();
+  rank_ = w.rank;
+  for (int r = 0; r < w.size; r++) partners_.push_back(partner_rank(nodes, r));
+  dir_ = resolve_local_dir(cfg, w.host);
+  partner_ = partner_rank(nodes, w.rank);
+  for (int r = 0; r < w.size; r++)
+    if (partner_rank(nodes, r) == w.rank) senders_.push_back(r);
+  if (partner_ >= 0)
+    partner_label_ = strf("rank %d on %s", partner_, nodes.label(nodes.node[partner_]).c_str());
+  MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
+
+  // What every rank keeps, so that each checks its node's directory for its ranks and their partners' copies.
+  std::vector<unsigned long long> all(w.size);
+  unsigned long long mine = own_bytes(opts);
+  MPI_CHECK(MPI_Allgather(&mine, 1, MPI_UNSIGNED_LONG_LONG, all.data(), 1, MPI_UNSIGNED_LONG_LONG, comm_));
+  const size_t need = local_storage_needed(nodes, std::vector<size_t>(all.begin(), all.end()), w.node);
+  std::string problem;
+  try {
+    make_dirs(dir_);
+    const std::string probe = dir_ + "/" + strf(".probe_%05d", w.rank);
+    write_file_atomic(probe, "yuanlm\n");
+    fs::remove(probe);
+    struct statvfs sv {};
+    YUAN_CHECK(::statvfs(dir_.c_str(), &sv) == 0, "cannot stat the filesystem of %s: %s", dir_.c_str(),
+               std::strerror(errno));
+    const size_t avail = static_cast<size_t>(sv.f_bavail) * sv.f_frsize;
+    if (avail < need)
+      problem = strf("has %s free, and the local checkpoints of %s need %zu bytes (%s: two generations of its "
+                     "ranks' own shards and of the partner copies it keeps)",
+                     format_bytes(static_cast<double>(avail)).c_str(), nodes.label(w.node).c_str(), need,
+                     format_bytes(static_cast<double>(need)).c_str());
+  } catch (const std::exception& e) {
+    problem = strf("is not writable: %s", e.what());
+  }
+  if (!problem.empty()) problem = strf("ckpt.local_dir %s %s", dir_.c_str(), problem.c_str());
+  problem = parallel::first_problem(problem);
+  if (!problem.empty()) throw Error(problem, true);
+
+  for (const ZeroOptimizer* opt : saved_optimizers(opts)) {
+    files_.push_back(shard_file_name(w.rank, *opt));
+    allocating(3 * sizeof(float) * opt->shard_size(), "the local checkpoint's snapshot",
+               [&] { snapshot_.emplace_back(3 * opt->shard_size()); });
+  }
+  say("local checkpoints every %d steps in %s on every node (rank 0: %s; %s)", cfg.ckpt.local_every, dir_.c_str(),
+      format_bytes(static_cast<double>(mine)).c_str(),
+      partner_ >= 0 ? strf("its partner copy on %s", partner_label_.c_str()).c_str() : "no partner copy");
+  if (nodes.nodes() < 2)
+    warn("ckpt.local_every: the job runs on one node, so there are no partner copies: a rank's local checkpoint is "
+         "only in its own node's %s", dir_.c_str());
+  if (!w.thread_multiple)
+    warn("ckpt.local_every: MPI has no MPI_THREAD_MULTIPLE, so local checkpoints are written in the training "
+         "thread, not beside it");
+}
+
+LocalTier::~LocalTier() {
+  if (writer_.joinable()) writer_.join();
+  if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+void LocalTier::save(const TrainState& st, const ZeroOptimizers& opts) {
+  if (writer_.joinable()) writer_.join();  // the only wait the step has: the previous write still going
+  const std::string name = step_dir_name(st.step);
+  // Once the previous generation is complete on every rank, the older ones (and copies of abandoned timelines) go.
+  const bool complete = parallel::allreduce_max(ok_ ? 0.0 : 1.0) == 0.0;
+  if (!previous_.empty() && complete && parallel::world().local_rank == 0) drop_older(previous_, name);
+  previous_ = name;
+
+  ordered_json files = ordered_json::array();
+  const std::vector<ZeroOptimizer*> saved = saved_optimizers(opts);
+  for (size_t i = 0; i < saved.size(); i++) {
+    ZeroOptimizer& opt = *saved[i];
+    const size_t n = opt.shard_size();
+    float* dst = snapshot_[i].data();
+    std::memcpy(dst, opt.master(), n * sizeof(float));
+    std::memcpy(dst + n, opt.exp_avg(), n * sizeof(float));
+    std::memcpy(dst + 2 * n, opt.exp_avg_sq(), n * sizeof(float));
+    files.push_back(shard_entry(opt, files_[i]));
+  }
+  const parallel::WorldInfo& w = parallel::world();
+  ordered_json m = {{"format", kLocalFormat},
+                    {"step", st.step},
+                    {"run", st.run},
+                    {"next_sample", st.next_sample},
+                    {"adam_step", opts.all().front()->adam_step()},
+                    {"world", w.size},
+                    {"rank", w.rank},
+                    {"host", w.host},
+                    {"run_dir", run_dir_},
+                    {"n_params", n_params_},
+                    {"hosts", parallel::world_hosts()},
+                    {"partners", partners_},
+                    {"files", files}};
+  ok_ = false;
+  std::string manifest = m.dump();
+  if (w.thread_multiple) writer_ = std::thread([this, step = st.step, manifest] { write(step, manifest); });
+  else write(st.step, manifest);
+}
+
+void LocalTier::write(int64_t step, std::string manifest) {
+  const std::string name = step_dir_name(step);
+  try {
+    ordered_json files = ordered_json::parse(manifest)["files"];
+    std::vector<const float*> data;
+    for (const std::vector<float>& s : snapshot_) data.push_back(s.data());
+    write_copy(dir_ + "/" + name, rank_dir_name(rank_), manifest, data, &files);
+    // The partner's copy is of the sealed manifest the own copy holds.
+    manifest = read_text(dir_ + "/" + name + "/" + rank_dir_name(rank_) + "/manifest.json");
+    ok_ = exchange(step, manifest);
+  } catch (const std::exception& e) {  // the filesystem tier still holds: training goes on
+    warn_here(strf("local checkpoint %s not written: %s", name.c_str(), e.what()));
+    ok_ = false;
+  }
+}
+
+// Sends this rank's copy (the sealed manifest and the snapshot) to its partner and keeps the copies of the ranks it
+// is partner of, within timeout_s_; true when both went through. A partner that does not answer in time is warned
+// about, and the exchanges stop for the rest of the run (what was posted to it may never complete).
+bool LocalTier::exchange(int64_t step, const std::string& manifest) {
+  if (partner_ < 0) return true;
+  if (!exchanging_) return false;
+  const double deadline = now_seconds() + timeout_s_;
+  const int tag = static_cast<int>(step % 8192) * 3;  // a late message of another generation never matches
+  size_t total = 0;
+  for (const std::vector<float>& s : snapshot_) total += s.size();
+  // Header: the manifest's length and the floats that follow it.
+  unsigned long long head[2] = {manifest.size(), total};
+  std::vector<std::array<unsigned long long, 2>> heads(senders_.size());
+  std::vector<MPI_Request> reqs;
+  auto fail = [&](const std::string& who) {
+    warn_here(strf("local checkpoint %s: %s did not complete the partner exchange within %.0f s "
+                   "(dist.timeout_s); no more partner copies in this run, the filesystem checkpoint still holds",
+                   step_dir_name(step).c_str(), who.c_str(), timeout_s_));
+    exchanging_ = false;
+    return false;
+  };
+  for (size_t i = 0; i < senders_.size(); i++) {
+    reqs.emplace_back();
+    MPI_CHECK(MPI_Irecv(heads[i].data(), 2, MPI_UNSIGNED_LONG_LONG, senders_[i], tag, comm_, &reqs.back()));
+  }
+  reqs.emplace_back();
+  MPI_CHECK(MPI_Isend(head, 2, MPI_UNSIGNED_LONG_LONG, partner_, tag, comm_, &reqs.back()));
+  reqs.emplace_back();
+  MPI_CHECK(MPI_Isend(manifest.data(), static_cast<int>(manifest.size()), MPI_CHAR, partner_, tag + 1, comm_,
+                      &reqs.back()));
+  for (std::vector<float>& s : snapshot_) post_floats(true, s.data(), s.size(), partner_, tag + 2, comm_, reqs);
+  std::vector<MPI_Request> sends(reqs.begin() + senders_.size(), reqs.end());
+  std::vector<MPI_Request> head_reqs(reqs.begin(), reqs.begin() + senders_.size());
+  if (!wait_until(head_reqs, deadline)) {
+    wait_until(sends, 0);  // cancels them
+    return fail(strf("a rank it keeps copies of (ranks %s)", parallel::ranks_text(senders_).c_str()));
+  }
+  std::vector<std::string> texts(senders_.size());
+  std::vector<std::vector<float>> data(senders_.size());
+  std::vector<MPI_Request> recvs;
+  for (size_t i = 0; i < senders_.size(); i++) {
+    texts[i].resize(heads[i][0]);
+    allocating(heads[i][1] * sizeof(float), "a partner copy", [&] { data[i].resize(heads[i][1]); });
+    recvs.emplace_back();
+    MPI_CHECK(MPI_Irecv(texts[i].data(), static_cast<int>(texts[i].size()), MPI_CHAR, senders_[i], tag + 1, comm_,
+                        &recvs.back()));
+    post_floats(false, data[i].data(), data[i].size(), senders_[i], tag + 2, comm_, recvs);
+  }
+  if (!wait_until(recvs, deadline)) {
+    wait_until(sends, 0);
+    return fail(strf("a rank it keeps copies of (ranks %s)", parallel::ranks_text(senders_).c_str()));
+  }
+  if (!wait_until(sends, deadline)) return fail("its partner, " + partner_label_);
+  for (size_t i = 0; i < senders_.size(); i++) {
+    const json m = json::parse(texts[i]);
+    std::vector<const float*> at;
+    size_t pos = 0;
+    for (const json& f : m["files"]) {
+      at.push_back(data[i].data() + pos);
+      pos += 3 * f["count"].get<size_t>();
+    }
+    YUAN_CHECK(pos == data[i].size(), "local checkpoint %s: rank %d's copy holds %zu values, its manifest lists %zu",
+               step_dir_name(step).c_str(), senders_[i], data[i].size(), pos);
+    write_copy(dir_ + "/partner/" + step_dir_name(step), rank_dir_name(senders_[i]), texts[i], at, nullptr);
+  }
+  return true;
+}
+
+// On a node's first rank: removes every generation but `keep` (complete everywhere) and `next` (being written).
+void LocalTier::drop_older(const std::string& keep, const std::string& next) const {
+  for (const std::string& root : {dir_, dir_ + "/partner"}) {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(root, ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind("step_", 0) == 0 && name != keep && name != next) fs::remove_all(e.path(), ec);
+    }
+  }
+}
+
+void LocalTier::finish() {
+  if (writer_.joinable()) writer_.join();
+  parallel::barrier();  // no rank of the node is still writing
+  if (parallel::world().local_rank != 0) return;
+  drop_older("", "");
+  std::error_code ec;
+  fs::remove(dir_ + "/partner", ec);
+  fs::remove(dir_, ec);  // only when empty: the directory may be the user's
+}
+
+namespace {
+
+// One copy of an old rank's shards that a node holds: read by `holder`, the node's first rank.
+struct Held {
+  int holder = 0;
+  bool own = true;  // the rank's own copy, not a partner copy
+  std::string path;
+  json manifest;
+};
+
+// A node's first rank: the copies its directory holds, each as {"holder", "own", "path", "manifest"}, or
+// {"path", "problem"} when its manifest does not check (unsealed, changed, another job's or model's).
+json list_node(const Config& cfg, const std::string& dir, int me) {
+  json out = json::array();
+  const std::string run_dir = absolute_run_dir(cfg);
+  for (const bool own : {true, false}) {
+    const std::string root = own ? dir : dir + "/partner";
+    std::error_code ec;
+    std::vector<std::string> paths;
+    for (const auto& step : fs::directory_iterator(root, ec)) {
+      if (step.path().filename().string().rfind("step_", 0) != 0) continue;
+      std::error_code ec2;
+      for (const auto& copy : fs::directory_iterator(step.path(), ec2))
+        if (copy.path().filename().string().rfind("rank_", 0) == 0) paths.push_back(copy.path().string());
+    }
+    std::sort(paths.begin(), paths.end());
+    for (const std::string& path : paths) {
+      const std::string what = "local checkpoint " + path + ": manifest.json";
+      try {
+        const json m = read_json_object(path + "/manifest.json", what);
+        YUAN_CHECK(json_field<std::string>(m, "format", what) == kLocalFormat, "%s: format is not %s", what.c_str(),
+                   kLocalFormat);
+        YUAN_CHECK(json_field<std::string>(m, "sha256", what) == json_checksum(m),
+                   "%s does not match its own sha256: it was changed after it was written", what.c_str());
+        if (json_field<std::string>(m, "run_dir", what) != run_dir) continue;  // another job's, in a shared dir
+        YUAN_CHECK(json_field<size_t>(m, "n_params", what) == ParamLayout(cfg.model).total(),
+                   "%s: %zu parameters, the model has %zu", what.c_str(), m["n_params"].get<size_t>(),
+                   ParamLayout(cfg.model).total());
+        for (const char* key : {"step", "run", "world", "rank"}) json_field<int64_t>(m, key, what);
+        out.push_back({{"holder", me}, {"own", own}, {"path", path}, {"manifest", m}});
+      } catch (const std::exception& e) {
+        out.push_back({{"path", path}, {"problem", e.what()}});
+      }
+    }
+  }
+  return out;
+}
+
+// The copies of one (run, step), by old rank.
+struct Generation {
+  int64_t run = 0, step = 0;
+  int world = 0;
+  std::map<int, std::vector<Held>> copies;
+};
+
+// Rank 0's choice among the generations the nodes hold: the newest complete one newer than the filesystem's, its
+// copies verified by their holders round by round (a copy that fails is dropped and the choice made again).
+class Chooser {
+ public:
+  Chooser(const std::vector<std::string>& listings, const ResumeChoice& fs) : fs_(fs) {
+    std::map<std::pair<int64_t, int64_t>, Generation> gens;
+    for (const std::string& l : listings)
+      for (const json& e : json::parse(l)) {
+        if (e.contains("problem")) {
+          warn("skipping local checkpoint %s: %s", e["path"].get<std::string>().c_str(),
+               e["problem"].get<std::string>().c_str());
+          continue;
+        }
+        const json& m = e["manifest"];
+        Generation& g = gens[{m["run"].get<int64_t>(), m["step"].get<int64_t>()}];
+        g.run = m["run"].get<int64_t>();
+        g.step = m["step"].get<int64_t>();
+        g.world = m["world"].get<int>();
+        g.copies[m["rank"].get<int>()].push_back({e["holder"].get<int>(), e["own"].get<bool>(),
+                                                  e["path"].get<std::string>(), m});
+      }
+    for (auto it = gens.rbegin(); it != gens.rend(); ++it) {
+      max_run_ = std::max(max_run_, it->second.run);
+      for (auto& [rank, held] : it->second.copies)  // own copies first: the partner's are the spare
+        std::stable_sort(held.begin(), held.end(), [](const Held& a, const Held& b) { return a.own > b.own; });
+      gens_.push_back(std::move(it->second));
+    }
+  }
+  int64_t max_run() const { return max_run_; }
+
+  // The next round: {"final": true, "assign": [...]} to load (empty: the filesystem's), else {"final": false,
+  // "assign": [...]} to verify.
+  json next() {
+    if (verified_) return {{"final", true}, {"assign", assign_}};
+    assign_ = json::array();
+    for (Generation& g : gens_) {
+      if (!fs_.dir.empty() && std::tie(g.run, g.step) <= std::tie(fs_.dir_run, fs_.dir_step)) break;
+      int missing = -1;
+      for (int r = 0; r < g.world && missing < 0; r++)
+        if (g.copies[r].empty()) missing = r;
+      if (missing >= 0) {
+        report_incomplete(g, missing);
+        continue;
+      }
+      for (int r = 0; r < g.world; r++) {
+        const Held& h = g.copies[r].front();
+        assign_.push_back({{"rank", r}, {"holder", h.holder}, {"own", h.own}, {"path", h.path},
+                           {"manifest", h.manifest}});
+      }
+      current_ = &g;
+      return {{"final", false}, {"assign", assign_}};
+    }
+    return {{"final", true}, {"assign", json::array()}};
+  }
+
+  // The holders' verdicts on the round's copies (JSON arrays of {"rank", "path", "why"}).
+  void verdicts(const std::vector<std::string>& all) {
+    verified_ = true;
+    for (const std::string& v : all)
+      for (const json& f : json::parse(v)) {
+        verified_ = false;
+        warn("skipping local checkpoint %s: %s", f["path"].get<std::string>().c_str(),
+             f["why"].get<std::string>().c_str());
+        std::vector<Held>& held = current_->copies[f["rank"].get<int>()];
+        held.erase(std::remove_if(held.begin(), held.end(), [&](const Held& h) { return h.path == f["path"]; }),
+                   held.end());
+      }
+  }
+
+ private:
+  void report_incomplete(const Generation& g, int rank) {
+    if (g.copies.empty() || reported_.count({g.run, g.step})) return;
+    reported_.insert({g.run, g.step});
+    const json& m = g.copies.begin()->second.front().manifest;  // every manifest of a generation has the world's map
+    const std::vector<std::string> hosts = m["hosts"].get<std::vector<std::string>>();
+    const int partner = m["partners"][rank].get<int>();
+    warn("local checkpoint %s of run %lld is incomplete: rank %d's shard is on no live node (its own copy was on "
+         "%s, %s); resuming from an older checkpoint",
+         step_dir_name(g.step).c_str(), static_cast<long long>(g.run), rank, hosts[rank].c_str(),
+         partner >= 0 ? strf("its partner copy on %s", hosts[partner].c_str()).c_str() : "it had no partner copy");
+  }
+
+  ResumeChoice fs_;
+  std::vector<Generation> gens_;  // newest first
+  Generation* current_ = nullptr;
+  json assign_;
+  bool verified_ = false;
+  int64_t max_run_ = 0;
+  std::set<std::pair<int64_t, int64_t>> reported_;
+};
+
+// This rank's share of a round: the copies it holds, each file checked against its sha256.
+std::string verify_mine(const json& assign, int me) {
+  json failed = json::array();
+  for (const json& a : assign) {
+    if (a["holder"].get<int>() != me) continue;
+    const std::string path = a["path"].get<std::string>();
+    try {
+      for (const json& f : a["manifest"]["files"]) {
+        const std::string file = path + "/" + f["name"].get<std::string>();
+        YUAN_CHECK(fs::exists(file), "%s is missing", file.c_str());
+        YUAN_CHECK(sha256_file(file) == f["sha256"].get<std::string>(), "%s does not match its checksum",
+                   file.c_str());
+      }
+    } catch (const std::exception& e) {
+      failed.push_back({{"rank", a["rank"]}, {"path", path}, {"why", e.what()}});
+    }
+  }
+  return failed.dump();
+}
+
+// The step of the last record in run.dir/metrics.jsonl: where the previous run got to (-1: no record).
+int64_t last_logged_step(const std::string& path) {
+  std::ifstream in(path);
+  int64_t step = -1;
+  for (std::string line; std::getline(in, line);) {
+    const json rec = json::parse(line, nullptr, false);  // a torn last line says nothing
+    if (rec.is_object() && rec.contains("step") && rec["step"].is_number_integer()) step = rec["step"].get<int64_t>();
+  }
+  return step;
+}
+
+// Every new rank's optimizers' wanted runs, by world rank, then optimizer.
+using Runs = std::vector<ParamLayout::Run>;
+std::vector<std::vector<Runs>> gather_wants(const Config& cfg, const ZeroOptimizers& opts) {
+  json mine = json::array();
+  for (const auto& opt : opts.all()) {
+    json runs = json::array();
+    for (const ParamLayout::Run& r : wanted_runs(cfg.model, *opt)) runs.push_back({r.local, r.global, r.count});
+    mine.push_back(runs);
+  }
+  std::string joined;
+  for (const std::string& s : parallel::gather_strings(mine.dump())) joined += (joined.empty() ? "[" : ",") + s;
+  joined = parallel::broadcast_string(joined + "]", 0);
+  std::vector<std::vector<Runs>> out;
+  for (const json& rank : json::parse(joined)) {
+    out.emplace_back();
+    for (const json& opt : rank) {
+      out.back().emplace_back();
+      for (const json& r : opt) out.back().back().push_back({r[0].get<size_t>(), r[1].get<size_t>(), r[2].get<size_t>()});
+    }
+  }
+  return out;
+}
+
+// What a holder's files (`have`, in assignment order) send one rank whose optimizers want `want`, in the order both
+// ends walk it: tensor, optimizer, file, overlap. visit(tensor, file, from, opt, to, n).
+void for_transfer(const std::vector<Runs>& have, const std::vector<Runs>& want,
+                  const std::function<void(int, size_t, size_t, size_t, size_t, size_t)>& visit) {
+  for (int t = 0; t < 3; t++)
+    for (size_t o = 0; o < want.size(); o++)
+      for (size_t f = 0; f < have.size(); f++)
+        for_overlaps(have[f], want[o], [&](size_t from, size_t to, size_t n) { visit(t, f, from, o, to, n); });
+}
+
+// Loads the assigned copies: each holder reads its files and sends every rank the slices its shards want.
+TrainState load_local(const Config& cfg, const json& assign, ZeroOptimizers& opts) {
+  const parallel::WorldInfo& w = parallel::world();
+  const json& first = assign.front()["manifest"];
+  const std::string what = "local checkpoint " + step_dir_name(first["step"].get<int64_t>());
+  // Every file of the old world, and which rank holds it.
+  std::vector<ShardFile> files;
+  std::vector<int> holder_of;
+  std::vector<std::string> path_of;
+  for (const json& a : assign)
+    for (const json& f : a["manifest"]["files"]) {
+      files.push_back(parse_shard_entry(f, what));
+      holder_of.push_back(a["holder"].get<int>());
+      path_of.push_back(a["path"].get<std::string>() + "/" + files.back().name);
+    }
+  check_coverage(what, files, cfg.model);
+  const std::vector<std::vector<Runs>> wants = gather_wants(cfg, opts);
+  // By holder: its files' runs and (on the holder) their tensors.
+  std::map<int, std::vector<Runs>> have;
+  std::vector<std::unique_ptr<SafetensorsReader>> readers;
+  std::vector<std::array<const float*, 3>> mine;
+  for (size_t i = 0; i < files.size(); i++) {
+    have[holder_of[i]].push_back(file_runs(cfg.model, files[i]));
+    if (holder_of[i] != w.rank) continue;
+    readers.push_back(std::make_unique<SafetensorsReader>(path_of[i]));
+    std::array<const float*, 3> t{};
+    for (int k = 0; k < 3; k++) {
+      const SafeTensorInfo& info = readers.back()->info(kShardTensors[k]);
+      YUAN_CHECK(info.dtype == "F32" && info.numel() == files[i].count, "%s: tensor '%s' is not F32[%zu]",
+                 path_of[i].c_str(), kShardTensors[k], files[i].count);
+      t[k] = reinterpret_cast<const float*>(readers.back()->raw(kShardTensors[k]));
+    }
+    mine.push_back(t);
+  }
+  MPI_Comm comm;
+  MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm));
+  std::vector<MPI_Request> reqs;
+  std::vector<std::vector<float>> out(w.size), in;
+  std::vector<int> from_holder;
+  if (have.count(w.rank))
+    for (int d = 0; d < w.size; d++) {
+      for_transfer(have[w.rank], wants[d], [&](int t, size_t f, size_t from, size_t, size_t, size_t n) {
+        out[d].insert(out[d].end(), mine[f][t] + from, mine[f][t] + from + n);
+      });
+      if (!out[d].empty()) post_floats(true, out[d].data(), out[d].size(), d, 0, comm, reqs);
+    }
+  for (const auto& [h, runs] : have) {
+    size_t n = 0;
+    for_transfer(runs, wants[w.rank], [&](int, size_t, size_t, size_t, size_t, size_t k) { n += k; });
+    if (n == 0) continue;
+    in.emplace_back(n);
+    from_holder.push_back(h);
+    post_floats(false, in.back().data(), n, h, 0, comm, reqs);
+  }
+  MPI_CHECK(MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE));
+  MPI_Comm_free(&comm);
+  for (size_t i = 0; i < in.size(); i++) {
+    size_t pos = 0;
+    for_transfer(have[from_holder[i]], wants[w.rank], [&](int t, size_t, size_t, size_t o, size_t to, size_t n) {
+      ZeroOptimizer& opt = *opts.all()[o];
+      float* const dst[3] = {opt.master(), opt.exp_avg(), opt.exp_avg_sq()};
+      std::memcpy(dst[t] + to, in[i].data() + pos, n * sizeof(float));
+      pos += n;
+    });
+  }
+  for (const auto& opt : opts.all()) {
+    opt->set_adam_step(first["adam_step"].get<int64_t>());
+    opt->load_backend_params();
+  }
+  TrainState st;
+  st.step = first["step"].get<int64_t>();
+  st.run = first["run"].get<int64_t>();
+  st.next_sample = first["next_sample"].get<uint64_t>();
+  return st;
+}
+
+}  // namespace
+
+TrainState resume_best_tier(const Config& cfg, const ResumeChoice& fs_choice, ZeroOptimizers& opts, int64_t* run) {
+  const parallel::WorldInfo& w = parallel::world();
+  *run = fs_choice.run;
+  json final = {{"assign", json::array()}};
+  if (cfg.ckpt.resume == "auto") {
+    const std::string dir = resolve_local_dir(cfg, w.host);
+    std::string listing = "[]";
+    if (w.local_rank == 0) {
+      try {
+        listing = list_node(cfg, dir, w.rank).dump();
+      } catch (const std::exception& e) {  // an unreadable directory holds nothing to resume from
+        warn_here(strf("local checkpoints in %s not looked at: %s", dir.c_str(), e.what()));
+      }
+    }
+    const std::vector<std::string> listings = parallel::gather_strings(listing);
+    std::unique_ptr<Chooser> chooser;
+    if (w.rank == 0) chooser = std::make_unique<Chooser>(listings, fs_choice);
+    for (;;) {
+      const json round = json::parse(parallel::broadcast_string(chooser ? chooser->next().dump() : "", 0));
+      if (round["final"].get<bool>()) {
+        final = round;
+        break;
+      }
+      const std::vector<std::string> verdicts = parallel::gather_strings(verify_mine(round["assign"], w.rank));
+      if (chooser) chooser->verdicts(verdicts);
+    }
+    const int64_t local_max = static_cast<int64_t>(
+        parallel::allreduce_max(chooser ? static_cast<double>(chooser->max_run()) : 0.0));
+    *run = std::max(*run, local_max + 1);
+  }
+  const int64_t reached = w.rank == 0 ? last_logged_step(cfg.run.dir + "/metrics.jsonl") : -1;
+  const json& assign = final["assign"];
+  TrainState st;
+  std::string tier;
+  if (!assign.empty()) {
+    st = load_local(cfg, assign, opts);
+    int own = 0;
+    for (const json& a : assign) own += a["own"].get<bool>();
+    const int world = assign.front()["manifest"]["world"].get<int>();
+    tier = strf("node memory (%d own %s, %d partner %s; written by %d ranks%s)", own, own == 1 ? "copy" : "copies",
+                world - own, world - own == 1 ? "copy" : "copies", world,
+                world != w.size ? strf(", optimizer state re-cut for %d", w.size).c_str() : "");
+  } else if (!fs_choice.dir.empty()) {
+    st = load_checkpoint(fs_choice.dir, cfg, opts);
+    tier = "the filesystem checkpoint " + fs_choice.dir;
+  } else {
+    return st;
+  }
+  say("resume: from %s, step %lld%s", tier.c_str(), static_cast<long long>(st.step),
+      reached >= 0 ? strf("; %lld steps lost (the previous run logged step %lld)",
+                          static_cast<long long>(std::max<int64_t>(0, reached - st.step)),
+                          static_cast<long long>(reached)).c_str()
+                   : "");
+  return st;
+}
+
+}  // namespace yuan

@@ -1,0 +1,84 @@
+// The fast checkpoint tier: every ckpt.local_every steps each rank snapshots its optimizer shards and a thread of
+// its own writes them to node-local memory (ckpt.local_dir, /dev/shm by default) and sends a copy to a partner rank
+// on the next node, which keeps it in its own node's directory, so that one lost node never takes both copies
+// (LLNL SCR's partner scheme; GEMINI's CPU-memory checkpoints). The layout of a node's directory:
+//   step_NNNNNNN/rank_RRRRR/            rank R's own copy: manifest.json + its optim_*.safetensors
+//   partner/step_NNNNNNN/rank_RRRRR/    the copy this node keeps for rank R of another node
+// The shard files are those of run.dir/ckpt (train/checkpoint.h); manifest.json holds what state.json holds for
+// them (step, run, loader position, Adam step, world, each file's place and sha256) and its own sha256. Each copy
+// is written into a .tmp_ directory and renamed. A generation is deleted once a newer one is complete on every
+// rank (agreed at the next local checkpoint); a run that finishes all its steps removes them all.
+//
+// Resume (ckpt.resume=auto) looks at every node's directory: the newest (run, step) whose every old rank's shard is
+// held by some node, checksums verified, wins over run.dir/ckpt's newest when it is newer; its holders send each new
+// rank the slices of the model its new shards need, re-cut for any world size like load_checkpoint.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "config/config.h"
+#include "optim/zero.h"
+#include "parallel/mpi_check.h"
+#include "parallel/nodes.h"
+#include "train/checkpoint.h"
+
+namespace yuan {
+
+// ckpt.local_dir for a rank on host `host`: "" is /dev/shm/yuanlm-<16 hex digits of the sha256 of the absolute
+// run.dir> (the same for every relaunch of a job, another for every job); "%h" expands to `host`.
+std::string resolve_local_dir(const Config& cfg, const std::string& host);
+
+// The rank that keeps `rank`'s partner copy: the same local rank (modulo the node's ranks) on the next node; -1 on
+// one node.
+int partner_rank(const parallel::NodeMap& nodes, int rank);
+
+// The bytes of node-local storage the tier takes on a node: two generations of its ranks' own shards (`own`, by
+// world rank) and of those it keeps as partner.
+size_t local_storage_needed(const parallel::NodeMap& nodes, const std::vector<size_t>& own, int node);
+
+class LocalTier {
+ public:
+  // Collective, with ckpt.local_every > 0: resolves the directory, refuses (collectively) one that is not writable
+  // or has less free space than local_storage_needed, and says where the checkpoints go.
+  LocalTier(const Config& cfg, const ZeroOptimizers& opts);
+  ~LocalTier();  // waits for the write in flight
+  LocalTier(const LocalTier&) = delete;
+  LocalTier& operator=(const LocalTier&) = delete;
+
+  // Collective, after `st.step` steps, with no update in flight: waits for the previous write if it is still going,
+  // drops older generations once it is complete everywhere, snapshots the shards and starts writing them.
+  void save(const TrainState& st, const ZeroOptimizers& opts);
+  // Collective, when the run finished all its steps (run.dir/ckpt holds the last): removes the node's checkpoints.
+  void finish();
+
+ private:
+  void write(int64_t step, std::string manifest);  // on the writer thread: own copy, then the partner exchange
+  bool exchange(int64_t step, const std::string& manifest);
+  void drop_older(const std::string& keep, const std::string& next) const;
+
+  std::string dir_, run_dir_;  // run_dir_: absolute; a manifest names it so that no other job resumes from it
+  size_t n_params_ = 0;
+  int rank_ = 0, partner_ = -1;
+  std::vector<int> partners_;  // by world rank: partner_rank (the manifest keeps them, to say where copies were)
+  std::vector<int> senders_;  // the ranks whose partner copies this rank keeps
+  std::string partner_label_;
+  double timeout_s_ = 0;
+  MPI_Comm comm_ = MPI_COMM_NULL;  // the exchange's own, so that it never meets the training's messages
+  std::vector<std::vector<float>> snapshot_;  // per saved optimizer: master, exp_avg, exp_avg_sq one after another
+  std::vector<std::string> files_;            // their file names
+  std::thread writer_;
+  bool ok_ = true;                // the last write completed, both copies
+  bool exchanging_ = true;        // false after a partner did not answer in time: own copies only from then on
+  std::string previous_;          // the directory name of the generation written last ("" before the first)
+};
+
+// Collective, before this launch writes anything, in place of load_checkpoint: with ckpt.resume=auto the newest of
+// the local tier's complete checkpoints and `fs` (choose_resume's), loaded; says which tier, which step and how many
+// steps were lost against run.dir/metrics.jsonl. A newer local checkpoint that lacks a shard is named with the
+// nodes its copies were on, and skipped. Sets `run` to this launch's run number.
+TrainState resume_best_tier(const Config& cfg, const ResumeChoice& fs, ZeroOptimizers& opts, int64_t* run);
+
+}  // namespace yuan

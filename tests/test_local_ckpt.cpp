@@ -1,0 +1,58 @@
+// The fast checkpoint tier's arithmetic (train/local_ckpt.h): which rank keeps whose partner copy, the node-local
+// storage it needs, and where its directory is. The tier at work: tests/mpi/test_local_ckpt.sh (one host) and
+// tests/cluster/test_local_ckpt_partner.sh (two nodes).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "parallel/nodes.h"
+#include "train/local_ckpt.h"
+
+namespace yuan {
+namespace {
+
+TEST(LocalTier, APartnerIsTheSameLocalRankOnTheNextNode) {
+  const parallel::NodeMap m = parallel::NodeMap::blocks(3, 2);  // ranks 0-1, 2-3, 4-5
+  std::vector<int> partners;
+  for (int r = 0; r < 6; r++) partners.push_back(partner_rank(m, r));
+  EXPECT_EQ(partners, (std::vector<int>{2, 3, 4, 5, 0, 1}));
+  for (int r = 0; r < 6; r++) EXPECT_NE(m.node[partners[r]], m.node[r]) << "rank " << r;
+}
+
+TEST(LocalTier, UnevenNodesWrapTheLocalRankAndOneNodeHasNoPartner) {
+  // Node 0 holds ranks 0-2, node 1 ranks 3-4: rank 2 has no local rank 2 on node 1 and goes to its local rank 0.
+  const parallel::NodeMap m = parallel::NodeMap::from_leaders({0, 0, 0, 3, 3}, {"a", "a", "a", "b", "b"});
+  std::vector<int> partners;
+  for (int r = 0; r < 5; r++) partners.push_back(partner_rank(m, r));
+  EXPECT_EQ(partners, (std::vector<int>{3, 4, 3, 0, 1}));
+  const parallel::NodeMap one = parallel::NodeMap::blocks(1, 4);
+  for (int r = 0; r < 4; r++) EXPECT_EQ(partner_rank(one, r), -1);
+}
+
+TEST(LocalTier, StorageIsTwoGenerationsOfOwnAndKeptShards) {
+  const parallel::NodeMap m = parallel::NodeMap::from_leaders({0, 0, 0, 3, 3}, {"a", "a", "a", "b", "b"});
+  const std::vector<size_t> own = {10, 20, 30, 40, 50};
+  // Node 0: its own 10+20+30, and the copies of ranks 3 and 4 (40+50). Node 1: 40+50, and ranks 0, 1, 2's.
+  EXPECT_EQ(local_storage_needed(m, own, 0), 2u * (60 + 90));
+  EXPECT_EQ(local_storage_needed(m, own, 1), 2u * (90 + 60));
+  EXPECT_EQ(local_storage_needed(parallel::NodeMap::blocks(1, 2), {10, 20}, 0), 2u * 30);
+}
+
+TEST(LocalTier, TheDefaultDirectoryIsPerRunDirAndHostExpands) {
+  Config a, b;
+  a.run.dir = "/scratch/runs/x";
+  b.run.dir = "/scratch/runs/x/";  // the same directory
+  const std::string dir = resolve_local_dir(a, "n1");
+  EXPECT_EQ(dir.rfind("/dev/shm/yuanlm-", 0), 0u) << dir;
+  EXPECT_EQ(dir.size(), std::string("/dev/shm/yuanlm-").size() + 16) << dir;
+  EXPECT_EQ(resolve_local_dir(b, "n2"), dir);
+  b.run.dir = "/scratch/runs/y";
+  EXPECT_NE(resolve_local_dir(b, "n1"), dir);
+  a.ckpt.local_dir = "/local/%h/ckpt-%h";
+  EXPECT_EQ(resolve_local_dir(a, "node7"), "/local/node7/ckpt-node7");
+}
+
+}  // namespace
+}  // namespace yuan
