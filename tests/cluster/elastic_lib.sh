@@ -13,9 +13,10 @@
 #   kill_at_random NAME N       waits for N more training steps than a random count of 1 to 3 (after the newest
 #                               relaunch, if any) and kills a random node other than node1 (the launching one) that
 #                               is still up; KILLED: the nodes killed so far
-#   elastic_check NAME RELAUNCHES RANKS NODES  the job ends with exit 0 within 120 s after RELAUNCHES relaunches, the
-#                               last on RANKS ranks over NODES nodes; its losses and weights equal $WORK/ref's (1e-5);
-#                               each failure lost at most INTERVAL steps; prints failure-to-first-new-step times
+#   elastic_check NAME RELAUNCHES RANKS NODES  elastic_wait NAME: the job ends with exit 0 within 120 s; then
+#                               elastic_verify NAME ...: after RELAUNCHES relaunches, the last on RANKS ranks over NODES
+#                               nodes (jobs.tsv), its losses and weights equal $WORK/ref's (1e-5), each failure lost at
+#                               most INTERVAL steps; prints the times from each kill to the first new step
 CKPT=(--ckpt.every=1)
 INTERVAL=1
 KILLED=()
@@ -59,7 +60,12 @@ kill_at_random() {
 }
 
 elastic_check() {
-  local name=$1 relaunches=$2 ranks=$3 nodes=$4 rc run=$WORK/$1
+  elastic_wait "$1"
+  elastic_verify "$@"
+}
+
+elastic_wait() {
+  local name=$1 rc
   # 2 minutes: on a loaded machine a step of 8 ranks on 2 cores may take seconds.
   for _ in $(seq 1200); do kill -0 "$ELASTIC_JOB" 2>/dev/null || break; sleep 0.1; done
   kill -0 "$ELASTIC_JOB" 2>/dev/null && { cat "$WORK/$name.log"; echo "$name: the job did not end in 120 s"; exit 1; }
@@ -68,6 +74,10 @@ elastic_check() {
   rc=$?
   set -e
   [ "$rc" -eq 0 ] || { cat "$WORK/$name.log"; echo "$name: exit $rc"; exit 1; }
+}
+
+elastic_verify() {
+  local name=$1 relaunches=$2 ranks=$3 nodes=$4 run=$WORK/$1
   grep -E "relaunch [0-9]+ at once|first new step|^replan|re-formed|dropped|lost:" "$WORK/$name.log" | sed 's/^/  /'
   # jobs.tsv: one line per launch; the relaunches carry the recovery figures (columns 9-13).
   awk -F'\t' -v n=$((relaunches + 1)) -v ranks="$ranks" -v nodes="$nodes" -v lost="$INTERVAL" -v kills="${KILL_TIMES[*]}" '
