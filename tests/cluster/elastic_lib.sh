@@ -56,6 +56,7 @@ kill_at_random() {
   echo "$name: node$k killed after $(steps_logged "$name") steps of the current launch"
   KILL_TIMES+=("$(date +%s.%N)")
   node_kill "$k"
+  rm -rf "$WORK/local/node$k"  # its memory goes with it (the nodes share one file system here)
   KILLED+=("$k")
 }
 
