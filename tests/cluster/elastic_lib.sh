@@ -3,16 +3,17 @@
 # cluster up): jobs/train.sbatch run across the nodes, nodes killed under it at random steps, and the checks every
 # recovery must pass.
 #
-#   CKPT                        the checkpoint options of every elastic run (one place: the fast tier's
-#                               --ckpt.local_every=1 --ckpt.local_dir=$WORK/local/%h replaces them), and INTERVAL,
-#                               the most steps a failure may lose with them
-#   elastic_start NAME ARGS...  (the nodes an earlier job lost replaced first) HOSTFILE=... bash jobs/train.sbatch
-#                               on node1 over every node (CLUSTER_RANKS_PER_NODE
-#                               slots each) through the cluster's rsh agent, the tiny model with ARGS into $WORK/NAME,
-#                               output $WORK/NAME.log; ELASTIC_JOB: its PID
-#   kill_at_random NAME N       waits for N more training steps than a random count of 1 to 3 (after the newest
-#                               relaunch, if any) and kills a random node other than node1 (the launching one) that
-#                               is still up; KILLED: the nodes killed so far
+#   CKPT                        the checkpoint options of every elastic run, in one place: filesystem checkpoints
+#                               every step; the fast tier's are --ckpt.local_every=1 --ckpt.local_dir=$WORK/local/%h
+#                               (kill_at_random removes a killed node's directory); INTERVAL: the most steps a
+#                               failure may lose with them
+#   elastic_start NAME ARGS...  (the nodes an earlier job lost replaced first) HOSTFILE=... bash jobs/train.sbatch on
+#                               node1 over every node (CLUSTER_RANKS_PER_NODE slots each) through the cluster's rsh
+#                               agent, the tiny model with ARGS into $WORK/NAME, output $WORK/NAME.log; ELASTIC_JOB:
+#                               its PID
+#   kill_at_random NAME N       waits until the newest launch (the relaunch after the previous kill, if any) has
+#                               logged N to N+2 steps (at random), then kills a random node other than node1 (the
+#                               launching one) that is still up; KILLED: the nodes killed so far
 #   elastic_check NAME RELAUNCHES RANKS NODES  elastic_wait NAME: the job ends with exit 0 within 120 s; then
 #                               elastic_verify NAME ...: after RELAUNCHES relaunches, the last on RANKS ranks over NODES
 #                               nodes (jobs.tsv), its losses and weights equal $WORK/ref's (1e-5), each failure lost at
@@ -79,7 +80,7 @@ elastic_wait() {
 
 elastic_verify() {
   local name=$1 relaunches=$2 ranks=$3 nodes=$4 run=$WORK/$1
-  grep -E "relaunch [0-9]+ at once|first new step|^replan|re-formed|dropped|lost:" "$WORK/$name.log" | sed 's/^/  /'
+  grep -E "relaunch [0-9]+ at once|first new step|^replan|re-formed|dropped|lost:|^resume|^resumed" "$WORK/$name.log" | sed 's/^/  /'
   # jobs.tsv: one line per launch; the relaunches carry the recovery figures (columns 9-13).
   awk -F'\t' -v n=$((relaunches + 1)) -v ranks="$ranks" -v nodes="$nodes" -v lost="$INTERVAL" -v kills="${KILL_TIMES[*]}" '
     BEGIN { split(kills, killed, " ") }
