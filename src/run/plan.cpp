@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config/config.h"
+#include "parallel/elastic.h"
 #include "parallel/layout.h"
 #include "parallel/nodes.h"
 #include "parallel/schedule.h"
@@ -250,15 +251,37 @@ void print_search(const Config& cfg, const planner::Machine& m, const std::strin
   }
 }
 
+// `plan --replan`: the layout the job of `c` re-forms on `nodes` surviving nodes of `per_node` ranks after losing
+// `lost` (parallel/elastic.h), what changed and why, the overrides that make it, and the new layout as a plan shows
+// it; --json: one object {"overrides", "world", "idle", "notes"} for jobs/train.sbatch.
+int print_replan(const Config& c, int nodes, int per_node, const std::vector<int>& lost, bool json) {
+  if (nodes < 1 || per_node < 1)
+    throw Error("plan --replan needs --nodes (the surviving nodes) and --ranks-per-node, both at least 1", true);
+  const parallel::Replan r = parallel::replan(c, nodes, per_node, lost);
+  if (json) {
+    const nlohmann::ordered_json j = {{"overrides", r.overrides}, {"world", r.world}, {"idle", r.idle},
+                                      {"notes", r.notes}};
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  for (const std::string& n : r.notes) say("%s", n.c_str());
+  say("overrides:");
+  for (const std::string& o : r.overrides) say("  %s", o.c_str());
+  say("%s", "");
+  print_layout(r.config, r.world, false, nullptr);
+  return 0;
+}
+
 }  // namespace
 
 int plan_main(const std::vector<std::string>& args) {
   po::options_description own("plan", kHelpWidth);
   bool modules = false;
   int world = 0, nodes = 0, per_node = 0;
-  bool json = false, predict = false;
+  bool json = false, predict = false, replan = false;
   std::string machine_file;
   int top = 5;
+  std::vector<int> lost;
   own.add_options()("modules", po::bool_switch(&modules), "list the model's modules with parameters and FLOPs")(
       "json", po::bool_switch(&json), "the layout's memory as one JSON object per stage (for tools/)")(
       "world", po::value(&world),
@@ -272,13 +295,20 @@ int plan_main(const std::vector<std::string>& args) {
       "tokens/s; with --predict, predict the deck's own layout")(
       "predict", po::bool_switch(&predict),
       "with --machine: the step time, tokens/s, MFU and split of the deck's layout")(
-      "top", po::value(&top), "with --machine --nodes: how many of the best layouts to print (5)");
+      "top", po::value(&top), "with --machine --nodes: how many of the best layouts to print (5)")(
+      "replan", po::bool_switch(&replan),
+      "the layout the job re-forms on --nodes surviving nodes of --ranks-per-node ranks after a failure, with the "
+      "overrides that make it (docs/CLUSTER.md)")(
+      "lost-node", po::value(&lost),
+      "(repeatable, with --replan) a lost node's index among the job's nodes, 0-based in rank order; default: its "
+      "last nodes");
   Config cfg;
   po::variables_map vm;
   if (!parse_config(args, "plan", cfg, &own, &vm)) return 0;
   YUAN_CHECK(cfg.model.n_layer > 0 && cfg.model.n_embd > 0, "plan: the deck gives no model (model.n_layer, "
              "model.n_embd, ...); usage: yuanlm plan DECK [--modules] [--world N] [--nodes N] [--ranks-per-node G] "
-             "[--machine FILE [--predict] [--top K]] [--json]");
+             "[--machine FILE [--predict] [--top K]] [--replan [--lost-node K]] [--json]");
+  if (replan) return print_replan(cfg, nodes, per_node, lost, json);
   const bool by_nodes = vm.count("nodes") + vm.count("ranks-per-node") > 0;
   if (top < 1) throw Error(strf("plan: --top %d must be at least 1", top), true);
   YUAN_CHECK(!predict || !machine_file.empty(), "plan: --predict needs --machine FILE");

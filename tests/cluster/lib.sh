@@ -19,6 +19,7 @@
 #   node_kill K              node death: every process in node K killed (SIGKILL), its interface and namespace
 #                            removed: it can be neither reached nor launched on
 #   node_partition K / node_heal K   node K's link down (its processes live on) / up again
+#   node_replace K           a fresh node K in place of a killed one
 #   node_pids K              the PIDs of the processes in node K
 #   cluster_down             ends every process in the nodes and removes everything cluster_up made
 #   cluster_slurm_up         SLURM across the nodes: slurmctld on node1, a slurmd on every node, one munged;
@@ -103,28 +104,44 @@ cluster_claim() {
 
 # cluster_make N: the bridge and N nodes of the claimed slot; prints why and returns 1 when the kernel refuses.
 cluster_make() {
-  local n=$1 k ns veth br=${YUANLM_CLUSTER}br hosts
+  local n=$1 k br=${YUANLM_CLUSTER}br
   ip link add "$br" type bridge 2>/dev/null || { echo "cannot create a bridge (ip link add $br type bridge)"; return 1; }
   ip link set "$br" up || return 1
-  hosts=$(printf '127.0.0.1 localhost\n'; for k in $(seq "$n"); do echo "$(cluster_node_addr "$k") node$k"; done)
-  for k in $(seq "$n"); do
-    ns=$(cluster_netns "$k") veth=$(cluster_veth "$k")
-    ip netns add "$ns" 2>/dev/null || { echo "cannot create a network namespace (ip netns add $ns)"; return 1; }
-    ip link add "$veth" type veth peer name eth0 netns "$ns" 2>/dev/null ||
-      { echo "cannot create a veth pair into $ns"; return 1; }
-    ip link set "$veth" master "$br" && ip link set "$veth" up || return 1
-    ip -n "$ns" addr add "$(cluster_node_addr "$k")/24" dev eth0 && ip -n "$ns" link set eth0 up &&
-      ip -n "$ns" link set lo up || return 1
-    mkdir -p "/etc/netns/$ns"
-    echo "$hosts" >"/etc/netns/$ns/hosts"
-  done
+  for k in $(seq "$n"); do node_make "$k" "$n" || return 1; done
   # The nodes see one another (the bridge forwards once its ports have left the listening state).
+  node_joined "$n"
+}
+
+# node_make K N: node K of a cluster of N on the bridge (its namespace, link, address and hosts file); prints why
+# and returns 1 when the kernel refuses.
+node_make() {
+  local k=$1 n=$2 ns veth hosts j
+  ns=$(cluster_netns "$k") veth=$(cluster_veth "$k")
+  hosts=$(printf '127.0.0.1 localhost\n'; for j in $(seq "$n"); do echo "$(cluster_node_addr "$j") node$j"; done)
+  ip netns add "$ns" 2>/dev/null || { echo "cannot create a network namespace (ip netns add $ns)"; return 1; }
+  ip link add "$veth" type veth peer name eth0 netns "$ns" 2>/dev/null ||
+    { echo "cannot create a veth pair into $ns"; return 1; }
+  ip link set "$veth" master "${YUANLM_CLUSTER}br" && ip link set "$veth" up || return 1
+  ip -n "$ns" addr add "$(cluster_node_addr "$k")/24" dev eth0 && ip -n "$ns" link set eth0 up &&
+    ip -n "$ns" link set lo up || return 1
+  mkdir -p "/etc/netns/$ns"
+  echo "$hosts" >"/etc/netns/$ns/hosts"
+}
+
+# node_joined K: node K reaches node 1 within 2 s (else says so, status 1).
+node_joined() {
   for _ in $(seq 20); do
-    node_reaches "$n" 1 && return 0
+    node_reaches "$1" 1 && return 0
     sleep 0.1
   done
-  echo "node$n cannot reach node1 over the bridge"
+  echo "node$1 cannot reach node1 over the bridge"
   return 1
+}
+
+# node_replace K: a fresh node K in place of a killed one (a repaired or spare machine), joined to the cluster.
+node_replace() {
+  local why
+  why=$(node_make "$1" "$CLUSTER_NODES" && node_joined "$1") || { echo "cluster: node$1: $why" >&2; return 1; }
 }
 
 cluster_up() {

@@ -12,7 +12,8 @@ cluster_up 2
 cluster_slurm_up
 make_corpus "$WORK/corpus" 2 4000 64
 mkdir -p "$WORK/logs"
-id=$(slurm_client env YUANLM_HOME="$PWD" sbatch --parsable --chdir="$WORK" --job-name=cut --nodes=2 \
+# ELASTIC=0: the failure itself is under test here, not the relaunch on the survivors (test_elastic_slurm.sh).
+id=$(slurm_client env YUANLM_HOME="$PWD" ELASTIC=0 sbatch --parsable --chdir="$WORK" --job-name=cut --nodes=2 \
   --ntasks-per-node=2 --cpus-per-task=1 --time=5 jobs/train.sbatch "$PWD/input/tiny.ini" "${TINY[@]}" \
   --data.train="$WORK/corpus/*.h5" --data.val= --train.global_batch=8 --train.micro_batch=2 --train.steps=100000 \
   --train.log_every=1 --ckpt.every=0 --dist.timeout_s="$TIMEOUT")

@@ -1,0 +1,297 @@
+#include "parallel/elastic.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <set>
+
+#include "parallel/layout.h"
+#include "parallel/nodes.h"
+#include "util/error.h"
+
+namespace yuan::parallel {
+namespace {
+
+[[noreturn]] void fail(const std::string& msg) { throw Error("replan: " + msg, true); }
+
+int largest_divisor_at_most(int n, int cap) {
+  for (int d = std::min(n, cap); d > 1; d--)
+    if (n % d == 0) return d;
+  return 1;
+}
+
+std::string join(const std::vector<std::string>& parts, const char* sep) {
+  std::string out;
+  for (const std::string& p : parts) out += (out.empty() ? "" : sep) + p;
+  return out;
+}
+
+std::string ranks_text(int first, int count) {
+  return count == 1 ? strf("rank %d", first) : strf("ranks %d-%d", first, first + count - 1);
+}
+
+// A micro-batch's modelled time through a pipeline: the FLOPs per token of its slowest stage, which sets the pace
+// of every other stage once the pipeline is full.
+double pace(const std::vector<double>& flops, const std::vector<ModuleRange>& stages) {
+  double worst = 0;
+  for (const ModuleRange& s : stages) {
+    double cost = 0;
+    for (int m = s.first; m < s.end; m++) cost += flops[m];
+    worst = std::max(worst, cost);
+  }
+  return worst;
+}
+
+// Micro-batches per template (in the order of `names`) for pipelines that run `counts[t]` copies of template t of
+// `stages[t]` stages at `paces[t]`, summing to `total`, that minimise the modelled step time, the slowest pipeline's
+// (m + stages - 1) x pace (its bubble counted). Empty when no assignment of at least one each sums to `total`.
+std::vector<int> share_micro_batches(const std::vector<int>& counts, const std::vector<int>& stages,
+                                     const std::vector<double>& paces, int total) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const size_t T = counts.size();
+  // best[s]: the smallest step time of the templates so far running s micro-batches; pick[t][s]: template t's share.
+  std::vector<double> best(total + 1, inf);
+  std::vector<std::vector<int>> pick(T, std::vector<int>(total + 1, 0));
+  best[0] = 0;
+  for (size_t t = 0; t < T; t++) {
+    std::vector<double> next(total + 1, inf);
+    for (int s = 0; s <= total; s++) {
+      if (best[s] == inf) continue;
+      for (int m = 1; s + counts[t] * m <= total; m++) {
+        const double v = std::max(best[s], (m + stages[t] - 1) * paces[t]);
+        if (v < next[s + counts[t] * m]) next[s + counts[t] * m] = v, pick[t][s + counts[t] * m] = m;
+      }
+    }
+    best = std::move(next);
+  }
+  if (best[total] == inf) return {};
+  std::vector<int> out(T);
+  for (size_t t = T, s = static_cast<size_t>(total); t-- > 0;) {
+    out[t] = pick[t][s];
+    s -= static_cast<size_t>(counts[t] * out[t]);
+  }
+  return out;
+}
+
+// The largest micro-batch count the sharing is tried with: the dynamic programme is quadratic in it.
+constexpr int kMaxMicroBatches = 1 << 14;
+
+struct Slot {
+  std::string name;                 // its template
+  std::vector<ModuleRange> stages;  // empty: dropped
+};
+
+struct Shared {
+  int micro_batch = 0;
+  std::vector<std::string> names;  // the templates used, in order of first use
+  std::vector<int> micro;          // by template in `names`
+};
+
+// The micro-batches of the global batch over `pipelines` (none dropped): train.micro_batch kept where an exact
+// sharing exists, else the largest divisor of the global batch below it with one; {0} when none does.
+Shared share(const Config& c, const std::vector<Slot>& pipelines, const std::vector<double>& flops) {
+  Shared out;
+  std::vector<int> counts, stages;
+  std::vector<double> paces;
+  for (const Slot& p : pipelines) {
+    const auto at = std::find(out.names.begin(), out.names.end(), p.name);
+    if (at != out.names.end()) {
+      counts[at - out.names.begin()]++;
+      continue;
+    }
+    out.names.push_back(p.name);
+    counts.push_back(1);
+    stages.push_back(static_cast<int>(p.stages.size()));
+    paces.push_back(pace(flops, p.stages));
+  }
+  const int batch = c.train.global_batch;
+  for (int mb = std::min(c.train.micro_batch, batch); mb >= 1; mb--) {
+    if (batch % mb != 0 || batch / mb > kMaxMicroBatches) continue;
+    out.micro = share_micro_batches(counts, stages, paces, batch / mb);
+    if (!out.micro.empty()) {
+      out.micro_batch = mb;
+      return out;
+    }
+  }
+  return {};
+}
+
+std::string template_text(const GPTConfig& model, const Slot& t) {
+  std::vector<std::string> stages;
+  for (const ModuleRange& s : t.stages) stages.push_back(range_name(model, s));
+  return t.name + ": " + join(stages, " | ");
+}
+
+void data_parallel(const Config& c, int ranks, Replan* r) {
+  const int tp = c.parallel.tp_size, batch = c.train.global_batch;
+  const int replicas = largest_divisor_at_most(batch, ranks / tp);
+  const int mb = largest_divisor_at_most(batch / replicas, c.train.micro_batch);
+  r->world = replicas * tp;
+  r->idle = ranks - r->world;
+  r->config.train.micro_batch = mb;
+  r->overrides.push_back(strf("--train.micro_batch=%d", mb));
+  r->notes.push_back(strf("data parallelism: %d replica%s%s on %d ranks, micro-batch %d%s, %d per step each: global "
+                          "batch %d kept", replicas, replicas == 1 ? "" : "s",
+                          tp == 1 ? "" : strf(" of tp %d", tp).c_str(), r->world, mb,
+                          mb == c.train.micro_batch ? "" : strf(" (was %d)", c.train.micro_batch).c_str(),
+                          batch / replicas / mb, batch));
+  if (r->idle > 0)
+    r->notes.push_back(strf("%d rank%s left idle: train.global_batch %d does not divide over more than %d replicas "
+                            "of the %d the survivors hold", r->idle, r->idle == 1 ? "" : "s", batch, replicas,
+                            ranks / tp));
+}
+
+void pipelines(const Config& c, int nodes, int per_node, std::vector<int> lost, Replan* r) {
+  const int tp = c.parallel.tp_size;
+  const Topology old = make_topology(c, layout_ranks(c));
+  if (lost.empty() && old.world_size() > nodes * per_node) {
+    // Not told which went: the job's last nodes.
+    const int had = (old.world_size() + per_node - 1) / per_node;
+    for (int n = nodes; n < had; n++) lost.push_back(n);
+  }
+  const int had = nodes + static_cast<int>(lost.size());
+  if (old.world_size() > had * per_node)
+    fail(strf("the job's pipelines take %d ranks, more than the %d nodes x %d ranks it ran on (%d surviving + %zu "
+              "lost)", old.world_size(), had, per_node, nodes, lost.size()));
+  const NodeMap map = NodeMap::blocks(had, per_node);
+  const std::set<int> gone(lost.begin(), lost.end());
+  const std::vector<double> flops = module_flops(c.model);
+
+  std::map<std::string, Slot> declared;  // the deck's templates by name, the last given winning
+  std::vector<std::string> order;
+  for (const std::string& text : c.parallel.templates) {
+    PipelineTemplate t = parse_template(text, c.model);
+    if (!declared.count(t.name)) order.push_back(t.name);
+    declared[t.name] = {t.name, t.stages};
+  }
+
+  // Pipelines not hit keep their template; the ranks they leave over are the pool the hit ones are rebuilt from.
+  std::vector<Slot> slots;
+  std::vector<bool> hit;
+  int pool = nodes * per_node;
+  for (size_t p = 0; p < old.pipelines().size(); p++) {
+    const Pipeline& pl = old.pipelines()[p];
+    const int first = old.rank_of({static_cast<int>(p), 0, 0}), size = static_cast<int>(pl.stages.size()) * tp;
+    bool h = false;
+    for (int rank = first; rank < first + size; rank++) h = h || gone.count(map.node[rank]);
+    hit.push_back(h);
+    slots.push_back({pl.name, pl.stages});
+    if (!h) pool -= size;
+  }
+  for (size_t p = 0; p < slots.size(); p++) {
+    if (!hit[p]) continue;
+    const int first = old.rank_of({static_cast<int>(p), 0, 0}), had_stages = static_cast<int>(slots[p].stages.size());
+    const std::string what = strf("pipeline %zu (%s, %s)", p, slots[p].name.c_str(),
+                                  ranks_text(first, had_stages * tp).c_str());
+    // The most stages, fewer than it had, that the pool holds: the deck's template of that depth, else auto:K; a
+    // one-stage pipeline (a data-parallel replica) again as it was, on ranks left idle before.
+    Slot rebuilt;
+    if (had_stages == 1 && tp <= pool) rebuilt = slots[p];
+    for (int k = std::min(had_stages - 1, pool / tp); k >= 1 && rebuilt.stages.empty(); k--) {
+      for (const std::string& name : order)
+        if (static_cast<int>(declared[name].stages.size()) == k) {
+          rebuilt = declared[name];
+          break;
+        }
+      if (!rebuilt.stages.empty()) break;
+      rebuilt.name = strf("auto%d", k);
+      while (declared.count(rebuilt.name) && declared[rebuilt.name].stages.size() != static_cast<size_t>(k))
+        rebuilt.name += "x";
+      rebuilt.stages = balance(flops, k, block_module(0));
+    }
+    if (rebuilt.stages.empty()) {
+      r->notes.push_back(strf("%s had ranks on a lost node: dropped (%d rank%s left for it, a stage takes parallel.tp_size %d)",
+                              what.c_str(), pool, pool == 1 ? "" : "s", tp));
+      slots[p].stages.clear();
+      continue;
+    }
+    pool -= static_cast<int>(rebuilt.stages.size()) * tp;
+    r->notes.push_back(strf("%s had ranks on a lost node: re-formed from template %s (%zu stage%s)", what.c_str(),
+                            rebuilt.name.c_str(), rebuilt.stages.size(), rebuilt.stages.size() == 1 ? "" : "s"));
+    slots[p] = rebuilt;
+  }
+  // At least one pipeline is left: with every one hit, the pool is all the survivors' ranks, tp_size or more.
+  slots.erase(std::remove_if(slots.begin(), slots.end(), [](const Slot& s) { return s.stages.empty(); }),
+              slots.end());
+
+  // The global batch over the pipelines; where no exact sharing exists, the last pipeline goes idle, and so on.
+  Shared shared = share(c, slots, flops);
+  while (shared.micro.empty() && slots.size() > 1) {
+    r->notes.push_back(strf("pipeline (%s) dropped: train.global_batch %d does not share over the pipelines with it",
+                            slots.back().name.c_str(), c.train.global_batch));
+    slots.pop_back();
+    shared = share(c, slots, flops);
+  }
+  YUAN_CHECK(!shared.micro.empty(), "replan: no sharing of global batch %d over one pipeline", c.train.global_batch);
+
+  std::vector<std::string> texts, names, micro;
+  for (size_t t = 0; t < shared.names.size(); t++) {
+    const Slot& s = *std::find_if(slots.begin(), slots.end(), [&](const Slot& x) { return x.name == shared.names[t]; });
+    texts.push_back(template_text(c.model, s));
+    micro.push_back(strf("%s:%d", s.name.c_str(), shared.micro[t]));
+  }
+  r->world = 0;
+  for (const Slot& s : slots) {
+    names.push_back(s.name);
+    r->world += static_cast<int>(s.stages.size()) * tp;
+  }
+  r->idle = nodes * per_node - r->world;
+  Config& n = r->config;
+  n.train.micro_batch = shared.micro_batch;
+  n.parallel.templates = texts;
+  n.parallel.pipelines = join(names, ",");
+  n.parallel.microbatches = join(micro, ",");
+  r->overrides.push_back(strf("--train.micro_batch=%d", shared.micro_batch));
+  for (const std::string& t : texts) r->overrides.push_back("--parallel.template=" + t);
+  r->overrides.push_back("--parallel.pipelines=" + n.parallel.pipelines);
+  r->overrides.push_back("--parallel.microbatches=" + n.parallel.microbatches);
+  r->notes.push_back(strf("pipelines %s on %d ranks, micro-batches %s of %d sequences%s (shared by modelled "
+                          "throughput): global batch %d kept", n.parallel.pipelines.c_str(), r->world,
+                          n.parallel.microbatches.c_str(), shared.micro_batch,
+                          shared.micro_batch == c.train.micro_batch ? ""
+                                                                    : strf(" (was %d)", c.train.micro_batch).c_str(),
+                          c.train.global_batch));
+  if (r->idle > 0)
+    r->notes.push_back(strf("%d rank%s left idle: no pipeline takes them", r->idle, r->idle == 1 ? "" : "s"));
+}
+
+}  // namespace
+
+Replan replan(const Config& c, int nodes, int ranks_per_node, const std::vector<int>& lost_nodes,
+              const FitCheck& fits) {
+  if (nodes < 1) fail("no node survived");
+  if (ranks_per_node < 1) fail(strf("%d ranks per node", ranks_per_node));
+  const int tp = c.parallel.tp_size;
+  if (tp < 1) fail(strf("parallel.tp_size must be at least 1 (got %d)", tp));
+  if (ranks_per_node % tp != 0)
+    fail(strf("parallel.tp_size = %d does not divide the %d ranks per node: tensor groups must stay inside a node",
+              tp, ranks_per_node));
+  const int had = nodes + static_cast<int>(lost_nodes.size());
+  std::vector<std::string> gone;
+  for (int n : lost_nodes) {
+    if (n < 0 || n >= had)
+      fail(strf("lost node %d is not one of the job's %d nodes (0 to %d)", n, had, had - 1));
+    gone.push_back(strf("%d", n));
+  }
+  if (std::set<int>(lost_nodes.begin(), lost_nodes.end()).size() != lost_nodes.size())
+    fail(strf("lost node named twice in %s", join(gone, ",").c_str()));
+  Replan r;
+  r.config = c;
+  r.notes.push_back(strf("replan: %d node%s of %d rank%s survive%s%s: %d ranks", nodes, nodes == 1 ? "" : "s",
+                         ranks_per_node, ranks_per_node == 1 ? "" : "s", nodes == 1 ? "s" : "",
+                         gone.empty() ? "" : strf(" (lost: node %s of %d)", join(gone, ", ").c_str(), had).c_str(),
+                         nodes * ranks_per_node));
+  if (layout_ranks(c) == 0) data_parallel(c, nodes * ranks_per_node, &r);
+  else pipelines(c, nodes, ranks_per_node, lost_nodes, &r);
+  // The overrides make a job every rank accepts: the checks of a run, on the new world.
+  validate(r.config, r.world);
+  if (fits) {
+    const std::string why = fits(r.config, r.world);
+    if (!why.empty())
+      fail(strf("the %d surviving node%s cannot hold the job on %d ranks: %s", nodes, nodes == 1 ? "" : "s", r.world,
+                why.c_str()));
+  }
+  return r;
+}
+
+}  // namespace yuan::parallel
