@@ -359,6 +359,23 @@ TEST(PlannerPredict, CudaKernelInputs) {
   EXPECT_LT(predict(c, 1, 1, streaming).split.compute, base.split.compute);
 }
 
+TEST(PlannerPredict, ZeroTwoSumsEveryMicroBatchOnTheHost) {
+  // At zero 2 with overlap every micro-batch's reduced part lands on the host and is added into the gradient (12
+  // bytes per shard element at host_mem_bw) beside the step's AdamW (28 + 2 bytes per element on cuda); PCIe aside,
+  // 4 micro-batches add 3 x 12 bytes to the 1 micro-batch's 30. Zero 1 reduces once per step: no change.
+  Machine m = parse_machine(kMachine, "m.ini");
+  m.pcie_bw = 1e30;
+  for (int zero : {1, 2}) {
+    Config c = tiny_deck();
+    c.train.device = "cuda";
+    c.optim.zero = zero;
+    const double one = predict(c, 2, 2, m).split.optimizer;
+    c.train.micro_batch = 2;
+    const double four = predict(c, 2, 2, m).split.optimizer;
+    EXPECT_NEAR((four - one) / one, zero == 2 ? 36.0 / 30 : 0, 1e-9) << "zero " << zero;
+  }
+}
+
 // The published anchors the shipped machine files are held to (issue 26). Each check is of the model's inputs
 // (machine files, kernel counts, FLOP and byte counts): a change that moves a prediction past the band should
 // be explained by a source, not by tuning a number to the anchor. The bands and what they leave out:

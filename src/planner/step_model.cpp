@@ -237,9 +237,18 @@ After after_schedule(const Config& c, const parallel::Topology& topo, int rank, 
   // The host AdamW over the shard (every parameter the rank holds at zero 0), then on cuda the transfers: its
   // gradients down, its weights up as bf16 for the gathers.
   double optimizer = shard * (kAdamReadWrite + r.weight) / r.host_bw;
-  if (!r.cpu) optimizer += shard * (4 + r.weight) / pcie_bw;
-  // The delayed update runs step t's AdamW beside step t+1's passes.
-  a.optimizer = c.optim.delayed_update ? std::max(0.0, optimizer - schedule_s) : optimizer;
+  if (!r.cpu) optimizer += shard * r.weight / pcie_bw;
+  // The gradients go down once after the step's reductions, or (zero 2 and 3 with overlap) every micro-batch
+  // beside its backward, each later micro-batch's part then added into the host gradient on the rank's thread
+  // (HostGradient::end_micro_batch: two reads and a write of the shard in fp32).
+  const bool per_micro = c.optim.zero >= 2 && overlap;
+  const double download = r.cpu ? 0 : shard * 4 / pcie_bw;
+  optimizer += per_micro ? 0 : download;
+  const double accumulate = per_micro ? m * std::max(download - backward_compute, 0.0) +
+                                            (m - 1) * shard * 3 * 4 / r.host_bw
+                                      : 0;
+  // The delayed update runs step t's AdamW beside step t+1's passes; the accumulation is part of the passes.
+  a.optimizer = (c.optim.delayed_update ? std::max(0.0, optimizer - schedule_s) : optimizer) + accumulate;
   return a;
 }
 

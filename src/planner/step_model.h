@@ -17,7 +17,8 @@
 //   after     the data groups' gradient reductions and weight gathers (hidden behind backward on cuda where the
 //             optimizer overlaps, exposed on the cpu backend, whose collectives block the rank's only thread),
 //             ZeRO-3's per-module gathers (prefetched behind compute on cuda), the host AdamW at host_mem_bw and
-//             the offload transfers at pcie_bw (behind the next step with optim.delayed_update)
+//             the offload transfers at pcie_bw (behind the next step with optim.delayed_update); at zero 2 and 3
+//             the gradients go down every micro-batch and are summed on the host (at host_mem_bw)
 #pragma once
 #include <string>
 #include <vector>
