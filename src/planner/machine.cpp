@@ -25,6 +25,7 @@ struct Key {
   std::string Machine::*text = nullptr;  // Text, Kind
   bool positive = true;                  // Number: > 0 (else >= 0)
   bool fraction = false;                 // Number: also <= 1
+  bool cuda_only = false;                // may be left out of a cpu machine (it keeps Machine's default)
 };
 
 const std::vector<Key>& keys() {
@@ -36,6 +37,10 @@ const std::vector<Key>& keys() {
       {"device", "gemm_efficiency", Key::Number, &Machine::gemm_efficiency, nullptr, nullptr, true, true},
       {"device", "gemm_half_flops", Key::Number, &Machine::gemm_half_flops},
       {"device", "mem_bw", Key::Number, &Machine::mem_bw},
+      {"device", "attention_efficiency", Key::Number, &Machine::attention_efficiency, nullptr, nullptr, true, true,
+       true},
+      {"device", "mem_efficiency", Key::Number, &Machine::mem_efficiency, nullptr, nullptr, true, true, true},
+      {"device", "launch_s", Key::Number, &Machine::launch_s, nullptr, nullptr, false, false, true},
       {"device", "mem_bytes", Key::Number, &Machine::mem_bytes, nullptr, nullptr, false},
       {"device", "pcie_bw", Key::Number, &Machine::pcie_bw, nullptr, nullptr, false},
       {"host", "mem_bytes", Key::Number, &Machine::host_mem_bytes},
@@ -143,7 +148,8 @@ Machine parse_machine(const std::string& text, const std::string& file, MachineS
     }
   }
   std::vector<std::string> all;
-  for (const Key& k : keys()) all.push_back(std::string(k.section) + "." + k.name);
+  for (const Key& k : keys())
+    if (!k.cuda_only || !m.cpu()) all.push_back(std::string(k.section) + "." + k.name);
   for (const LinkKey& l : kLinks)
     for (const char* n : {"latency_s", "bandwidth"}) all.push_back(std::string(l.section) + "." + n);
   for (const std::string& k : all) YUAN_CHECK(seen.count(k), "%s: key '%s' missing", file.c_str(), k.c_str());
@@ -179,6 +185,8 @@ std::string machine_text(const Machine& m, const MachineSources& sources) {
     out += strf("%-16s = %s%s\n", name.c_str(), value.c_str(), comment.c_str());
   };
   for (const Key& k : keys()) {
+    // A cpu machine that did not give the key (no source for it) keeps the neutral value parse_machine gives.
+    if (k.cuda_only && m.cpu() && !sources.count(std::string(k.section) + "." + k.name)) continue;
     switch (k.type) {
       case Key::Text:
       case Key::Kind: line(k.section, k.name, m.*k.text, false); break;

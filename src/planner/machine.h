@@ -8,7 +8,10 @@
 // or
 //   mem_bw = 9.1e9        # measured: STREAM-like triad, 2 ranks, 2026-11-25, host ci-vm
 // so that a prediction can always be traced to a datasheet or a measurement. Every key must be given once;
-// unknown, repeated, malformed or unsourced keys are errors naming the file, the line and the key.
+// unknown, repeated, malformed or unsourced keys are errors naming the file, the line and the key. Three [device]
+// keys describe what the cuda backend's own kernels reach (attention_efficiency, mem_efficiency, launch_s): a cuda
+// machine must give them; a cpu machine may leave them out (its rates are measured on the cpu backend's own ops,
+// and it launches nothing), and then takes the neutral values below.
 #pragma once
 #include <map>
 #include <string>
@@ -29,6 +32,9 @@ struct Machine {
   double gemm_efficiency = 0;    // [device] fraction of peak_flops large GEMMs reach
   double gemm_half_flops = 0;    // [device] FLOPs of a GEMM that reaches half that rate (smaller ones fall off)
   double mem_bw = 0;             // [device] bytes/s for memory-bound ops per device; cpu: the node's
+  double attention_efficiency = 1;  // [device] fraction of peak_flops the flash attention kernels reach (cuda)
+  double mem_efficiency = 1;     // [device] fraction of mem_bw streaming kernels reach
+  double launch_s = 0;           // [device] the device's idle time per kernel, launched back to back on a stream
   double mem_bytes = 0;          // [device] bytes per device (cpu: 0, host memory is the limit)
   double pcie_bw = 0;            // [device] host<->device bytes/s per device (cpu: 0)
   double host_mem_bytes = 0;     // [host] mem_bytes: per node

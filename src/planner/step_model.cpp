@@ -92,9 +92,11 @@ constexpr double kAdamReadWrite = 4 * 4 + 3 * 4;
 
 // One rank's share of its node's machine: what its ops run at.
 struct Rates {
-  double gemm = 0;     // FLOP/s large GEMMs reach
-  double half = 0;     // gemm_half_flops
-  double mem_bw = 0;   // bytes/s of memory-bound ops
+  double gemm = 0;       // FLOP/s large GEMMs reach
+  double half = 0;       // gemm_half_flops
+  double attention = 0;  // FLOP/s the flash attention kernels reach (cuda)
+  double mem_bw = 0;     // bytes/s of memory-bound ops
+  double launch = 0;     // seconds the device idles per kernel
   double host_bw = 0;  // bytes/s of the host AdamW
   double act = 4;      // bytes of an activation element
   double weight = 4;   // bytes of a working-weight element
@@ -105,6 +107,12 @@ struct Rates {
 // A GEMM of `flops` reaches gemm x flops / (flops + half): its time is (flops + half) / gemm.
 double gemm_s(const Rates& r, double flops, double count = 1) { return count * (flops + r.half) / r.gemm; }
 double mem_s(const Rates& r, double bytes) { return bytes / r.mem_bw; }
+
+// Kernels the cuda backend launches per block (src/program/program.cpp's block passes, cuda/*.cu): forward
+// layernorm, qkv, attention, projection (residual fused), layernorm, fc (GELU fused), fc projection; backward the
+// four matmul_backwards (input-gradient GEMM, weight-gradient GEMM, the bias gradient's scratch add), attention's
+// three (delta, kv, q) and two layernorm backwards.
+constexpr double kBlockKernelsForward = 7, kBlockKernelsBackward = 4 * 3 + 3 + 2;
 
 // The links the job's groups run on (group_link), for the job's placement.
 struct Links {
@@ -146,16 +154,21 @@ StageTimes stage_times(const GPTConfig& g, const ModuleRange& range, int B, bool
         attention_b = gemm_s(r, per_head, 2 * B * heads);
         softmax = B * heads * S * S * 4 * 2;
       } else {
-        // cuda/attention.cu: flash-style, causal; backward recomputes the scores and their gradient twice.
+        // cuda/attention.cu: flash-style, causal, at the rate FlashAttention-2-class kernels reach (not the GEMM
+        // rate: softmax, masking and the small tiles' mma.sync keep them further from peak). Forward runs two
+        // GEMM-like products (S = Q K^T, O = P V); backward seven, because its kv and q kernels each recompute S
+        // and dP (kv: S, dP, dV, dK; q: S, dP, dQ).
         const double causal = 2 * N * S * C / tp;
-        attention_f = gemm_s(r, causal);
-        attention_b = gemm_s(r, 2.5 * causal);
+        attention_f = causal / r.attention;
+        attention_b = 3.5 * causal / r.attention;
       }
       const double memory_f = mem_s(r, 2 * 2 * N * C * e + 2 * 3 * N * C * e + 2 * N * 4 * C / tp * e + softmax);
-      const PassTimes forward{gemms + attention_f + memory_f, tp > 1 ? 2 * tp_all_reduce(N * C * e) : 0};
+      const double launch_f = kBlockKernelsForward * r.launch, launch_b = kBlockKernelsBackward * r.launch;
+      const PassTimes forward{gemms + attention_f + memory_f + launch_f,
+                              tp > 1 ? 2 * tp_all_reduce(N * C * e) : 0};
       t.forward.compute += forward.compute;
       t.forward.comm += forward.comm;
-      t.backward.compute += 2 * gemms + attention_b + 2 * memory_f + (recompute ? forward.compute : 0);
+      t.backward.compute += 2 * gemms + attention_b + 2 * memory_f + launch_b + (recompute ? forward.compute : 0);
       t.backward.comm += forward.comm + (recompute ? forward.comm : 0);
     }
   }
@@ -224,9 +237,18 @@ After after_schedule(const Config& c, const parallel::Topology& topo, int rank, 
   // The host AdamW over the shard (every parameter the rank holds at zero 0), then on cuda the transfers: its
   // gradients down, its weights up as bf16 for the gathers.
   double optimizer = shard * (kAdamReadWrite + r.weight) / r.host_bw;
-  if (!r.cpu) optimizer += shard * (4 + r.weight) / pcie_bw;
-  // The delayed update runs step t's AdamW beside step t+1's passes.
-  a.optimizer = c.optim.delayed_update ? std::max(0.0, optimizer - schedule_s) : optimizer;
+  if (!r.cpu) optimizer += shard * r.weight / pcie_bw;
+  // The gradients go down once after the step's reductions, or (zero 2 and 3 with overlap) every micro-batch
+  // beside its backward, each later micro-batch's part then added into the host gradient on the rank's thread
+  // (HostGradient::end_micro_batch: two reads and a write of the shard in fp32).
+  const bool per_micro = c.optim.zero >= 2 && overlap;
+  const double download = r.cpu ? 0 : shard * 4 / pcie_bw;
+  optimizer += per_micro ? 0 : download;
+  const double accumulate = per_micro ? m * std::max(download - backward_compute, 0.0) +
+                                            (m - 1) * shard * 3 * 4 / r.host_bw
+                                      : 0;
+  // The delayed update runs step t's AdamW beside step t+1's passes; the accumulation is part of the passes.
+  a.optimizer = (c.optim.delayed_update ? std::max(0.0, optimizer - schedule_s) : optimizer) + accumulate;
   return a;
 }
 
@@ -253,7 +275,9 @@ Prediction predict(const Config& c, int world, int ranks_per_node, const Machine
   const double share = m.cpu() ? on_node : 1;  // a cpu node's ranks share its cores and memory
   r.gemm = m.peak_flops * m.gemm_efficiency / share;
   r.half = m.gemm_half_flops;
-  r.mem_bw = m.mem_bw / share;
+  r.attention = m.peak_flops * m.attention_efficiency / share;
+  r.mem_bw = m.mem_bw * m.mem_efficiency / share;
+  r.launch = m.launch_s;
   r.host_bw = m.host_mem_bw / on_node;
   r.act = static_cast<double>(dtype_size(tensor_formats(device).activations));
   r.weights = tensor_formats(device).weights;

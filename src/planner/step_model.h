@@ -1,10 +1,13 @@
 // The step-time model: how long one optimizer step of a deck's layout takes on a machine (planner/machine.h),
 // built from the same per-rank derivation the trainer allocates by (train/memory_plan.h plan_rank): each stage's
 // modules, tensor part, micro-batch, recompute, module groups and ZeRO shards.
-//   compute   per op from its FLOPs and bytes: GEMMs at the rate their size reaches (gemm_efficiency x peak,
-//             falling off below gemm_half_flops), attention (flash kernel on cuda, causal loops per head on the
-//             cpu backend), memory-bound ops (layernorm, GELU, residuals, softmax, embedding) at mem_bw; on a cpu
-//             node the ranks share the node's rate and bandwidth
+//   compute   per op from its FLOPs and bytes: GEMMs (cuBLASLt on cuda) at the rate their size reaches
+//             (gemm_efficiency x peak, falling off below gemm_half_flops); attention on cuda (this project's own
+//             flash-style kernel, not cuBLAS: assumed to reach what FlashAttention-2 reaches on the device,
+//             attention_efficiency x peak), on the cpu backend causal loops per head at the GEMM rate;
+//             memory-bound ops (layernorm, GELU, residuals, softmax, embedding; this project's own one-pass
+//             kernels, assumed to stream like STREAM's triad) at mem_efficiency x mem_bw; on cuda launch_s of
+//             device idle per kernel a block launches; on a cpu node the ranks share the node's rate and bandwidth
 //   comm      alpha-beta per link class (a group crossing nodes runs at [link.inter], group_link): ring
 //             reduce-scatter and all-gather, ring or tree all-reduce, whichever is faster (as NCCL's tuner and
 //             Open MPI's decision rules choose), send/recv; tensor-parallel all-reduces sit inside each pass,
@@ -14,7 +17,8 @@
 //   after     the data groups' gradient reductions and weight gathers (hidden behind backward on cuda where the
 //             optimizer overlaps, exposed on the cpu backend, whose collectives block the rank's only thread),
 //             ZeRO-3's per-module gathers (prefetched behind compute on cuda), the host AdamW at host_mem_bw and
-//             the offload transfers at pcie_bw (behind the next step with optim.delayed_update)
+//             the offload transfers at pcie_bw (behind the next step with optim.delayed_update); at zero 2 and 3
+//             the gradients go down every micro-batch and are summed on the host (at host_mem_bw)
 #pragma once
 #include <string>
 #include <vector>
