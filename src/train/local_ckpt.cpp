@@ -288,38 +288,45 @@ bool LocalTier::exchange(int64_t step, const std::string& manifest) {
   for (std::vector<float>& s : snapshot_) post_floats(true, s.data(), s.size(), partner_, tag + 2, comm_, reqs);
   std::vector<MPI_Request> sends(reqs.begin() + senders_.size(), reqs.end());
   std::vector<MPI_Request> head_reqs(reqs.begin(), reqs.begin() + senders_.size());
-  if (!wait_until(head_reqs, deadline)) {
+  auto lost_sender = [&] {
     wait_until(sends, 0);  // cancels them
     return fail(strf("a rank it keeps copies of (ranks %s)", parallel::ranks_text(senders_).c_str()));
-  }
+  };
+  if (!wait_until(head_reqs, deadline)) return lost_sender();
   std::vector<std::string> texts(senders_.size());
-  std::vector<std::vector<float>> data(senders_.size());
   std::vector<MPI_Request> recvs;
   for (size_t i = 0; i < senders_.size(); i++) {
     texts[i].resize(heads[i][0]);
-    allocating(heads[i][1] * sizeof(float), "a partner copy", [&] { data[i].resize(heads[i][1]); });
     recvs.emplace_back();
     MPI_CHECK(MPI_Irecv(texts[i].data(), static_cast<int>(texts[i].size()), MPI_CHAR, senders_[i], tag + 1, comm_,
                         &recvs.back()));
-    post_floats(false, data[i].data(), data[i].size(), senders_[i], tag + 2, comm_, recvs);
   }
-  if (!wait_until(recvs, deadline)) {
-    wait_until(sends, 0);
-    return fail(strf("a rank it keeps copies of (ranks %s)", parallel::ranks_text(senders_).c_str()));
-  }
-  if (!wait_until(sends, deadline)) return fail("its partner, " + partner_label_);
+  if (!wait_until(recvs, deadline)) return lost_sender();
+  // The floats come as the sender posted them, one run of messages per saved optimizer (a file of the manifest):
+  // the receives must be cut the same way, or a message would land in a receive sized for another.
+  std::vector<std::vector<float>> data(senders_.size());
+  std::vector<std::vector<const float*>> at(senders_.size());
+  recvs.clear();
   for (size_t i = 0; i < senders_.size(); i++) {
+    allocating(heads[i][1] * sizeof(float), "a partner copy", [&] { data[i].resize(heads[i][1]); });
     const json m = json::parse(texts[i]);
-    std::vector<const float*> at;
     size_t pos = 0;
     for (const json& f : m["files"]) {
-      at.push_back(data[i].data() + pos);
-      pos += 3 * f["count"].get<size_t>();
+      const size_t n = 3 * f["count"].get<size_t>();
+      YUAN_CHECK(pos + n <= data[i].size(),
+                 "local checkpoint %s: rank %d's copy holds %zu values, its manifest lists more",
+                 step_dir_name(step).c_str(), senders_[i], data[i].size());
+      at[i].push_back(data[i].data() + pos);
+      post_floats(false, data[i].data() + pos, n, senders_[i], tag + 2, comm_, recvs);
+      pos += n;
     }
     YUAN_CHECK(pos == data[i].size(), "local checkpoint %s: rank %d's copy holds %zu values, its manifest lists %zu",
                step_dir_name(step).c_str(), senders_[i], data[i].size(), pos);
-    write_copy(dir_ + "/partner/" + step_dir_name(step), rank_dir_name(senders_[i]), texts[i], at, nullptr);
   }
+  if (!wait_until(recvs, deadline)) return lost_sender();
+  if (!wait_until(sends, deadline)) return fail("its partner, " + partner_label_);
+  for (size_t i = 0; i < senders_.size(); i++)
+    write_copy(dir_ + "/partner/" + step_dir_name(step), rank_dir_name(senders_[i]), texts[i], at[i], nullptr);
   return true;
 }
 
@@ -681,7 +688,7 @@ TrainState resume_best_tier(const Config& cfg, const ResumeChoice& fs_choice, Ze
     return st;
   }
   say("resume: from %s, step %lld%s", tier.c_str(), static_cast<long long>(st.step),
-      reached >= 0 ? strf("; %lld steps lost (the previous run logged step %lld)",
+      reached >= 0 ? strf("; steps lost: %lld (the previous run logged step %lld)",
                           static_cast<long long>(std::max<int64_t>(0, reached - st.step)),
                           static_cast<long long>(reached)).c_str()
                    : "");

@@ -3,10 +3,10 @@
 # cluster up): jobs/train.sbatch run across the nodes, nodes killed under it at random steps, and the checks every
 # recovery must pass.
 #
-#   CKPT                        the checkpoint options of every elastic run, in one place: filesystem checkpoints
-#                               every step; the fast tier's are --ckpt.local_every=1 --ckpt.local_dir=$WORK/local/%h
-#                               (kill_at_random removes a killed node's directory); INTERVAL: the most steps a
-#                               failure may lose with them
+#   CKPT                        the checkpoint options of every elastic run, in one place: the fast tier every step
+#                               (--ckpt.local_every=1, a directory per node under $WORK/local: the nodes share one
+#                               file system here, and kill_at_random removes a killed node's directory with it);
+#                               INTERVAL: the most steps a failure may lose with them
 #   elastic_start NAME ARGS...  (the nodes an earlier job lost replaced first) HOSTFILE=... bash jobs/train.sbatch on
 #                               node1 over every node (CLUSTER_RANKS_PER_NODE slots each) through the cluster's rsh
 #                               agent, the tiny model with ARGS into $WORK/NAME, output $WORK/NAME.log; ELASTIC_JOB:
@@ -18,7 +18,7 @@
 #                               elastic_verify NAME ...: after RELAUNCHES relaunches, the last on RANKS ranks over NODES
 #                               nodes (jobs.tsv), its losses and weights equal $WORK/ref's (1e-5), each failure lost at
 #                               most INTERVAL steps; prints the times from each kill to the first new step
-CKPT=(--ckpt.every=1)
+CKPT=(--ckpt.local_every=1 "--ckpt.local_dir=$WORK/local/%h")
 INTERVAL=1
 KILLED=()
 KILL_TIMES=()  # when each node was killed (epoch seconds)

@@ -38,7 +38,7 @@ for copy in node1/step_0000006/rank_00000 node1/partner/step_0000006/rank_00002 
 done
 rm -rf "$SHM/node2"
 train 4 "$WORK/a" "${args[@]}" >"$WORK/log" 2>&1 || { cat "$WORK/log"; exit 1; }
-expect "resume: from node memory (2 own copies, 2 partner copies; written by 4 ranks), step 6; 1 steps lost"
+expect "resume: from node memory (2 own copies, 2 partner copies; written by 4 ranks), step 6; steps lost: 1"
 compare "$WORK/ref" "$WORK/a" 1e-5 1e-5
 
 echo "== rank 2's own and partner copies lost: the filesystem checkpoint"
@@ -46,6 +46,6 @@ killed_run "$WORK/b" --ckpt.every=4
 rm -rf "$SHM/node2/step_0000006/rank_00002" "$SHM/node1/partner/step_0000006/rank_00002"
 train 4 "$WORK/b" "${args[@]}" --ckpt.every=4 >"$WORK/log" 2>&1 || { cat "$WORK/log"; exit 1; }
 expect "local checkpoint step_0000006 of run 1 is incomplete: rank 2's shard is on no live node (its own copy was on node2, its partner copy on node1)"
-expect "resume: from the filesystem checkpoint $WORK/b/ckpt/step_0000004, step 4; 3 steps lost"
+expect "resume: from the filesystem checkpoint $WORK/b/ckpt/step_0000004, step 4; steps lost: 3"
 compare "$WORK/ref" "$WORK/b" 1e-5 1e-5
 echo OK

@@ -35,7 +35,7 @@ killed_run "$WORK/a" 7
 [ "$(cd "$local" && ls -d step_*)" = "$(printf 'step_0000004\nstep_0000006')" ] || { ls -R "$local"; exit 1; }
 ls "$local/step_0000006/rank_00000/manifest.json" "$local/step_0000006/rank_00001/optim_00001_000.safetensors" >/dev/null
 train 3 "$WORK/a" "${args[@]}" >"$WORK/log" 2>&1 || { cat "$WORK/log"; exit 1; }
-grep -q "resume: from node memory (2 own copies, 0 partner copies; written by 2 ranks, optimizer state re-cut for 3), step 6; 1 steps lost (the previous run logged step 7)" "$WORK/log" ||
+grep -q "resume: from node memory (2 own copies, 0 partner copies; written by 2 ranks, optimizer state re-cut for 3), step 6; steps lost: 1 (the previous run logged step 7)" "$WORK/log" ||
   { cat "$WORK/log"; exit 1; }
 compare "$WORK/ref" "$WORK/a" 1e-5 1e-5
 
@@ -46,7 +46,7 @@ printf 'X' | dd of="$file" bs=1 seek=200 conv=notrunc status=none
 train 2 "$WORK/b" "${args[@]}" >"$WORK/log" 2>&1 || { cat "$WORK/log"; exit 1; }
 grep -q "skipping local checkpoint $local/step_0000006/rank_00001: $file does not match its checksum" "$WORK/log" ||
   { cat "$WORK/log"; exit 1; }
-grep -q "resume: from node memory (2 own copies, 0 partner copies; written by 2 ranks), step 4; 3 steps lost" "$WORK/log" ||
+grep -q "resume: from node memory (2 own copies, 0 partner copies; written by 2 ranks), step 4; steps lost: 3" "$WORK/log" ||
   { cat "$WORK/log"; exit 1; }
 compare "$WORK/ref" "$WORK/b" 1e-5 1e-5
 
