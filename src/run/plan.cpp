@@ -16,6 +16,7 @@
 #include "parallel/layout.h"
 #include "parallel/nodes.h"
 #include "parallel/schedule.h"
+#include "planner/calibrate.h"
 #include "planner/machine.h"
 #include "planner/search.h"
 #include "planner/step_model.h"
@@ -242,8 +243,8 @@ int plan_main(const std::vector<std::string>& args) {
   po::options_description own("plan", kHelpWidth);
   bool modules = false;
   int world = 0, nodes = 0, per_node = 0;
-  bool json = false, predict = false;
-  std::string machine_file;
+  bool json = false, predict = false, calibrate = false;
+  std::string machine_file, out;
   int top = 5;
   own.add_options()("modules", po::bool_switch(&modules), "list the model's modules with parameters and FLOPs")(
       "json", po::bool_switch(&json), "the layout's memory as one JSON object per stage (for tools/)")(
@@ -257,10 +258,18 @@ int plan_main(const std::vector<std::string>& args) {
       "a machine file (input/machines/*.ini): with --nodes, search the layouts that fit and rank them by predicted "
       "tokens/s; with --predict, predict the deck's own layout")(
       "predict", po::bool_switch(&predict), "with --machine: the step time, tokens/s, MFU and split of the deck's layout")(
-      "top", po::value(&top), "with --machine --nodes: how many of the best layouts to print (5)");
+      "top", po::value(&top), "with --machine --nodes: how many of the best layouts to print (5)")(
+      "calibrate", po::bool_switch(&calibrate),
+      "measure this machine (alone: the node; under mpirun: each node, and the MPI links inside and across nodes) "
+      "and write the machine file --out, which --machine reads")(
+      "out", po::value(&out), "the machine file --calibrate writes");
   Config cfg;
   po::variables_map vm;
   if (!parse_config(args, "plan", cfg, &own, &vm)) return 0;
+  if (calibrate) {
+    planner::calibrate(out);
+    return 0;
+  }
   YUAN_CHECK(cfg.model.n_layer > 0 && cfg.model.n_embd > 0, "plan: the deck gives no model (model.n_layer, "
              "model.n_embd, ...); usage: yuanlm plan DECK [--modules] [--world N] [--nodes N] [--ranks-per-node G]");
   const bool by_nodes = vm.count("nodes") + vm.count("ranks-per-node") > 0;
