@@ -269,3 +269,20 @@ TEST(PlannerPredict, CpuRanksShareTheNode) {
   EXPECT_NEAR(shared.split.compute + shared.split.comm + shared.split.bubble + shared.split.optimizer,
               shared.step_s, 1e-9 * shared.step_s);
 }
+
+TEST(PlannerPredict, GroupsAcrossNodesRunAtTheInterLink) {
+  // Tensor-parallel pairs inside a node talk over [link.intra]; with one rank per node the same pairs cross nodes
+  // and their all-reduces run at [link.inter] (10 times slower in kMachine, with 5 times the latency).
+  Config c = tiny_deck();
+  c.parallel.tp_size = 2;
+  Machine m = cpu_node(64);
+  m.peak_flops = 1e15;  // compute aside, so that the split is the links'
+  const Prediction inside = predict(c, 2, 2, m), across = predict(c, 2, 1, m);
+  EXPECT_GT(inside.split.comm, 0);
+  EXPECT_GT(across.split.comm, 5 * inside.split.comm);
+  // The delayed update runs the host AdamW beside the next step's passes: what shows of it shrinks.
+  c.parallel.tp_size = 1;
+  Config delayed = c;
+  delayed.optim.delayed_update = true;
+  EXPECT_LT(predict(delayed, 2, 2, m).split.optimizer, predict(c, 2, 2, m).split.optimizer);
+}

@@ -76,6 +76,8 @@ Search search_layouts(const Config& deck, int nodes, int ranks_per_node, const M
   // Heterogeneous jobs mix pipelines of p and p + 1 stages (Oobleck's templates) for the shallow depths where
   // uneven node counts leave ranks over.
   constexpr int kMaxMixedStages = 8;
+  // Micro-batches beyond this many sequences gain nothing a GEMM would notice, and only fill the list.
+  constexpr int kMaxMicroBatch = 64;
   Search out;
   const auto consider = [&](int tp, const std::vector<Pipelines>& ps, int b) {
     const bool deep = std::any_of(ps.begin(), ps.end(), [](const Pipelines& p) { return p.stages > 1; });
@@ -95,8 +97,10 @@ Search search_layouts(const Config& deck, int nodes, int ranks_per_node, const M
           cand.overrides = layout_overrides(cand.config, m);
           try {
             cand.prediction = predict(cand.config, world, ranks_per_node, m);
-          } catch (const Error&) {
-            continue;  // a layout the trainer would refuse (the model's shape against the cut)
+          } catch (const Error& e) {
+            // A layout the trainer would refuse (the model's shape against the cut, the device's op constraints).
+            if (out.refused++ == 0) out.refusal = e.what();
+            continue;
           }
           (cand.prediction.fits ? out.fitting : out.rejected).push_back(std::move(cand));
         }
@@ -105,7 +109,7 @@ Search search_layouts(const Config& deck, int nodes, int ranks_per_node, const M
   for (int tp = 1; tp <= ranks_per_node; tp *= 2) {
     if (ranks_per_node % tp != 0 || !tensor_width_fits(g, tp)) continue;
     const int slots = world / tp;  // stage slots: pipelines x stages
-    for (int b = 1; b <= G; b *= 2) {
+    for (int b = 1; b <= std::min(G, kMaxMicroBatch); b *= 2) {
       if (G % b != 0) continue;
       const int micro = G / b;  // micro-batches per step over all pipelines
       for (int p = 1; p <= std::min(max_stages, slots); p++) {

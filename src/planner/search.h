@@ -26,7 +26,9 @@ struct Candidate {
 
 struct Search {
   std::vector<Candidate> fitting;   // fastest first
-  std::vector<Candidate> rejected;  // closest to fitting first (the smallest shortfall)
+  std::vector<Candidate> rejected;  // fastest first, as if they fitted
+  int refused = 0;                  // layouts the trainer would refuse (validate), and the first one's reason
+  std::string refusal;
 };
 // Every layout of `deck`'s model and global batch on `nodes` x `ranks_per_node` ranks of `m`.
 Search search_layouts(const Config& deck, int nodes, int ranks_per_node, const Machine& m);

@@ -172,11 +172,15 @@ After after_schedule(const Config& c, const parallel::Topology& topo, int rank, 
     const std::vector<int> holders = topo.holders(g.first, place.tp_rank);
     const int D = static_cast<int>(holders.size());
     const LinkClass& link = links.of(holders);
-    double params = 0, largest = 0;
+    double params = 0, largest = 0, block = 0, blocks = 0;
     for (const ModuleSpec& s : plan.layout.modules())
       if (g.contains(s.index)) {
         params += static_cast<double>(s.numel);
         largest = std::max(largest, static_cast<double>(s.numel));
+        if (s.index >= block_module(0) && s.index < ln_f_module(c.model)) {
+          block = static_cast<double>(s.numel);
+          blocks++;
+        }
       }
     const int group_rank = static_cast<int>(std::find(holders.begin(), holders.end(), rank) - holders.begin());
     shard += static_cast<double>(ZeroSpec(plan.layout, g, c.optim, D, group_rank, overlap,
@@ -199,23 +203,20 @@ After after_schedule(const Config& c, const parallel::Topology& topo, int rank, 
       // Each block is gathered for every pass, less the two still in the block buffers where one pass turns into
       // the next (tools/comm_volume.py); the embedding, wpe and ln_f once per step. On cuda the next module's
       // gather runs while this one computes: what shows is the gathers beyond the compute, and each pass's first.
-      const int L = c.model.n_layer;
-      const double block_gathers = std::max(0.0, 2 * m * L - 2 * (2 * m - 1));
-      const double block = params > 0 ? weights * (largest / params) : 0;
-      const double per_block = collective_s(Collective::AllGather, block, D, link);
-      const double all = block_gathers * per_block + 3 * collective_s(Collective::AllGather, weights / (L + 3), D,
-                                                                      link);
+      const double block_gathers = std::max(0.0, 2 * m * blocks - 2 * (2 * m - 1));
+      const double per_block = collective_s(Collective::AllGather, r.weight * block, D, link);
+      const double all = block_gathers * per_block +
+                         collective_s(Collective::AllGather, r.weight * (params - blocks * block), D, link);
       const double compute = m * (times.forward.compute + times.backward.compute);
       exposed += hides ? std::max(all - compute, 0.0) + 2 * m * per_block : all;
     }
   }
   After a;
   a.comm = exposed;
-  // The host AdamW over the shard, then on cuda the transfers: gradients down (the shard at zero >= 1, the whole
-  // at zero 0), weights up as bf16 for the gathers.
-  const double elements = c.optim.zero == 0 ? static_cast<double>(plan.layout.total()) : shard;
-  double optimizer = elements * (kAdamReadWrite + r.weight) / r.host_bw;
-  if (!r.cpu) optimizer += elements * (4 + r.weight) / pcie_bw;
+  // The host AdamW over the shard (every parameter the rank holds at zero 0), then on cuda the transfers: its
+  // gradients down, its weights up as bf16 for the gathers.
+  double optimizer = shard * (kAdamReadWrite + r.weight) / r.host_bw;
+  if (!r.cpu) optimizer += shard * (4 + r.weight) / pcie_bw;
   // The delayed update runs step t's AdamW beside step t+1's passes.
   a.optimizer = c.optim.delayed_update ? std::max(0.0, optimizer - schedule_s) : optimizer;
   return a;
@@ -253,26 +254,37 @@ Prediction predict(const Config& c, int world, int ranks_per_node, const Machine
   const parallel::ScheduleKind kind = parallel::parse_schedule(c.parallel.schedule);
   const int T = topo.tp_size();
 
-  // Per pipeline, per stage: times and memory from the stage's first tensor rank (its tensor ranks are alike);
-  // pipelines made from the same template with the same micro-batches are alike too.
+  // Per pipeline, per stage: times and memory from the stage's first tensor rank (its tensor ranks are alike).
   struct StagePlan {
     StageTimes times;
     RankMemory memory;
     RankPlan plan;
     int rank = 0;
   };
-  std::map<std::tuple<std::string, int, int>, std::vector<StagePlan>> alike;
-  std::vector<const std::vector<StagePlan>*> of_pipeline;
-  std::vector<Simulation> sims;
+  // Pipelines alike: the same template, micro-batches and placement of their groups on nodes (which links they use).
+  struct Alike {
+    std::vector<StagePlan> plans;
+    Simulation sim;
+    int micro_batches = 0;
+  };
+  std::map<std::tuple<std::string, int, std::string>, Alike> alike;
+  std::vector<const Alike*> of_pipeline;
   double makespan = 0;
   int slowest = 0;
+  const auto crosses = [&](int a, int b) { return a / ranks_per_node != b / ranks_per_node; };
   for (size_t p = 0; p < topo.pipelines().size(); p++) {
     const parallel::Pipeline& pl = topo.pipelines()[p];
     const int stages = static_cast<int>(pl.stages.size());
-    auto key = std::make_tuple(pl.name, stages, pl.micro_batches);
-    auto it = alike.find(key);
-    if (it == alike.end()) {
-      std::vector<StagePlan> plans;
+    std::string placement;
+    for (int s = 0; s < stages; s++) {
+      const int rank = topo.rank_of({static_cast<int>(p), s, 0});
+      placement += crosses(rank, rank + T - 1) ? 'T' : 't';
+      placement += s + 1 < stages && crosses(rank, rank + T) ? 'S' : 's';
+    }
+    auto [it, added] = alike.try_emplace(std::make_tuple(pl.name, pl.micro_batches, placement));
+    Alike& a = it->second;
+    if (added) {
+      std::vector<StageTimes> times;
       for (int s = 0; s < stages; s++) {
         const int rank = topo.rank_of({static_cast<int>(p), s, 0});
         StagePlan sp{{}, {}, plan_rank(c, topo, device, rank), rank};
@@ -284,20 +296,15 @@ Prediction predict(const Config& c, int world, int ranks_per_node, const Machine
           sp.times.send_s = collective_s(Collective::SendRecv, r.act * c.train.micro_batch * c.model.seq_len *
                                                                    c.model.n_embd, 2, links.of(pair));
         }
-        plans.push_back(std::move(sp));
+        times.push_back(sp.times);
+        a.plans.push_back(std::move(sp));
       }
-      it = alike.emplace(key, std::move(plans)).first;
-      std::vector<StageTimes> times;
-      for (const StagePlan& sp : it->second) times.push_back(sp.times);
-      sims.push_back(simulate(kind, times, pl.micro_batches));
-    } else {
-      std::vector<StageTimes> times;
-      for (const StagePlan& sp : it->second) times.push_back(sp.times);
-      sims.push_back(simulate(kind, times, pl.micro_batches));
+      a.sim = simulate(kind, times, pl.micro_batches);
+      a.micro_batches = pl.micro_batches;
     }
-    of_pipeline.push_back(&it->second);
-    if (sims.back().makespan > makespan) {
-      makespan = sims.back().makespan;
+    of_pipeline.push_back(&a);
+    if (a.sim.makespan > makespan) {
+      makespan = a.sim.makespan;
       slowest = static_cast<int>(p);
     }
   }
@@ -308,7 +315,7 @@ Prediction predict(const Config& c, int world, int ranks_per_node, const Machine
   int worst_device_rank = 0;
   for (int rank = 0; rank < world; rank++) {
     const parallel::Place& place = topo.place(rank);
-    const RankMemory& mem = (*of_pipeline[place.pipeline])[place.stage].memory;
+    const RankMemory& mem = of_pipeline[place.pipeline]->plans[place.stage].memory;
     node_host[rank / ranks_per_node] += static_cast<double>(mem.host_bytes() + kRankMemoryMargin);
     const double dev = device == Device::Cpu ? 0 : static_cast<double>(mem.device_bytes() + kRankMemoryMargin);
     if (dev > worst_device) {
@@ -336,19 +343,17 @@ Prediction predict(const Config& c, int world, int ranks_per_node, const Machine
   pred.fits = short_of.empty();
 
   // The step: the slowest pipeline's schedule, then the slowest stage's collectives and optimizer (the data groups
-  // join every pipeline, so each waits for the last to finish its schedule).
+  // join every pipeline, so each waits for the last to finish its schedule). Pipelines alike are counted once.
   After worst;
-  for (size_t p = 0; p < topo.pipelines().size(); p++) {
-    const std::vector<StagePlan>& plans = *of_pipeline[p];
-    for (const StagePlan& sp : plans) {
-      const After a = after_schedule(c, topo, sp.rank, sp.plan, sp.times, topo.pipelines()[p].micro_batches, links,
-                                     r, m.pcie_bw, makespan);
+  for (const auto& entry : alike)
+    for (const StagePlan& sp : entry.second.plans) {
+      const After a = after_schedule(c, topo, sp.rank, sp.plan, sp.times, entry.second.micro_batches, links, r,
+                                     m.pcie_bw, makespan);
       if (a.comm + a.optimizer > worst.comm + worst.optimizer) worst = a;
     }
-  }
   // The split on the busiest stage of the slowest pipeline: its passes, and the rest of the schedule idle.
-  const std::vector<StagePlan>& plans = *of_pipeline[slowest];
-  const Simulation& sim = sims[slowest];
+  const std::vector<StagePlan>& plans = of_pipeline[slowest]->plans;
+  const Simulation& sim = of_pipeline[slowest]->sim;
   const int busiest = static_cast<int>(std::max_element(sim.busy.begin(), sim.busy.end()) - sim.busy.begin());
   const StageTimes& bt = plans[busiest].times;
   const double m_b = topo.pipelines()[slowest].micro_batches;

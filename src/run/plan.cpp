@@ -6,7 +6,9 @@
 // and which groups cross a node boundary. Memory comes from the same plans the trainer allocates by
 // (train/memory_plan.h plan_rank, which the trainer also builds from and checks before it allocates), for the
 // device the deck asks for (cuda when built with it, for train.device=auto), with no device needed; the formulas
-// are in docs/MEMORY.md.
+// are in docs/MEMORY.md. With --machine FILE (planner/machine.h), time too: --predict gives the step time,
+// tokens/s, MFU and split of the deck's own layout on that machine (planner/step_model.h), and --nodes N searches
+// every layout that fits N of its nodes and ranks them by predicted tokens/s (planner/search.h).
 #include <boost/program_options.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -193,17 +195,23 @@ void print_search(const Config& cfg, const planner::Machine& m, const std::strin
     if (found.rejected.empty())
       throw Error(strf("plan: no layout of the deck runs on %d ranks (%d nodes x %d): train.global_batch %d must "
                        "split into micro-batches over the data-parallel pipelines, and the model (%d heads, vocab "
-                       "%d) over the tensor ranks", world, nodes, per_node, cfg.train.global_batch, cfg.model.n_head,
-                       cfg.model.vocab_size), true);
+                       "%d) over the tensor ranks%s", world, nodes, per_node, cfg.train.global_batch, cfg.model.n_head,
+                       cfg.model.vocab_size, found.refused == 0 ? "" : strf("; %d layouts were refused, the first "
+                       "with: %s", found.refused, found.refusal.c_str()).c_str()), true);
     const planner::Candidate& closest = *std::min_element(
         found.rejected.begin(), found.rejected.end(),
         [](const planner::Candidate& a, const planner::Candidate& b) { return a.prediction.over < b.prediction.over; });
-    throw Error(strf("plan: no layout of the deck fits %d nodes x %d ranks of %s (%s): the closest, %s, is short of "
-                     "%s; more nodes, or a machine with more memory per device", nodes, per_node, m.name.c_str(),
+    throw Error(strf("plan: no layout of the deck fits %d node%s x %d ranks of %s (%s): the closest, %s, is short of "
+                     "%s; more nodes, or a machine with more memory per device", nodes, nodes == 1 ? "" : "s", per_node, m.name.c_str(),
                      file.c_str(), closest.layout.c_str(), closest.prediction.short_of.c_str()), true);
   }
   const int shown = std::min<int>(top, static_cast<int>(found.fitting.size()));
-  const int rejected = std::min<int>(3, static_cast<int>(found.rejected.size()));
+  // The rejected worth explaining are those that would have beaten the winner.
+  const double best = found.fitting.front().prediction.tokens_per_s;
+  int rejected = 0;
+  while (rejected < 3 && rejected < static_cast<int>(found.rejected.size()) &&
+         found.rejected[rejected].prediction.tokens_per_s > best)
+    rejected++;
   if (json) {
     for (int i = 0; i < shown; i++) {
       const planner::Candidate& c = found.fitting[i];
@@ -219,17 +227,15 @@ void print_search(const Config& cfg, const planner::Machine& m, const std::strin
     }
     return;
   }
-  say("machine: %s (%s), %d nodes x %d ranks; %zu layouts fit, %zu do not; the best %d by predicted tokens/s:",
-      m.name.c_str(), file.c_str(), nodes, per_node, found.fitting.size(), found.rejected.size(), shown);
+  say("machine: %s (%s), %d node%s x %d ranks; %zu layouts fit, %zu do not; the best %d by predicted tokens/s:",
+      m.name.c_str(), file.c_str(), nodes, nodes == 1 ? "" : "s", per_node, found.fitting.size(), found.rejected.size(), shown);
   for (int i = 0; i < shown; i++) {
     const planner::Candidate& c = found.fitting[i];
     say("\n%d. %s", i + 1, c.layout.c_str());
     print_prediction(c.prediction);
-    say("run: %s yuanlm train DECK %s", c.config.parallel.pipelines.empty() ? strf("mpirun -np %d", world).c_str()
-                                                                            : strf("mpirun -np %d", world).c_str(),
-        command_line(c.overrides).c_str());
+    say("run: mpirun -np %d yuanlm train DECK %s", world, command_line(c.overrides).c_str());
   }
-  if (rejected > 0) say("\nthe strongest rejected:");
+  say(rejected > 0 ? "\nrejected, though predicted faster:" : "\nno layout predicted faster was rejected");
   for (int i = 0; i < rejected; i++) {
     const planner::Candidate& c = found.rejected[i];
     say("  %s: would reach %.4g tokens/s, but %s", c.layout.c_str(), c.prediction.tokens_per_s,
@@ -271,7 +277,8 @@ int plan_main(const std::vector<std::string>& args) {
     return 0;
   }
   YUAN_CHECK(cfg.model.n_layer > 0 && cfg.model.n_embd > 0, "plan: the deck gives no model (model.n_layer, "
-             "model.n_embd, ...); usage: yuanlm plan DECK [--modules] [--world N] [--nodes N] [--ranks-per-node G]");
+             "model.n_embd, ...); usage: yuanlm plan DECK [--modules] [--world N] [--nodes N] [--ranks-per-node G] "
+             "[--machine FILE [--predict] [--top K]] [--json]");
   const bool by_nodes = vm.count("nodes") + vm.count("ranks-per-node") > 0;
   if (top < 1) throw Error(strf("plan: --top %d must be at least 1", top), true);
   YUAN_CHECK(!predict || !machine_file.empty(), "plan: --predict needs --machine FILE");
@@ -285,6 +292,9 @@ int plan_main(const std::vector<std::string>& args) {
                   "--predict (the deck's own layout)", true);
     if (nodes < 1) throw Error("plan: --machine without --predict needs --nodes N (the nodes to plan for)", true);
     if (per_node < 1) per_node = machine.devices_per_node;
+    if (!machine.cpu() && per_node > machine.devices_per_node)
+      throw Error(strf("plan: --ranks-per-node %d, but a node of %s has %d devices (%d ranks too many)", per_node,
+                       machine_file.c_str(), machine.devices_per_node, per_node - machine.devices_per_node), true);
     validate_model_data_train(cfg);
     print_search(cfg, machine, machine_file, nodes, per_node, top, json);
     return 0;
