@@ -375,7 +375,9 @@ void calibrate(const std::string& out) {
   m.gemm_efficiency = 1;
   src["device.gemm_efficiency"] = strf("measured: peak_flops is the measured large-GEMM rate itself, %s",
                                        when.c_str());
-  m.gemm_half_flops = slow.gemm.half;
+  // No fall-off down to the smallest shape fits as 0, which the format does not take (a rate that never falls):
+  // one FLOP says the same.
+  m.gemm_half_flops = std::max(slow.gemm.half, 1.0);
   src["device.gemm_half_flops"] = strf("measured: t = (FLOPs + half) / peak_flops fitted to the matmul op at %s "
                                        "MFLOP: %s GFLOP/s (worst error of the fit %.0f%%), %s", sizes.c_str(),
                                        rates.c_str(),

@@ -36,30 +36,29 @@ layouts=(
   "pp2x2-2nodes 4 2 --parallel.template=p:auto:2 --parallel.pipelines=p,p --parallel.microbatches=p:2 --train.micro_batch=2"
 )
 
-# run_layout MACHINE NAME NP NODES ARGS...: trains the layout, then appends "NAME NP NODES MEASURED PREDICTED" to
-# $WORK/rows.
+# run_layout MACHINE NAME NP NODES ARGS...: trains the layout, then appends to $WORK/rows "NAME NP NODES" and the
+# measured (median) and predicted step, compute and communication seconds.
 run_layout() {
   local machine=$1 name=$2 np=$3 nodes=$4
   shift 4
   CLUSTER_RANKS_PER_NODE=$((np / nodes)) train "$np" "$WORK/$name" "${model[@]}" "$@" >"$WORK/log" 2>&1 ||
     { cat "$WORK/log"; exit 1; }
-  local predicted
-  predicted=$(bin/yuanlm plan "${TINY[@]}" "${model[@]}" "$@" --machine "$machine" --nodes "$nodes" \
-                --ranks-per-node $((np / nodes)) --data.train="$WORK/corpus/*.h5" --predict --json | $PY -c 'import json,sys; print(json.load(sys.stdin)["step_s"])')
-  local measured
-  measured=$($PY - "$WORK/$name/metrics.jsonl" $skip <<'PYEOF'
+  bin/yuanlm plan "${TINY[@]}" "${model[@]}" "$@" --machine "$machine" --nodes "$nodes" \
+    --ranks-per-node $((np / nodes)) --data.train="$WORK/corpus/*.h5" --predict --json >"$WORK/$name/predicted.json"
+  $PY - "$WORK/$name" "$name $np $nodes" $skip <<'PYEOF' | tee -a "$WORK/rows"
 import json, statistics, sys
-steps = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l][int(sys.argv[2]):]
-print(statistics.median(s["step_s"] for s in steps))
+run, what, skip = sys.argv[1], sys.argv[2], int(sys.argv[3])
+steps = [json.loads(l) for l in open(f"{run}/metrics.jsonl") if '"loss"' in l][skip:]
+p = json.load(open(f"{run}/predicted.json"))
+measured = [statistics.median(s[k] for s in steps) for k in ("step_s", "compute_s", "comm_s")]
+print(what, *measured, p["step_s"], p["split"]["compute"], p["split"]["comm"])
 PYEOF
-)
-  echo "$name $np $nodes $measured $predicted" | tee -a "$WORK/rows"
 }
 
 echo "== calibrate: 2 ranks on one node"
 mpirun -np 2 bin/yuanlm plan --calibrate --out "$WORK/one-node.ini" | tail -1
 grep -v '^#' "$WORK/one-node.ini" | grep -v '^$' | sed 's/^/  /'
-echo "== layouts on one node (name ranks nodes measured_s predicted_s)"
+echo "== layouts on one node (name ranks nodes; measured step, compute, comm s; predicted step, compute, comm s)"
 for l in "${layouts[@]}"; do
   read -r name np nodes args <<<"$l"
   # shellcheck disable=SC2086
@@ -85,17 +84,20 @@ fi
 $PY - "$WORK/rows" <<'PYEOF'
 import statistics, sys
 rows = [l.split() for l in open(sys.argv[1])]
-print(f"{'layout':14s} {'ranks':>5s} {'nodes':>5s} {'measured':>10s} {'predicted':>10s} {'error':>7s}")
+print("step time, and its compute and communication parts (trainer: compute_s, comm_s; model: split), in ms")
+print(f"{'layout':14s} {'ranks':>5s} {'nodes':>5s} {'measured':>9s} {'predicted':>9s} {'error':>6s}  "
+      f"{'compute':>15s}  {'communication':>15s}")
 errors = []
-for name, np, nodes, m, p in rows:
-    m, p = float(m), float(p)
+for name, np, nodes, m, mc, mm, p, pc, pm in rows:
+    m, mc, mm, p, pc, pm = (1e3 * float(x) for x in (m, mc, mm, p, pc, pm))
     errors.append(abs(p - m) / m)
-    print(f"{name:14s} {np:>5s} {nodes:>5s} {1e3 * m:8.1f}ms {1e3 * p:8.1f}ms {100 * (p - m) / m:+6.0f}%")
+    print(f"{name:14s} {np:>5s} {nodes:>5s} {m:9.1f} {p:9.1f} {100 * (p - m) / m:+5.0f}%  {mc:7.1f} vs {pc:5.1f}  "
+          f"{mm:7.1f} vs {pm:5.1f}")
 med, worst = statistics.median(errors), max(errors)
 print(f"median error {100 * med:.0f}% = {med / 0.15:.2f} x the goal (15%); worst {100 * worst:.0f}% = "
       f"{worst / 0.30:.2f} x the goal (30%)")
 best_m = min(rows, key=lambda r: float(r[3]))
-best_p = min(rows, key=lambda r: float(r[4]))
+best_p = min(rows, key=lambda r: float(r[6]))
 gap = float(best_p[3]) / float(best_m[3]) - 1
 print(f"predicted fastest: {best_p[0]} (measured {1e3 * float(best_p[3]):.1f} ms); measured fastest: {best_m[0]} "
       f"({1e3 * float(best_m[3]):.1f} ms): {100 * gap:.1f}% slower = {gap / 0.05:.2f} x the goal (5%)")
