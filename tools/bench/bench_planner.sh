@@ -19,6 +19,7 @@ echo "model: $L blocks x $C wide, seq $T, vocab $V; global batch $G; $steps step
   "$((skip + 1))-$steps; one thread a rank"
 
 # NAME NP NODES ARGS...: a layout of NP ranks over NODES nodes (2 ranks a node on the test cluster).
+P=--parallel mb=--train.micro_batch
 layouts=(
   "zero0 2 1 --optim.zero=0 --train.micro_batch=4"
   "zero1 2 1 --optim.zero=1 --train.micro_batch=4"
@@ -28,12 +29,12 @@ layouts=(
   "zero1-mb1 2 1 --optim.zero=1 --train.micro_batch=1"
   "recompute 2 1 --optim.zero=1 --train.micro_batch=4 --train.recompute=true"
   "tp2 2 1 --parallel.tp_size=2 --train.micro_batch=4"
-  "pp2 2 1 --parallel.template=p:auto:2 --parallel.pipelines=p --parallel.microbatches=p:4 --train.micro_batch=2"
-  "pp3 3 1 --parallel.template=p:auto:3 --parallel.pipelines=p --parallel.microbatches=p:4 --train.micro_batch=2"
-  "hetero-1+2 3 1 --parallel.template=a:auto:1 --parallel.template=b:auto:2 --parallel.pipelines=a,b --parallel.microbatches=a:2,b:2 --train.micro_batch=2"
+  "pp2 2 1 $P.template=p:auto:2 $P.pipelines=p $P.microbatches=p:4 $mb=2"
+  "pp3 3 1 $P.template=p:auto:3 $P.pipelines=p $P.microbatches=p:4 $mb=2"
+  "hetero-1+2 3 1 $P.template=a:auto:1 $P.template=b:auto:2 $P.pipelines=a,b $P.microbatches=a:2,b:2 $mb=2"
   "dp4-zero1 4 1 --optim.zero=1 --train.micro_batch=2"
   "dp4-2nodes 4 2 --optim.zero=1 --train.micro_batch=2"
-  "pp2x2-2nodes 4 2 --parallel.template=p:auto:2 --parallel.pipelines=p,p --parallel.microbatches=p:2 --train.micro_batch=2"
+  "pp2x2-2nodes 4 2 $P.template=p:auto:2 $P.pipelines=p,p $P.microbatches=p:2 $mb=2"
 )
 
 # run_layout MACHINE NAME NP NODES ARGS...: trains the layout, then appends to $WORK/rows "NAME NP NODES" and the
