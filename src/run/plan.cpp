@@ -276,6 +276,7 @@ int plan_main(const std::vector<std::string>& args) {
     planner::calibrate(out);
     return 0;
   }
+  if (vm.count("out")) throw Error("plan: --out names the machine file that --calibrate writes; add --calibrate", true);
   YUAN_CHECK(cfg.model.n_layer > 0 && cfg.model.n_embd > 0, "plan: the deck gives no model (model.n_layer, "
              "model.n_embd, ...); usage: yuanlm plan DECK [--modules] [--world N] [--nodes N] [--ranks-per-node G] "
              "[--machine FILE [--predict] [--top K]] [--json]");
