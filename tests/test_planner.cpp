@@ -286,3 +286,20 @@ TEST(PlannerPredict, GroupsAcrossNodesRunAtTheInterLink) {
   delayed.optim.delayed_update = true;
   EXPECT_LT(predict(delayed, 2, 2, m).split.optimizer, predict(c, 2, 2, m).split.optimizer);
 }
+
+TEST(PlannerCollectives, GroupLinks) {
+  const Machine m = parse_machine(kMachine, "m.ini");  // 4 per node; intra 100e9, inter 10e9 per rank
+  EXPECT_EQ(group_link(m, {0, 1, 2, 3}, 4).bandwidth, 100e9);
+  EXPECT_EQ(group_link(m, {0, 1, 2, 3}, 4).latency_s, 2e-6);
+  // One member per node: that rank's share of the ports.
+  EXPECT_EQ(group_link(m, {0, 4, 8}, 4).bandwidth, 10e9);
+  EXPECT_EQ(group_link(m, {0, 4, 8}, 4).latency_s, 10e-6);
+  // Two members on every node share two ranks' ports; the node with fewest members sets the pace.
+  EXPECT_EQ(group_link(m, {0, 1, 4, 5}, 4).bandwidth, 20e9);
+  EXPECT_EQ(group_link(m, {0, 1, 2, 4}, 4).bandwidth, 10e9);
+  // Whole nodes: all their ports; but never faster than inside a node.
+  EXPECT_EQ(group_link(m, {0, 1, 2, 3, 4, 5, 6, 7}, 4).bandwidth, 40e9);
+  Machine wide = m;
+  wide.intra.bandwidth = 30e9;
+  EXPECT_EQ(group_link(wide, {0, 1, 2, 3, 4, 5, 6, 7}, 4).bandwidth, 30e9);
+}

@@ -34,8 +34,8 @@ struct Pipelines {
 std::string pipelines_text(const std::vector<Pipelines>& ps) {
   std::string s;
   for (const Pipelines& p : ps)
-    s += strf("%s%d x %d stage%s (%d micro-batches)", s.empty() ? "" : " + ", p.count, p.stages,
-              p.stages == 1 ? "" : "s", p.micro);
+    s += strf("%s%d x %d stage%s (%d micro-batch%s)", s.empty() ? "" : " + ", p.count, p.stages,
+              p.stages == 1 ? "" : "s", p.micro, p.micro == 1 ? "" : "es");
   return s;
 }
 

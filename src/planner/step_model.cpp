@@ -29,6 +29,18 @@ double collective_s(Collective op, double bytes, int ranks, const LinkClass& lin
   return std::min(2 * ring_pass, tree);
 }
 
+LinkClass group_link(const Machine& m, const std::vector<int>& ranks, int ranks_per_node) {
+  std::map<int, int> on_node;  // members by node
+  for (int r : ranks) on_node[r / ranks_per_node]++;
+  if (on_node.size() <= 1) return m.intra;
+  // A ring (or tree) over nodes crosses each node boundary once per channel, and the libraries spread their
+  // channels over the node's network ports: the group's members on a node share their ports' bandwidth (the
+  // other ranks of the node use theirs for their own groups at the same time).
+  int members = ranks_per_node;
+  for (const auto& [node, n] : on_node) members = std::min(members, n);
+  return {m.inter.latency_s, std::min(m.intra.bandwidth, members * m.inter.bandwidth)};
+}
+
 Simulation simulate(parallel::ScheduleKind kind, const std::vector<StageTimes>& stages, int micro_batches) {
   const int p = static_cast<int>(stages.size()), m = micro_batches;
   std::vector<std::vector<parallel::PipeAction>> actions;
@@ -94,15 +106,11 @@ struct Rates {
 double gemm_s(const Rates& r, double flops, double count = 1) { return count * (flops + r.half) / r.gemm; }
 double mem_s(const Rates& r, double bytes) { return bytes / r.mem_bw; }
 
-// The links the job's groups run on: inside a node, or across nodes once any two members sit on different nodes.
+// The links the job's groups run on (group_link), for the job's placement.
 struct Links {
   const Machine& m;
   int per_node;
-  const LinkClass& of(const std::vector<int>& ranks) const {
-    for (int r : ranks)
-      if (r / per_node != ranks.front() / per_node) return m.inter;
-    return m.intra;
-  }
+  LinkClass of(const std::vector<int>& ranks) const { return group_link(m, ranks, per_node); }
 };
 
 // Forward and backward of one micro-batch of `range` on one tensor rank of `tp` (N = B T tokens).
@@ -171,7 +179,7 @@ After after_schedule(const Config& c, const parallel::Topology& topo, int rank, 
   for (const ModuleRange& g : topo.module_groups_of(rank)) {
     const std::vector<int> holders = topo.holders(g.first, place.tp_rank);
     const int D = static_cast<int>(holders.size());
-    const LinkClass& link = links.of(holders);
+    const LinkClass link = links.of(holders);
     double params = 0, largest = 0, block = 0, blocks = 0;
     for (const ModuleSpec& s : plan.layout.modules())
       if (g.contains(s.index)) {

@@ -5,9 +5,10 @@
 //             falling off below gemm_half_flops), attention (flash kernel on cuda, causal loops per head on the
 //             cpu backend), memory-bound ops (layernorm, GELU, residuals, softmax, embedding) at mem_bw; on a cpu
 //             node the ranks share the node's rate and bandwidth
-//   comm      alpha-beta per link class (a group crossing nodes runs at [link.inter]): ring reduce-scatter and
-//             all-gather, ring or tree all-reduce, whichever is faster (as NCCL's tuner and Open MPI's decision
-//             rules choose), send/recv; tensor-parallel all-reduces sit inside each pass, pipeline sends between
+//   comm      alpha-beta per link class (a group crossing nodes runs at [link.inter], group_link): ring
+//             reduce-scatter and all-gather, ring or tree all-reduce, whichever is faster (as NCCL's tuner and
+//             Open MPI's decision rules choose), send/recv; tensor-parallel all-reduces sit inside each pass,
+//             pipeline sends between
 //   schedule  every pipeline's 1F1B or GPipe order (parallel/schedule.h) simulated with those pass times, so the
 //             bubble comes out of the simulation; the step waits for the slowest pipeline
 //   after     the data groups' gradient reductions and weight gathers (hidden behind backward on cuda where the
@@ -32,6 +33,11 @@ enum class Collective { AllReduce, ReduceScatter, AllGather, SendRecv };
 //   tree all-reduce                   2 ceil(log2 D) alpha + 2 n / bw      (the faster of ring and tree is used)
 //   send/recv                         alpha + n / bw
 double collective_s(Collective op, double bytes, int ranks, const LinkClass& link);
+
+// The link a group of `ranks` (world ranks, `ranks_per_node` consecutive ones on each node) runs at: [link.intra]
+// inside one node; across nodes, [link.inter]'s latency and its bandwidth times the group's fewest members on a
+// node (they share their ports: a ring crosses each node boundary once per channel), at most [link.intra]'s.
+LinkClass group_link(const Machine& m, const std::vector<int>& ranks, int ranks_per_node);
 
 // One pass of one micro-batch on a stage: its compute, and the communication inside it (tensor parallelism).
 struct PassTimes {

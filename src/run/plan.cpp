@@ -202,16 +202,15 @@ void print_search(const Config& cfg, const planner::Machine& m, const std::strin
         found.rejected.begin(), found.rejected.end(),
         [](const planner::Candidate& a, const planner::Candidate& b) { return a.prediction.over < b.prediction.over; });
     throw Error(strf("plan: no layout of the deck fits %d node%s x %d ranks of %s (%s): the closest, %s, is short of "
-                     "%s; more nodes, or a machine with more memory per device", nodes, nodes == 1 ? "" : "s", per_node, m.name.c_str(),
+                     "%s; more nodes, or a machine with more memory per device", nodes, nodes == 1 ? "" : "s",
+                     per_node, m.name.c_str(),
                      file.c_str(), closest.layout.c_str(), closest.prediction.short_of.c_str()), true);
   }
   const int shown = std::min<int>(top, static_cast<int>(found.fitting.size()));
-  // The rejected worth explaining are those that would have beaten the winner.
-  const double best = found.fitting.front().prediction.tokens_per_s;
-  int rejected = 0;
-  while (rejected < 3 && rejected < static_cast<int>(found.rejected.size()) &&
-         found.rejected[rejected].prediction.tokens_per_s > best)
-    rejected++;
+  // The strongest rejected: the fastest of them as if they fitted, and whether they would have beaten the winner.
+  const int rejected = std::min<int>(3, static_cast<int>(found.rejected.size()));
+  const bool faster = rejected > 0 &&
+                      found.rejected.front().prediction.tokens_per_s > found.fitting.front().prediction.tokens_per_s;
   if (json) {
     for (int i = 0; i < shown; i++) {
       const planner::Candidate& c = found.fitting[i];
@@ -228,14 +227,17 @@ void print_search(const Config& cfg, const planner::Machine& m, const std::strin
     return;
   }
   say("machine: %s (%s), %d node%s x %d ranks; %zu layouts fit, %zu do not; the best %d by predicted tokens/s:",
-      m.name.c_str(), file.c_str(), nodes, nodes == 1 ? "" : "s", per_node, found.fitting.size(), found.rejected.size(), shown);
+      m.name.c_str(), file.c_str(), nodes, nodes == 1 ? "" : "s", per_node, found.fitting.size(),
+      found.rejected.size(), shown);
   for (int i = 0; i < shown; i++) {
     const planner::Candidate& c = found.fitting[i];
     say("\n%d. %s", i + 1, c.layout.c_str());
     print_prediction(c.prediction);
     say("run: mpirun -np %d yuanlm train DECK %s", world, command_line(c.overrides).c_str());
   }
-  say(rejected > 0 ? "\nrejected, though predicted faster:" : "\nno layout predicted faster was rejected");
+  if (rejected > 0)
+    say("\nthe strongest rejected (%s):", faster ? "the fastest would beat the best that fits"
+                                                : "none would beat the best that fits");
   for (int i = 0; i < rejected; i++) {
     const planner::Candidate& c = found.rejected[i];
     say("  %s: would reach %.4g tokens/s, but %s", c.layout.c_str(), c.prediction.tokens_per_s,
@@ -263,7 +265,8 @@ int plan_main(const std::vector<std::string>& args) {
       "machine", po::value(&machine_file),
       "a machine file (input/machines/*.ini): with --nodes, search the layouts that fit and rank them by predicted "
       "tokens/s; with --predict, predict the deck's own layout")(
-      "predict", po::bool_switch(&predict), "with --machine: the step time, tokens/s, MFU and split of the deck's layout")(
+      "predict", po::bool_switch(&predict),
+      "with --machine: the step time, tokens/s, MFU and split of the deck's layout")(
       "top", po::value(&top), "with --machine --nodes: how many of the best layouts to print (5)")(
       "calibrate", po::bool_switch(&calibrate),
       "measure this machine (alone: the node; under mpirun: each node, and the MPI links inside and across nodes) "
