@@ -41,6 +41,10 @@ for out in "$WORK/no/such/dir/m.ini" "$WORK"; do
   [ "$(grep -c '^error:' "$WORK/log")" = 1 ] || { echo "not one error line:"; cat "$WORK/log"; exit 1; }
   ! grep -q calibrating "$WORK/log" || { echo "measured before refusing '$out'"; cat "$WORK/log"; exit 1; }
 done
-bin/yuanlm plan "${TINY[@]}" --out "$WORK/m2.ini" >"$WORK/log" 2>&1 && { echo "--out without --calibrate taken"; exit 1; }
+echo "== --out without --calibrate"
+if bin/yuanlm plan "${TINY[@]}" --out "$WORK/m2.ini" >"$WORK/log" 2>&1; then
+  echo "--out without --calibrate taken"
+  exit 1
+fi
 expect_in "$WORK/log" "^error: .*plan: --out names the machine file that --calibrate writes; add --calibrate"
 echo "test_calibrate: OK"
