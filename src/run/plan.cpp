@@ -19,6 +19,7 @@
 #include "parallel/layout.h"
 #include "parallel/nodes.h"
 #include "parallel/schedule.h"
+#include "planner/calibrate.h"
 #include "planner/machine.h"
 #include "planner/search.h"
 #include "planner/step_model.h"
@@ -278,8 +279,8 @@ int plan_main(const std::vector<std::string>& args) {
   po::options_description own("plan", kHelpWidth);
   bool modules = false;
   int world = 0, nodes = 0, per_node = 0;
-  bool json = false, predict = false, replan = false;
-  std::string machine_file;
+  bool json = false, predict = false, replan = false, calibrate = false;
+  std::string machine_file, out;
   int top = 5;
   std::vector<int> lost;
   own.add_options()("modules", po::bool_switch(&modules), "list the model's modules with parameters and FLOPs")(
@@ -301,13 +302,22 @@ int plan_main(const std::vector<std::string>& args) {
       "overrides that make it (docs/CLUSTER.md)")(
       "lost-node", po::value(&lost),
       "(repeatable, with --replan) a lost node's index among the job's nodes, 0-based in rank order; default: its "
-      "last nodes");
+      "last nodes")(
+      "calibrate", po::bool_switch(&calibrate),
+      "measure this machine (alone: the node; under mpirun: each node, and the MPI links inside and across nodes) "
+      "and write the machine file --out, which --machine reads")(
+      "out", po::value(&out), "the machine file --calibrate writes");
   Config cfg;
   po::variables_map vm;
   if (!parse_config(args, "plan", cfg, &own, &vm)) return 0;
+  if (calibrate) {
+    planner::calibrate(out);
+    return 0;
+  }
+  if (vm.count("out")) throw Error("plan: --out names the machine file that --calibrate writes; add --calibrate", true);
   YUAN_CHECK(cfg.model.n_layer > 0 && cfg.model.n_embd > 0, "plan: the deck gives no model (model.n_layer, "
              "model.n_embd, ...); usage: yuanlm plan DECK [--modules] [--world N] [--nodes N] [--ranks-per-node G] "
-             "[--machine FILE [--predict] [--top K]] [--replan [--lost-node K]] [--json]");
+             "[--machine FILE [--predict] [--top K]] [--replan [--lost-node K]] [--calibrate --out FILE] [--json]");
   if (replan) return print_replan(cfg, nodes, per_node, lost, json);
   const bool by_nodes = vm.count("nodes") + vm.count("ranks-per-node") > 0;
   if (top < 1) throw Error(strf("plan: --top %d must be at least 1", top), true);

@@ -1,44 +1,16 @@
 // The link between two ranks as MPI sees it: half the round-trip time of a small message (latency) and the
-// bytes per second of large ones sent back and forth (bandwidth), between ranks 0 and 1 of whatever mpirun
-// placed: on one node (shared memory) or on two (the network). tools/bench/bench_nodes.sh runs it over the same
-// path as its training job, as the limit that job's gradient exchange meets. Ranks other than 0 and 1 wait.
+// bytes per second of large ones sent back and forth (bandwidth), each the best of a few rounds, between ranks 0
+// and 1 of whatever mpirun placed: on one node (shared memory) or on two (the network). tools/bench/bench_nodes.sh
+// runs it over the same path as its training job, as the limit that job's gradient exchange meets. Ranks other than
+// 0 and 1 wait.
 //   mpirun -np 2 bin/bench_pingpong [--small 8] [--large 4194304] [--seconds 2]
+// The method is planner::ping_pong's, the same that `yuanlm plan --calibrate` measures a machine's links with.
 #include <mpi.h>
 
 #include <boost/program_options.hpp>
 #include <cstdio>
-#include <vector>
 
-
-namespace {
-
-// Round trips of `bytes` between ranks 0 and 1 for about `seconds` (rank 0 decides when to stop and tells rank 1
-// in the tag of its last message); returns the seconds per round trip on rank 0.
-double round_trip(int rank, size_t bytes, double seconds) {
-  std::vector<char> buf(bytes);
-  const int n = static_cast<int>(bytes);
-  constexpr int kGo = 1, kLast = 2;
-  MPI_Barrier(MPI_COMM_WORLD);
-  if (rank == 0) {
-    long trips = 0;
-    const double t0 = MPI_Wtime();
-    for (bool last = false; !last; trips++) {
-      last = trips >= 3 && MPI_Wtime() - t0 >= seconds;
-      MPI_Send(buf.data(), n, MPI_CHAR, 1, last ? kLast : kGo, MPI_COMM_WORLD);
-      MPI_Recv(buf.data(), n, MPI_CHAR, 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-    }
-    return (MPI_Wtime() - t0) / static_cast<double>(trips);
-  }
-  if (rank == 1) {
-    for (MPI_Status st{}; st.MPI_TAG != kLast;) {
-      MPI_Recv(buf.data(), n, MPI_CHAR, 0, MPI_ANY_TAG, MPI_COMM_WORLD, &st);
-      MPI_Send(buf.data(), n, MPI_CHAR, 0, 0, MPI_COMM_WORLD);
-    }
-  }
-  return 0;
-}
-
-}  // namespace
+#include "planner/calibrate.h"
 
 int main(int argc, char** argv) {
   namespace po = boost::program_options;
@@ -64,11 +36,11 @@ int main(int argc, char** argv) {
   }
   if (rank == 1) MPI_Send(host, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, 0, 0, MPI_COMM_WORLD);
   if (rank == 0) MPI_Recv(peer, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-  const double lat = round_trip(rank, small, seconds) / 2;
-  const double bw = static_cast<double>(large) * 2 / round_trip(rank, large, seconds);
+  MPI_Barrier(MPI_COMM_WORLD);
+  const yuan::planner::PingPong p = yuan::planner::ping_pong(MPI_COMM_WORLD, 0, 1, small, large, seconds);
   if (rank == 0)
     std::printf("pingpong %s <-> %s: latency %.1f us (%zu B, half a round trip), bandwidth %.1f MB/s (%zu B each way)\n",
-                host, peer, lat * 1e6, small, bw / 1e6, large);
+                host, peer, p.latency_s * 1e6, small, p.bandwidth / 1e6, large);
   MPI_Finalize();
   return 0;
 }

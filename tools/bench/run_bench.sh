@@ -20,3 +20,5 @@ echo "== bench_local_ckpt.sh"
 tools/bench/bench_local_ckpt.sh
 echo "== bench_nodes.sh"
 tools/bench/bench_nodes.sh || [ $? -eq 77 ]  # 77: the test cluster cannot be made here (its SKIP line says why)
+echo "== bench_planner.sh"
+tools/bench/bench_planner.sh

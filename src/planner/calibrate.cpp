@@ -1,0 +1,431 @@
+// `yuanlm plan --calibrate`: every number of the machine file measured here, each with how, when and where. The
+// compute and memory figures come from the CPU backend's own ops (the matmul and the memory-bound ops the program
+// runs) and the host AdamW the optimizer runs, timed on every rank at once with the threads each rank trains with,
+// so that a node's figure is what its ranks get together when they share it; the links come from the ping-pong
+// that tools/bench/bench_pingpong also runs.
+#include "planner/calibrate.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <omp.h>
+
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "backend/backend.h"
+#include "ops/adamw.h"
+#include "parallel/mpi_check.h"
+#include "parallel/world.h"
+#include "planner/machine.h"
+#include "util/fs.h"
+#include "util/log.h"
+#include "util/memory.h"
+
+namespace yuan::planner {
+
+double round_trip(MPI_Comm comm, int a, int b, size_t bytes, double seconds) {
+  int rank = 0;
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  if (rank != a && rank != b) return 0;
+  std::vector<char> buf(std::max<size_t>(bytes, 1));
+  const int n = static_cast<int>(bytes);
+  constexpr int kGo = 1, kLast = 2;
+  if (rank == a) {
+    MPI_CHECK(MPI_Send(buf.data(), 0, MPI_CHAR, b, kGo, comm));  // lines b up: the clock starts once it answers
+    MPI_CHECK(MPI_Recv(buf.data(), 0, MPI_CHAR, b, 0, comm, MPI_STATUS_IGNORE));
+    long trips = 0;
+    const double t0 = MPI_Wtime();
+    for (bool last = false; !last; trips++) {
+      last = trips >= 3 && MPI_Wtime() - t0 >= seconds;
+      MPI_CHECK(MPI_Send(buf.data(), n, MPI_CHAR, b, last ? kLast : kGo, comm));
+      MPI_CHECK(MPI_Recv(buf.data(), n, MPI_CHAR, b, 0, comm, MPI_STATUS_IGNORE));
+    }
+    return (MPI_Wtime() - t0) / static_cast<double>(trips);
+  }
+  MPI_CHECK(MPI_Recv(buf.data(), 0, MPI_CHAR, a, kGo, comm, MPI_STATUS_IGNORE));
+  MPI_CHECK(MPI_Send(buf.data(), 0, MPI_CHAR, a, 0, comm));
+  for (MPI_Status st{}; st.MPI_TAG != kLast;) {
+    MPI_CHECK(MPI_Recv(buf.data(), n, MPI_CHAR, a, MPI_ANY_TAG, comm, &st));
+    MPI_CHECK(MPI_Send(buf.data(), n, MPI_CHAR, a, 0, comm));
+  }
+  return 0;
+}
+
+PingPong ping_pong(MPI_Comm comm, int a, int b, size_t small, size_t large, double seconds) {
+  PingPong p{1e30, 0};
+  for (int round = 0; round < kPingPongRounds; round++) {
+    p.latency_s = std::min(p.latency_s, round_trip(comm, a, b, small, seconds / kPingPongRounds) / 2);
+    const double trip = round_trip(comm, a, b, large, seconds / kPingPongRounds);
+    if (trip > 0) p.bandwidth = std::max(p.bandwidth, static_cast<double>(large) * 2 / trip);
+  }
+  int rank = 0;
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  return rank == a ? p : PingPong{};
+}
+
+namespace {
+
+constexpr double kRepSeconds = 0.015;  // one timed repetition of an op
+constexpr int kReps = 7;               // repetitions; the fastest is the figure
+constexpr double kLinkSeconds = 0.5;  // each ping-pong size
+constexpr size_t kSmall = 8, kLarge = 4 << 20;
+
+// Seconds per call of `f`: the fastest of kReps repetitions of as many calls as fill about kRepSeconds, after a
+// first call that faults the buffers in and loads the library's kernels. The fastest: what the node gives when
+// nothing else runs on it (the ranks of the node run theirs at the same time: that sharing is what is measured),
+// rather than how busy it happened to be.
+template <typename F>
+double seconds_per_call(F&& f) {
+  f();
+  double t0 = now_seconds();
+  f();
+  const double once = std::max(now_seconds() - t0, 1e-7);
+  const int calls = std::max(1, static_cast<int>(kRepSeconds / once));
+  std::vector<double> reps;
+  for (int r = 0; r < kReps; r++) {
+    t0 = now_seconds();
+    for (int i = 0; i < calls; i++) f();
+    reps.push_back((now_seconds() - t0) / calls);
+  }
+  return *std::min_element(reps.begin(), reps.end());
+}
+
+// A GEMM of the program's kind: [N, C] activations times [OC, C] weights, with a bias.
+struct Shape {
+  int N, C, OC;
+  double flops() const { return 6.0 * N * C * OC; }  // forward 2 N C OC, backward twice that (dinp and dw)
+};
+// From a few MFLOPs (a small model's projections, where call overheads and cache tiles dominate) to GFLOPs (where
+// the rate levels off); the largest takes about a tenth of a second on one core.
+const Shape kShapes[] = {{32, 32, 128}, {128, 64, 256}, {256, 128, 512}, {512, 256, 1024}, {1024, 512, 2048}};
+constexpr int kNumShapes = sizeof kShapes / sizeof kShapes[0];
+
+// Memory-bound ops on [kRows, kWidth] activations: 48 MiB a tensor, past the last-level caches, as a real model's
+// activations are.
+constexpr int kRows = 16384, kWidth = 768;
+constexpr size_t kAdamW = size_t{4} << 20;  // parameters of the host AdamW: 16 MiB an array
+constexpr double kAdamWBytes = 28;          // per parameter: reads w, g, m, v and writes w, m, v, fp32
+
+// The matmul op's forward and backward at each shape: seconds per pair, on this rank.
+std::vector<double> time_gemms(Backend& be) {
+  Ops& ops = be.ops();
+  std::vector<double> secs;
+  for (const Shape& s : kShapes) {
+    auto tensor = [&](int64_t rows, int64_t cols) {
+      Allocation a = be.alloc(static_cast<size_t>(rows * cols) * sizeof(float), Mem::Activations);
+      std::fill_n(a.as<float>(), rows * cols, 0.01f);
+      return a;
+    };
+    Allocation in = tensor(s.N, s.C), w = tensor(s.OC, s.C), bias = tensor(1, s.OC), out = tensor(s.N, s.OC),
+               din = tensor(s.N, s.C), dw = tensor(s.OC, s.C), dbias = tensor(1, s.OC);
+    const Tensor tin(in.as<float>(), DType::F32, s.N, s.C), tw(w.as<float>(), DType::F32, s.OC, s.C),
+        tb(bias.as<float>(), DType::F32, 1, s.OC), tout(out.as<float>(), DType::F32, s.N, s.OC),
+        tdin(din.as<float>(), DType::F32, s.N, s.C), tdw(dw.as<float>(), DType::F32, s.OC, s.C),
+        tdb(dbias.as<float>(), DType::F32, 1, s.OC);
+    parallel::barrier();  // the ranks of a node run each shape together
+    secs.push_back(seconds_per_call([&] {
+      ops.matmul_forward(tout, tin, tw, tb, Tensor(), Tensor());
+      ops.matmul_backward(tdin, tdw, tdb, tout, tin, tw, Tensor());
+    }));
+  }
+  return secs;
+}
+
+// Bytes per second of the memory-bound ops LayerNorm forward and the bias-and-residual add, together (total bytes
+// over total time), on this rank.
+double time_memory_ops(Backend& be) {
+  Ops& ops = be.ops();
+  const size_t n = static_cast<size_t>(kRows) * kWidth;
+  Allocation a = be.alloc(n * sizeof(float), Mem::Activations), b = be.alloc(n * sizeof(float), Mem::Activations),
+             w = be.alloc(kWidth * sizeof(float), Mem::Activations),
+             bias = be.alloc(kWidth * sizeof(float), Mem::Activations),
+             stats = be.alloc(2 * kRows * sizeof(float), Mem::Activations);
+  std::fill_n(a.as<float>(), n, 0.5f);
+  std::fill_n(w.as<float>(), kWidth, 1.0f);
+  const Tensor ta(a.as<float>(), DType::F32, kRows, kWidth), tb(b.as<float>(), DType::F32, kRows, kWidth),
+      tw(w.as<float>(), DType::F32, 1, kWidth), tbias(bias.as<float>(), DType::F32, 1, kWidth),
+      mean(stats.as<float>(), DType::F32, 1, kRows), rstd(stats.as<float>() + kRows, DType::F32, 1, kRows);
+  parallel::barrier();
+  const double ln = seconds_per_call([&] { ops.layernorm_forward(tb, mean, rstd, ta, tw, tbias); });
+  const double ln_bytes = 2.0 * n * sizeof(float) + 2.0 * kRows * sizeof(float);  // in, out, mean and rstd
+  parallel::barrier();
+  const double add = seconds_per_call([&] { ops.bias_residual(tb, tbias, ta); });
+  const double add_bytes = 3.0 * n * sizeof(float);  // out read and written, the residual read
+  return (ln_bytes + add_bytes) / (ln + add);
+}
+
+// Bytes per second of the optimizer's fused host AdamW (kAdamWBytes a parameter), on this rank.
+double time_adamw() {
+  std::vector<float> p(kAdamW, 0.1f), m(kAdamW, 0.0f), v(kAdamW, 0.0f), g(kAdamW, 1e-3f);
+  ops::AdamWHyper h;
+  h.lr = 1e-4;
+  h.weight_decay = 0.1;
+  parallel::barrier();
+  const double s =
+      seconds_per_call([&] { ops::adamw_update(p.data(), m.data(), v.data(), g.data(), nullptr, kAdamW, h); });
+  return kAdamWBytes * kAdamW / s;
+}
+
+// t(F) = (F + half) / rate fitted to a node's seconds per GEMM `secs` of FLOPs `flops`, least squares on the
+// relative error of t; `worst` is the largest relative error at the measured shapes.
+struct GemmFit {
+  double rate = 0, half = 0, worst = 0;
+};
+GemmFit fit_gemm(const std::vector<double>& flops, const std::vector<double>& secs) {
+  // With u = 1/t and x = F/t the relative residual of a + b F is a u + b x - 1: linear in (a, b).
+  double uu = 0, ux = 0, xx = 0, su = 0, sx = 0;
+  for (size_t i = 0; i < flops.size(); i++) {
+    const double u = 1 / secs[i], x = flops[i] / secs[i];
+    uu += u * u, ux += u * x, xx += x * x, su += u, sx += x;
+  }
+  double a = (su * xx - sx * ux) / (uu * xx - ux * ux), b = (uu * sx - ux * su) / (uu * xx - ux * ux);
+  if (a < 0) a = 0, b = sx / xx;  // no fall-off at these sizes: a constant rate
+  GemmFit f{1 / b, a / b, 0};
+  for (size_t i = 0; i < flops.size(); i++) f.worst = std::max(f.worst, std::fabs((a + b * flops[i]) / secs[i] - 1));
+  return f;
+}
+
+// Ranks outside a ping-pong wait for it here without spinning on a core that it needs: ranks may outnumber a
+// node's cores, and the test cluster's nodes share one machine's.
+void quiet_barrier() {
+  MPI_Request r;
+  MPI_CHECK(MPI_Ibarrier(MPI_COMM_WORLD, &r));
+  for (int done = 0;;) {
+    MPI_CHECK(MPI_Test(&r, &done, MPI_STATUS_IGNORE));
+    if (done) return;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+// The link between world ranks a and b, on every rank (they wait quietly meanwhile).
+PingPong measure_link(int a, int b) {
+  PingPong p = ping_pong(MPI_COMM_WORLD, a, b, kSmall, kLarge, kLinkSeconds);
+  quiet_barrier();
+  double v[2] = {p.latency_s, p.bandwidth};
+  MPI_CHECK(MPI_Bcast(v, 2, MPI_DOUBLE, a, MPI_COMM_WORLD));
+  return {v[0], v[1]};
+}
+
+// Why `out` cannot be written (empty when it can): write_file_atomic writes OUT.tmp and renames it over OUT, so
+// that is what is tried, and OUT must not be a directory.
+std::string unwritable(const std::string& out) {
+  if (out.empty()) return "plan --calibrate needs --out FILE, the machine file to write";
+  const std::string tmp = out + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0)
+    return strf("plan --calibrate: cannot write --out %s: %s (%s)", out.c_str(), tmp.c_str(), std::strerror(errno));
+  ::close(fd);
+  ::unlink(tmp.c_str());
+  const int dir = ::open(out.c_str(), O_RDONLY | O_DIRECTORY);
+  if (dir >= 0) {
+    ::close(dir);
+    return strf("plan --calibrate: cannot write --out %s: it is a directory; give a file name", out.c_str());
+  }
+  return "";
+}
+
+// One node's figures from every rank's (`all`, `per` values a rank: seconds per GEMM at each shape, memory-bound
+// bytes/s, AdamW bytes/s, then the node's cores and available memory): its ranks ran at once, so the node's rates
+// are their sums.
+struct NodeFigures {
+  int node = 0;
+  std::vector<double> gemm_rate;  // FLOP/s at each shape
+  GemmFit gemm;
+  double mem_bw = 0, adamw_bw = 0, mem_bytes = 0;
+  int cores = 0;
+};
+NodeFigures node_figures(int node, const std::vector<int>& ranks, const std::vector<double>& all, int per,
+                         const std::vector<double>& flops) {
+  NodeFigures f;
+  f.node = node;
+  f.gemm_rate.assign(kNumShapes, 0.0);
+  for (int r : ranks) {
+    const double* v = &all[static_cast<size_t>(r) * per];
+    for (int i = 0; i < kNumShapes; i++) f.gemm_rate[i] += flops[i] / v[i];
+    f.mem_bw += v[kNumShapes];
+    f.adamw_bw += v[kNumShapes + 1];
+  }
+  std::vector<double> secs;
+  for (int i = 0; i < kNumShapes; i++) secs.push_back(flops[i] / f.gemm_rate[i]);
+  f.gemm = fit_gemm(flops, secs);
+  const double* first = &all[static_cast<size_t>(ranks[0]) * per];
+  f.cores = static_cast<int>(first[kNumShapes + 2]);
+  f.mem_bytes = first[kNumShapes + 3];
+  return f;
+}
+
+// The machine's figures from two nodes': the slower GEMMs (and that node's shapes), the lesser of the rest. A step
+// waits for its slowest node.
+NodeFigures slowest(const NodeFigures& a, const NodeFigures& b) {
+  NodeFigures f = a.gemm.rate <= b.gemm.rate ? a : b;
+  f.mem_bw = std::min(a.mem_bw, b.mem_bw);
+  f.adamw_bw = std::min(a.adamw_bw, b.adamw_bw);
+  f.mem_bytes = std::min(a.mem_bytes, b.mem_bytes);
+  f.cores = std::min(a.cores, b.cores);
+  return f;
+}
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char s[32];
+  std::strftime(s, sizeof s, "%Y-%m-%d %H:%M UTC", &tm);
+  return s;
+}
+
+// A measured link's two keys in `m` and `src`: ranks a and b, and where they are.
+void describe_link(LinkClass& link, MachineSources& src, const std::string& section, const PingPong& p,
+                   std::pair<int, int> pair, const parallel::NodeMap& nodes, const std::string& date) {
+  if (pair.first < 0) return;
+  const int na = nodes.node[pair.first], nb = nodes.node[pair.second];
+  const std::string between =
+      na == nb ? strf("ranks %d and %d on %s", pair.first, pair.second, nodes.names[na].c_str())
+               : strf("rank %d on %s and rank %d on %s", pair.first, nodes.names[na].c_str(), pair.second,
+                      nodes.names[nb].c_str());
+  link = {p.latency_s, p.bandwidth};
+  src[section + ".latency_s"] = strf("measured: MPI ping-pong, half the round trip of %zu B, %s, %s", kSmall,
+                                     between.c_str(), date.c_str());
+  src[section + ".bandwidth"] = strf("measured: MPI ping-pong, %zu MiB each way, %s, %s", kLarge >> 20,
+                                     between.c_str(), date.c_str());
+}
+
+// The file's opening comment: what was measured where, and what peak_flops means on a CPU.
+std::string header(const parallel::NodeMap& nodes, const std::string& date) {
+  std::string names;
+  for (int n = 0; n < nodes.nodes(); n++) names += (n ? ", " : "") + nodes.names[n];
+  return strf("# Written by `yuanlm plan --calibrate` on %s, %s: %d rank%s on %d node%s.\n"
+              "# Every rank ran each measurement at the same time, with the threads it trains with, so a node's\n"
+              "# figure is what its ranks get together when they share it; the machine's are its slowest node's.\n"
+              "# peak_flops on a CPU: the rate large GEMMs of the cpu backend's matmul op (OpenBLAS, fp32) reach that\n"
+              "# way, not a datasheet figure: it is the peak the step model scales, so gemm_efficiency is 1.\n",
+              names.c_str(), date.c_str(), parallel::world().size, parallel::world().size == 1 ? "" : "s",
+              nodes.nodes(), nodes.nodes() == 1 ? "" : "s");
+}
+
+}  // namespace
+
+void calibrate(const std::string& out) {
+  const parallel::WorldInfo& w = parallel::world();
+  const std::string problem = parallel::first_problem(w.rank == 0 ? unwritable(out) : "");
+  if (!problem.empty()) throw Error(problem, true);
+  const parallel::NodeMap& nodes = parallel::node_map();
+  say("calibrating: %d rank%s on %d node%s, every rank measuring at once; then the links by ping-pong", w.size,
+      w.size == 1 ? "" : "s", nodes.nodes(), nodes.nodes() == 1 ? "" : "s");
+
+  auto backend = make_backend(Device::Cpu, BackendSpec{1, false, kWidth});
+  std::vector<double> mine = time_gemms(*backend);
+  mine.push_back(time_memory_ops(*backend));
+  mine.push_back(time_adamw());
+  backend.reset();
+  // Each rank's figures, then its node's cores and memory (the node's lowest rank speaks for it).
+  const NodeMemory mem = node_available_memory();
+  mine.push_back(static_cast<double>(sysconf(_SC_NPROCESSORS_ONLN)));
+  mine.push_back(static_cast<double>(mem.available));
+  const int per = static_cast<int>(mine.size());
+  std::vector<double> all(static_cast<size_t>(per) * w.size);
+  MPI_CHECK(MPI_Gather(mine.data(), per, MPI_DOUBLE, all.data(), per, MPI_DOUBLE, 0, MPI_COMM_WORLD));
+
+  // The links: two ranks of the first node that has two, and rank 0 with the first rank of node 1.
+  PingPong intra, inter;
+  std::pair<int, int> intra_pair{-1, -1}, inter_pair{-1, -1};
+  for (int n = 0; n < nodes.nodes() && intra_pair.first < 0; n++)
+    if (nodes.ranks_on(n).size() >= 2) intra_pair = {nodes.ranks_on(n)[0], nodes.ranks_on(n)[1]};
+  if (nodes.nodes() >= 2) inter_pair = {0, nodes.ranks_on(1)[0]};
+  if (intra_pair.first >= 0) intra = measure_link(intra_pair.first, intra_pair.second);
+  if (inter_pair.first >= 0) inter = measure_link(inter_pair.first, inter_pair.second);
+  if (w.rank != 0) return;
+
+  // A node's rate is the sum of its ranks' (they ran at once); the machine's figures are the slowest node's.
+  std::vector<double> flops;
+  for (const Shape& s : kShapes) flops.push_back(s.flops());
+  NodeFigures slow;
+  for (int n = 0; n < nodes.nodes(); n++) {
+    const NodeFigures f = node_figures(n, nodes.ranks_on(n), all, per, flops);
+    slow = n == 0 ? f : slowest(slow, f);
+  }
+  const std::string date = utc_now();
+  const std::string when = strf("%s, host %s", date.c_str(), nodes.names[slow.node].c_str());
+  const std::string on = strf("%zu rank%s x %d thread%s of the node at once", nodes.ranks_on(slow.node).size(),
+                              nodes.ranks_on(slow.node).size() == 1 ? "" : "s", omp_get_max_threads(),
+                              omp_get_max_threads() == 1 ? "" : "s");
+  std::string sizes, rates;
+  for (int i = 0; i < kNumShapes; i++) {
+    sizes += strf("%s%.3g", i ? "/" : "", flops[i] / 1e6);
+    rates += strf("%s%.3g", i ? "/" : "", slow.gemm_rate[i] / 1e9);
+  }
+  Machine m;
+  MachineSources src;
+  m.name = strf("%s, calibrated", nodes.names[0].c_str());
+  m.devices_per_node = static_cast<int>(nodes.ranks_on(0).size());
+  src["machine.devices_per_node"] = strf("measured: ranks per node of the calibrating launch, %s", when.c_str());
+  m.kind = "cpu";
+  m.peak_flops = slow.gemm.rate;
+  src["device.peak_flops"] = strf("measured: the large-GEMM rate of the cpu backend's matmul op (forward + backward, "
+                                  "fp32) fitted at %d shapes, %s (their sum), %s", kNumShapes, on.c_str(),
+                                  when.c_str());
+  m.gemm_efficiency = 1;
+  src["device.gemm_efficiency"] = strf("measured: peak_flops is the measured large-GEMM rate itself, %s",
+                                       when.c_str());
+  // No fall-off down to the smallest shape fits as 0, which the format does not take (a rate that never falls):
+  // one FLOP says the same.
+  m.gemm_half_flops = std::max(slow.gemm.half, 1.0);
+  src["device.gemm_half_flops"] = strf("measured: t = (FLOPs + half) / peak_flops fitted to the matmul op at %s "
+                                       "MFLOP: %s GFLOP/s (worst error of the fit %.0f%%), %s", sizes.c_str(),
+                                       rates.c_str(),
+                                       100 * slow.gemm.worst, when.c_str());
+  m.mem_bw = slow.mem_bw;
+  src["device.mem_bw"] = strf("measured: the cpu backend's LayerNorm forward and bias-residual ops on [%d, %d] fp32 "
+                              "(past the caches), bytes moved / time, %s, %s", kRows, kWidth, on.c_str(), when.c_str());
+  m.mem_bytes = 0;
+  src["device.mem_bytes"] = "source: the cpu backend keeps everything in host memory ([host] mem_bytes)";
+  m.pcie_bw = 0;
+  src["device.pcie_bw"] = "source: the cpu backend has no host<->device transfer";
+  m.host_mem_bytes = slow.mem_bytes;
+  src["host.mem_bytes"] = strf("measured: what the node could give (%s) while calibrating, %s", mem.source.c_str(),
+                               when.c_str());
+  m.host_mem_bw = slow.adamw_bw;
+  src["host.mem_bw"] = strf("measured: the optimizer's fused host AdamW over %zu Mi fp32 parameters, %.0f B each "
+                            "(reads w, g, m, v; writes w, m, v), %s, %s", kAdamW >> 20, kAdamWBytes, on.c_str(),
+                            when.c_str());
+  m.host_cores = slow.cores;
+  src["host.cores"] = strf("measured: online processors (sysconf), %s", when.c_str());
+  describe_link(m.intra, src, "link.intra", intra, intra_pair, nodes, date);
+  describe_link(m.inter, src, "link.inter", inter, inter_pair, nodes, date);
+  if (intra_pair.first < 0) {
+    // One rank per node: no two ranks share one. The copy into shared memory and out again that Open MPI makes of
+    // a message between two ranks of a node runs at the memory's bandwidth; half of it stands in.
+    m.intra = {0, m.mem_bw / 2};
+    src["link.intra.latency_s"] = "source: not measured (no node had two ranks; run under mpirun -np 2 or more)";
+    src["link.intra.bandwidth"] = "source: not measured (no node had two ranks): half of device.mem_bw, a message "
+                                  "being copied into shared memory and out";
+    warn("calibrate: no node had two ranks, so the link inside a node is not measured (half the memory bandwidth "
+         "stands in); run under mpirun -np 2 or more");
+  }
+  if (inter_pair.first < 0) {
+    m.inter = m.intra;
+    src["link.inter.latency_s"] = src["link.inter.bandwidth"] =
+        "source: not measured (one node): link.intra's figure stands in; calibrate under mpirun across two nodes";
+    warn("calibrate: one node, so the link across nodes is not measured (the link inside one stands in); run under "
+         "mpirun over two nodes or more");
+  }
+  for (double* x : {&m.peak_flops, &m.gemm_half_flops, &m.mem_bw, &m.host_mem_bw, &m.host_mem_bytes,
+                    &m.intra.latency_s, &m.intra.bandwidth, &m.inter.latency_s, &m.inter.bandwidth})
+    *x = std::stod(strf("%.3g", *x));  // the precision the measurements have
+  write_file_atomic(out, header(nodes, date) + machine_text(m, src));
+  say("calibrate: wrote %s: peak %.3g GFLOP/s (half rate at %.3g MFLOP), memory-bound ops %.3g GB/s, host AdamW "
+      "%.3g GB/s, %d cores, %s; links %.2g us %.3g GB/s inside a node, %.2g us %.3g GB/s across", out.c_str(),
+      m.peak_flops / 1e9, m.gemm_half_flops / 1e6, m.mem_bw / 1e9, m.host_mem_bw / 1e9, m.host_cores,
+      format_bytes(m.host_mem_bytes).c_str(), m.intra.latency_s * 1e6, m.intra.bandwidth / 1e9,
+      m.inter.latency_s * 1e6, m.inter.bandwidth / 1e9);
+}
+
+}  // namespace yuan::planner

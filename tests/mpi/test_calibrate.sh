@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# `yuanlm plan --calibrate --out FILE`: on 2 ranks it writes a machine file that `plan --machine` reads back, every
+# number measured (the link inside the node by ping-pong; the one across nodes, with one node, said not to be);
+# alone, one rank measures the node and says the links are not measured; an --out that cannot be written is named
+# before anything is measured, on every rank, with a non-zero exit.
+source "$(dirname "$0")/lib.sh"
+predict=(bin/yuanlm plan "${TINY[@]}" --data.train=x.h5 --world 2 --predict --json --machine)
+
+# expect_in FILE PATTERN: grep -E, else show the file and fail.
+expect_in() {
+  grep -Eq "$2" "$1" || { echo "no '$2' in $1:"; cat "$1"; exit 1; }
+}
+
+echo "== 2 ranks on one node"
+mpirun -np 2 bin/yuanlm plan --calibrate --out "$WORK/m.ini" >"$WORK/log" 2>&1 || { cat "$WORK/log"; exit 1; }
+expect_in "$WORK/log" "calibrate: wrote $WORK/m.ini"
+"${predict[@]}" "$WORK/m.ini" >"$WORK/p.json" 2>&1 || { cat "$WORK/p.json"; exit 1; }
+expect_in "$WORK/p.json" '"step_s":[0-9.e-]+'
+for key in peak_flops gemm_half_flops mem_bw; do
+  expect_in "$WORK/m.ini" "^$key +=.*# measured: .*20[0-9-]+.*host "
+done
+expect_in "$WORK/m.ini" "^gemm_efficiency += 1  # measured"
+expect_in "$WORK/m.ini" "^\[link.intra\]"
+expect_in "$WORK/m.ini" "^bandwidth += [0-9.e+]+  # measured: MPI ping-pong, 4 MiB each way, ranks 0 and 1 on "
+expect_in "$WORK/m.ini" "^latency_s += [0-9.e+-]+  # source: not measured \(one node\)"
+
+echo "== 1 rank"
+bin/yuanlm plan --calibrate --out "$WORK/one.ini" >"$WORK/log" 2>&1 || { cat "$WORK/log"; exit 1; }
+expect_in "$WORK/log" "warning: calibrate: no node had two ranks"
+"${predict[@]}" "$WORK/one.ini" >"$WORK/p.json" 2>&1 || { cat "$WORK/p.json"; exit 1; }
+expect_in "$WORK/one.ini" "^devices_per_node += 1  # measured"
+
+echo "== an --out that cannot be written"
+for out in "$WORK/no/such/dir/m.ini" "$WORK"; do
+  if mpirun -np 2 bin/yuanlm plan --calibrate --out "$out" >"$WORK/log" 2>&1; then
+    echo "calibrate wrote to '$out'"
+    cat "$WORK/log"
+    exit 1
+  fi
+  expect_in "$WORK/log" "^error: \[rank 0@[^]]*\] plan --calibrate: cannot write --out $out: "
+  [ "$(grep -c '^error:' "$WORK/log")" = 1 ] || { echo "not one error line:"; cat "$WORK/log"; exit 1; }
+  ! grep -q calibrating "$WORK/log" || { echo "measured before refusing '$out'"; cat "$WORK/log"; exit 1; }
+done
+echo "== --out without --calibrate"
+if bin/yuanlm plan "${TINY[@]}" --out "$WORK/m2.ini" >"$WORK/log" 2>&1; then
+  echo "--out without --calibrate taken"
+  exit 1
+fi
+expect_in "$WORK/log" "^error: .*plan: --out names the machine file that --calibrate writes; add --calibrate"
+echo "test_calibrate: OK"
