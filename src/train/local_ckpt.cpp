@@ -84,8 +84,9 @@ void write_copy(const std::string& parent, const std::string& name, const std::s
     const std::string file = entries[i]["name"].get<std::string>();
     const size_t count = entries[i]["count"].get<size_t>();
     const float* const tensors[3] = {data[i], data[i] + count, data[i] + 2 * count};
-    write_shard_file(tmp + "/" + file, count, tensors);
-    if (files) (*files)[i]["sha256"] = sha256_file(tmp + "/" + file);
+    std::string sha256;
+    write_shard_file(tmp + "/" + file, count, tensors, files ? &sha256 : nullptr);
+    if (files) (*files)[i]["sha256"] = sha256;
   }
   if (files) {
     m["files"] = *files;
