@@ -294,7 +294,8 @@ bool LocalTier::exchange(int64_t step, const std::string& manifest) {
     return fail(strf("a rank it keeps copies of (ranks %s)", parallel::ranks_text(senders_).c_str()));
   }
   std::vector<std::string> texts(senders_.size());
-  std::vector<std::vector<float>> data(senders_.size());
+  received_.resize(senders_.size());
+  std::vector<std::vector<float>>& data = received_;
   std::vector<MPI_Request> recvs;
   for (size_t i = 0; i < senders_.size(); i++) {
     texts[i].resize(heads[i][0]);
