@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -152,6 +153,7 @@ LocalTier::LocalTier(const Config& cfg, const ZeroOptimizers& opts)
   if (partner_ >= 0)
     partner_label_ = strf("rank %d on %s", partner_, nodes.label(nodes.node[partner_]).c_str());
   MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
+  if (const char* hook = std::getenv("YUANLM_PARTNER_SILENT")) silent_ = std::atoi(hook) == w.rank;
 
   // What every rank keeps, so that each checks its node's directory for its ranks and their partners' copies.
   std::vector<unsigned long long> all(w.size);
@@ -261,7 +263,7 @@ void LocalTier::write(int64_t step, std::string manifest) {
 // about, and the exchanges stop for the rest of the run (what was posted to it may never complete).
 bool LocalTier::exchange(int64_t step, const std::string& manifest) {
   if (partner_ < 0) return true;
-  if (!exchanging_) return false;
+  if (!exchanging_ || silent_) return false;
   const double deadline = now_seconds() + timeout_s_;
   const int tag = static_cast<int>(step % 8192) * 3;  // a late message of another generation never matches
   size_t total = 0;
