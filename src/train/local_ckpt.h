@@ -12,6 +12,9 @@
 // Resume (ckpt.resume=auto) looks at every node's directory: the newest (run, step) whose every old rank's shard is
 // held by some node, checksums verified, wins over run.dir/ckpt's newest when it is newer; its holders send each new
 // rank the slices of the model its new shards need, re-cut for any world size like load_checkpoint.
+//
+// Test hook (tests/cluster/test_local_ckpt_partner.sh): YUANLM_PARTNER_SILENT=RANK makes that rank take no part in
+// the partner exchanges, like a rank whose node stopped answering, so that the ranks it exchanges with time out.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -69,8 +72,12 @@ class LocalTier {
   MPI_Comm comm_ = MPI_COMM_NULL;  // the exchange's own, so that it never meets the training's messages
   std::vector<std::vector<float>> snapshot_;  // per saved optimizer: master, exp_avg, exp_avg_sq one after another
   std::vector<std::string> files_;            // their file names
+  // The partner copies as received, by sender; kept from one exchange to the next, as snapshot_ is, because fresh
+  // pages cost a page fault each (about 0.3 s of CPU per 750 MB) on every step.
+  std::vector<std::vector<float>> received_;
   std::thread writer_;
   bool ok_ = true;                // the last write completed, both copies
+  bool silent_ = false;           // YUANLM_PARTNER_SILENT names this rank
   bool exchanging_ = true;        // false after a partner did not answer in time: own copies only from then on
   std::string previous_;          // the directory name of the generation written last ("" before the first)
 };

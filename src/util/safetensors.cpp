@@ -9,11 +9,13 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "util/dtype.h"
 #include "util/error.h"
+#include "util/sha256.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors data is little-endian; so is this code");
 
@@ -288,7 +290,7 @@ void SafetensorsWriter::add(const std::string& name, const std::string& dtype, c
   entries_.push_back({name, dtype, shape, data, n * esize});
 }
 
-void SafetensorsWriter::write(const std::string& path) const {
+void SafetensorsWriter::write(const std::string& path, std::string* sha256) const {
   std::vector<const Entry*> order;
   for (const Entry& e : entries_) order.push_back(&e);
   std::stable_sort(order.begin(), order.end(), [](const Entry* a, const Entry* b) {
@@ -316,9 +318,21 @@ void SafetensorsWriter::write(const std::string& path) const {
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   YUAN_CHECK(fd >= 0, "%s: cannot create: %s", tmp.c_str(), std::strerror(errno));
   try {
-    write_all(fd, &n, 8, tmp);
-    write_all(fd, h.data(), h.size(), tmp);
-    for (const Entry* e : order) write_all(fd, e->data, e->bytes, tmp);
+    std::unique_ptr<Sha256> digest;
+    if (sha256) digest = std::make_unique<Sha256>();
+    // Pieces small enough that the digest reads them from the cache the write just filled.
+    auto put = [&](const void* data, size_t bytes) {
+      const char* p = static_cast<const char*>(data);
+      for (size_t at = 0, piece = digest ? size_t{1} << 20 : bytes; at < bytes; at += piece) {
+        const size_t k = std::min(piece, bytes - at);
+        write_all(fd, p + at, k, tmp);
+        if (digest) digest->update(p + at, k);
+      }
+    };
+    put(&n, 8);
+    put(h.data(), h.size());
+    for (const Entry* e : order) put(e->data, e->bytes);
+    if (digest) *sha256 = digest->hex();
     YUAN_CHECK(::fsync(fd) == 0, "%s: fsync failed: %s", tmp.c_str(), std::strerror(errno));
   } catch (...) {
     ::close(fd);

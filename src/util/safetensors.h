@@ -83,8 +83,9 @@ class SafetensorsWriter {
   }
   void set_metadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
   // Writes path.tmp, fsyncs it, renames it over `path` and fsyncs the directory, so a crash leaves either the
-  // old file or the complete new one.
-  void write(const std::string& path) const;
+  // old file or the complete new one. With `sha256`, sets it to the file's checksum, hashed while writing (each
+  // piece as it leaves the cache) instead of reading the file back.
+  void write(const std::string& path, std::string* sha256 = nullptr) const;
 
  private:
   struct Entry {

@@ -37,30 +37,43 @@ std::string sha256_hex(const std::string& bytes) {
   return hex(md, n);
 }
 
+Sha256::Sha256() : ctx_(EVP_MD_CTX_new(), EVP_MD_CTX_free) {
+  YUAN_CHECK(ctx_ && EVP_DigestInit_ex(ctx_.get(), EVP_sha256(), nullptr) == 1, "sha256: libcrypto failed");
+}
+
+void Sha256::update(const void* data, size_t n) {
+  YUAN_CHECK(EVP_DigestUpdate(ctx_.get(), data, n) == 1, "sha256: libcrypto failed");
+}
+
+std::string Sha256::hex() {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned len = 0;
+  YUAN_CHECK(EVP_DigestFinal_ex(ctx_.get(), md, &len) == 1, "sha256: libcrypto failed");
+  return yuan::hex(md, len);
+}
+
 std::string sha256_file(const std::string& path) {
-  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
-  YUAN_CHECK(ctx && EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) == 1, "%s: sha256: libcrypto failed",
-             path.c_str());
+  Sha256 digest;
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   YUAN_CHECK(fd >= 0, "%s: cannot open for checksum: %s", path.c_str(), std::strerror(errno));
   ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   std::vector<char> buf(kBlock);
   int read_errno = 0;
-  bool digest_ok = true;
-  for (ssize_t n; digest_ok && (n = ::read(fd, buf.data(), buf.size())) != 0;) {
-    if (n > 0) digest_ok = EVP_DigestUpdate(ctx.get(), buf.data(), static_cast<size_t>(n)) == 1;
-    else if (errno != EINTR) {
-      read_errno = errno;
-      break;
+  try {
+    for (ssize_t n; (n = ::read(fd, buf.data(), buf.size())) != 0;) {
+      if (n > 0) digest.update(buf.data(), static_cast<size_t>(n));
+      else if (errno != EINTR) {
+        read_errno = errno;
+        break;
+      }
     }
+  } catch (...) {
+    ::close(fd);
+    throw;
   }
   ::close(fd);
   YUAN_CHECK(!read_errno, "%s: read error while computing checksum: %s", path.c_str(), std::strerror(read_errno));
-  YUAN_CHECK(digest_ok, "%s: sha256: libcrypto failed", path.c_str());
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned len = 0;
-  YUAN_CHECK(EVP_DigestFinal_ex(ctx.get(), md, &len) == 1, "%s: sha256: libcrypto failed", path.c_str());
-  return hex(md, len);
+  return digest.hex();
 }
 
 }  // namespace yuan

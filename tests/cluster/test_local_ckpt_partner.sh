@@ -48,4 +48,14 @@ train 4 "$WORK/b" "${args[@]}" --ckpt.every=4 >"$WORK/log" 2>&1 || { cat "$WORK/
 expect "local checkpoint step_0000006 of run 1 is incomplete: rank 2's shard is on no live node (its own copy was on node2, its partner copy on node1)"
 expect "resume: from the filesystem checkpoint $WORK/b/ckpt/step_0000004, step 4; steps lost: 3"
 compare "$WORK/ref" "$WORK/b" 1e-5 1e-5
+echo "== a partner that does not answer the exchange: a warning, no more partner copies, the run goes on"
+set +e
+YUANLM_PARTNER_SILENT=2 launch 4 -x YUANLM_PARTNER_SILENT bin/yuanlm train "${TINY[@]}" --data.train="$WORK/corpus/*.h5" \
+  --run.dir="$WORK/c" "${args[@]}" --dist.timeout_s=5 >"$WORK/log" 2>&1
+rc=$?
+set -e
+[ "$rc" -eq 0 ] || { cat "$WORK/log"; echo "rc $rc"; exit 1; }
+expect "warning: [rank 0@node1] local checkpoint step_0000002: a rank it keeps copies of (ranks 2) did not complete the partner exchange within 5 s (dist.timeout_s); no more partner copies in this run, the filesystem checkpoint still holds"
+[ "$(grep -c 'did not complete the partner exchange' "$WORK/log")" -eq 1 ] || { cat "$WORK/log"; exit 1; }
+compare "$WORK/ref" "$WORK/c" 0 0
 echo OK

@@ -3,16 +3,19 @@
 # ckpt.local_every=1 against 0, in the same run, for the tiny deck and gpt-small on the CPU backend, 2 ranks on one
 # node (own copies in /dev/shm; no partner exchange on one node). gpt-small runs at seq_len 128, one sequence per
 # rank, so that a step takes seconds on a laptop-sized machine; the shard written is gpt-small's whole ZeRO-1
-# half (about 750 MB per rank). Tokens/s is the mean over steps 3-N (the first steps warm up).
+# half (about 750 MB per rank). Tokens/s is the mean over steps 3-N (the first steps warm up). The writes cost CPU
+# (sha256 and the copy into tmpfs, about 1.2 s per GB): where the ranks' threads take every core, they come out of
+# the step, so the load of other work is printed with the ratios. YUANLM=PATH benchmarks another build (before/after).
 source "$(dirname "$0")/../../tests/mpi/lib.sh"
-echo "local checkpoints every step vs none: tokens/s ratio (goal >= 0.95); $(nproc --all) cores"
+YUANLM=${YUANLM:-bin/yuanlm}
+echo "local checkpoints every step vs none: tokens/s ratio (goal >= 0.95); $(nproc --all) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 # bench DECK VOCAB STEPS ARGS...: prints the ratio for DECK (random tokens of its vocabulary).
 bench() {
   local deck=$1 vocab=$2 steps=$3 every tps=()
   shift 3
   make_corpus "$WORK/corpus" 1 60000 "$vocab"
   for every in 0 1; do
-    mpirun -np 2 bin/yuanlm train "input/$deck.ini" --data.train="$WORK/corpus/*.h5" --data.val= \
+    mpirun -np 2 "$YUANLM" train "input/$deck.ini" --data.train="$WORK/corpus/*.h5" --data.val= \
       --train.device=cpu --train.steps="$steps" --train.log_every="$steps" --ckpt.every=0 \
       --ckpt.local_every=$every --run.dir="$WORK/$deck-$every" "$@" >"$WORK/log" 2>&1 || { cat "$WORK/log"; exit 1; }
     tps+=("$($PY -c "import json,sys; s=[json.loads(l) for l in open(sys.argv[1]) if '\"loss\"' in l][2:]
