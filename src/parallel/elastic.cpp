@@ -1,6 +1,8 @@
 #include "parallel/elastic.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <map>
@@ -129,23 +131,30 @@ std::vector<Shared> micro_batch_sizes(const Config& c, const Groups& g) {
   return out;
 }
 
-// Further sharings of `total` micro-batches over `g` (at least one per pipeline, by template), besides `rule`'s,
-// in lexicographic order, at most kMaxSharings.
+// Further sharings of `total` micro-batches over `g` (at least one per pipeline, by template), besides `rule`'s:
+// those nearest it (each template's share within a window around the rule's, the window narrower the more
+// templates), nearest first, at most kMaxSharings. Far from the FLOPs optimum a sharing only idles pipelines.
 void other_sharings(const Groups& g, int total, const std::vector<int>& rule, std::vector<std::vector<int>>* out) {
-  std::vector<int> m(g.counts.size());
-  std::function<void(size_t, int)> walk = [&](size_t t, int left) {
-    if (out->size() >= kMaxSharings) return;
-    int rest = 0;  // the fewest micro-batches the templates after t need
-    for (size_t u = t + 1; u < g.counts.size(); u++) rest += g.counts[u];
-    if (t + 1 == g.counts.size()) {
-      if (left % g.counts[t] != 0 || left < g.counts[t]) return;
+  const size_t T = g.counts.size();
+  if (T < 2) return;  // one template: its share is the total over its copies
+  // (2 window + 1)^(T - 1) shares are walked: at most about 4096.
+  const int window = std::max(1, static_cast<int>((std::pow(4096.0, 1.0 / static_cast<double>(T - 1)) - 1) / 2));
+  std::vector<std::pair<int, std::vector<int>>> found;  // distance (the largest change of a share), sharing
+  std::vector<int> m(T);
+  std::function<void(size_t, int, int)> walk = [&](size_t t, int left, int distance) {
+    if (t + 1 == T) {
+      if (left < g.counts[t] || left % g.counts[t] != 0) return;
       m[t] = left / g.counts[t];
-      if (m != rule) out->push_back(m);
+      if (m != rule) found.push_back({std::max(distance, std::abs(m[t] - rule[t])), m});
       return;
     }
-    for (m[t] = 1; left - g.counts[t] * m[t] >= rest; m[t]++) walk(t + 1, left - g.counts[t] * m[t]);
+    for (m[t] = std::max(1, rule[t] - window); m[t] <= rule[t] + window && g.counts[t] * m[t] < left; m[t]++)
+      walk(t + 1, left - g.counts[t] * m[t], std::max(distance, std::abs(m[t] - rule[t])));
   };
-  walk(0, total);
+  walk(0, total, 0);
+  std::stable_sort(found.begin(), found.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (size_t i = 0; i < found.size() && i < kMaxSharings; i++) out->push_back(found[i].second);
 }
 
 std::string template_text(const GPTConfig& model, const Slot& t) {

@@ -257,8 +257,8 @@ void print_search(const Config& cfg, const planner::Machine& m, const std::strin
 // it; --json: one object {"overrides", "world", "idle", "notes"} for jobs/train.sbatch. With a machine file, the
 // rule's layout the step-time model says is fastest on it (planner/replan.h), with its predicted step ("step_s",
 // "tokens_per_s" in the JSON); without, the rule's FLOPs model's.
-int print_replan(const Config& c, int nodes, int per_node, const std::vector<int>& lost, const std::string& machine_file,
-                 bool json) {
+int print_replan(const Config& c, int nodes, int per_node, const std::vector<int>& lost,
+                 const std::string& machine_file, bool json) {
   if (nodes < 1 || per_node < 1)
     throw Error("plan --replan needs --nodes (the surviving nodes) and --ranks-per-node, both at least 1", true);
   parallel::Replan r;
