@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -169,6 +170,49 @@ TEST(Elastic, TwoFailuresInARow) {
   EXPECT_EQ(second.world, 4);
   EXPECT_EQ(sequences(second), 40);
   EXPECT_EQ(second.config.parallel.pipelines, "one,one,one,one");
+}
+
+TEST(Elastic, CandidatesAreTheLayoutsTheRuleAllowsItsOwnFirst) {
+  // one, two, two, two, one on 4 nodes of 2 ranks, node 1 lost (as above): pipelines 0, 3 and 4 keep their template
+  // in every candidate; 1 and 2 are rebuilt from "one" or dropped; the 20 micro-batches are shared every way.
+  const Config c = pipelined({kOne, kTwo}, "one,two,two,two,one", "one:4,two:4", 40, 2);
+  const std::vector<Replan> all = replan_candidates(c, 3, 2, {1});
+  ASSERT_GT(all.size(), 2u);
+  EXPECT_EQ(all.front().overrides, replan(c, 3, 2, {1}).overrides);
+  std::set<std::string> pipelines;
+  std::set<std::vector<std::string>> distinct;
+  bool other_sharing = false;
+  for (const Replan& r : all) {
+    SCOPED_TRACE(r.config.parallel.pipelines + " " + r.config.parallel.microbatches);
+    EXPECT_EQ(sequences(r), 40);
+    EXPECT_EQ(r.world + r.idle, 6);
+    const std::string& p = r.config.parallel.pipelines;
+    EXPECT_EQ(p.rfind("one,", 0), 0u);
+    EXPECT_EQ(p.substr(p.size() - 8), ",two,one");
+    pipelines.insert(p);
+    distinct.insert(r.overrides);
+    other_sharing |= says(r, "(another sharing)");
+  }
+  EXPECT_EQ(pipelines, (std::set<std::string>{"one,one,one,two,one", "one,one,two,one", "one,two,one"}));
+  EXPECT_EQ(distinct.size(), all.size());
+  EXPECT_TRUE(other_sharing);
+}
+
+TEST(Elastic, CandidatesTrySmallerMicroBatchesWhereTheDecksHasNoSharing) {
+  // two (ranks 0-1), one (rank 2) on 3 nodes of a rank, 3 micro-batches of 4; node 0 lost: rebuilt from "one", two
+  // copies of it cannot share 3 micro-batches, so the micro-batch changes: 3 (the rule's), 2 or 1; or, dropped,
+  // the one left runs the 3 of 4.
+  const Config c = pipelined({kOne, kTwo}, "two,one", "two:2,one:1", 12, 4);
+  const std::vector<Replan> all = replan_candidates(c, 2, 1, {0});
+  std::vector<int> sizes;
+  for (const Replan& r : all) {
+    EXPECT_EQ(sequences(r), 12);
+    if (std::find(sizes.begin(), sizes.end(), r.config.train.micro_batch) == sizes.end())
+      sizes.push_back(r.config.train.micro_batch);
+  }
+  EXPECT_EQ(sizes, (std::vector<int>{3, 2, 1, 4}));
+  EXPECT_EQ(all.front().overrides, replan(c, 2, 1, {0}).overrides);
+  EXPECT_EQ(all.front().config.train.micro_batch, 3);
 }
 
 TEST(Elastic, AJobTheSurvivorsCannotHoldIsRefusedSayingWhatItNeeds) {

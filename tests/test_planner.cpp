@@ -2,13 +2,16 @@
 // and the layout search against memory.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include "parallel/elastic.h"
 #include "parallel/schedule.h"
 #include "planner/machine.h"
+#include "planner/replan.h"
 #include "planner/search.h"
 #include "planner/step_model.h"
 #include "util/error.h"
@@ -441,4 +444,90 @@ TEST(PlannerAnchors, Yuan47BOnFourV100AsAsc22) {
   std::printf("%s\n", ratio_line("Yuan-4.7B, 4 V100, hours to 1B tokens (ASC22)", hours, 67.75, "h").c_str());
   EXPECT_LT(hours, 67.75);
   EXPECT_GT(hours, 67.75 / 3);
+}
+
+namespace {
+
+// one, two, two, two, one on 4 nodes of 2 ranks (ranks 0 | 1-2 | 3-4 | 5-6 | 7) of tiny_deck's model.
+Config pipelined_deck() {
+  Config c = tiny_deck();
+  c.parallel.templates = {"one: wte, wpe, h.0-h.3, ln_f", "two: wte, wpe, h.0-h.1 | h.2-h.3, ln_f"};
+  c.parallel.pipelines = "one,two,two,two,one";
+  c.parallel.microbatches = "one:1,two:2";
+  c.train.global_batch = 8;
+  c.train.micro_batch = 1;
+  return c;
+}
+
+}  // namespace
+
+TEST(PlannerReplan, PicksThePredictedFastestOfTheRuleLayouts) {
+  // Node 1 lost: pipelines 1 and 2 are rebuilt from "one" or dropped, and the micro-batches shared every way. On
+  // the cpu node the ranks share the node's rate, so layouts that leave ranks idle can be faster than the FLOPs
+  // rule's, which only counts a stage's FLOPs: the pick is the fastest by the model, the rule's only where it is.
+  const Config c = pipelined_deck();
+  const Machine m = cpu_node(64);
+  const std::vector<parallel::Replan> all = parallel::replan_candidates(c, 3, 2, {1});
+  ASSERT_GT(all.size(), 2u);
+  double fastest = 1e300;
+  for (const parallel::Replan& r : all) fastest = std::min(fastest, predict(r.config, r.world, 2, m).step_s);
+  const ReplanChoice choice = best_replan(c, 3, 2, {1}, m, "m.ini");
+  EXPECT_EQ(choice.considered, static_cast<int>(all.size()));
+  EXPECT_DOUBLE_EQ(choice.prediction.step_s, fastest);
+  EXPECT_DOUBLE_EQ(choice.rule.step_s, predict(all.front().config, all.front().world, 2, m).step_s);
+  EXPECT_DOUBLE_EQ(predict(choice.replan.config, choice.replan.world, 2, m).step_s, choice.prediction.step_s);
+  // Here the model finds a clearly faster layout than the rule's (checked: more than 10% faster)...
+  EXPECT_LT(choice.prediction.step_s, 0.9 * choice.rule.step_s);
+  EXPECT_NE(choice.replan.overrides, all.front().overrides);
+  EXPECT_NE(choice.replan.notes.back().find("the FLOPs rule's own would take"), std::string::npos);
+  // ...while a job with one layout to choose (data parallelism) keeps the rule's, and says so.
+  Config dp = tiny_deck();
+  dp.train.micro_batch = 2;
+  const ReplanChoice same = best_replan(dp, 1, 2, {1}, m, "m.ini");
+  EXPECT_EQ(same.considered, 1);
+  EXPECT_EQ(same.replan.overrides, parallel::replan(dp, 1, 2, {1}).overrides);
+  EXPECT_NE(same.replan.notes.back().find("the FLOPs rule's own"), std::string::npos);
+  EXPECT_DOUBLE_EQ(same.prediction.step_s, same.rule.step_s);
+}
+
+TEST(PlannerReplan, TheLinkDecidesBetweenTheRulesLayoutAndTheOneLeftIdle) {
+  // two (ranks 0-1), one (rank 2) on 3 nodes of a rank; node 0 lost: pipeline 0 is rebuilt from "one" on rank 1
+  // (the FLOPs rule: two replicas, their gradients reduced across nodes) or dropped (one replica, no reduction).
+  // Over the test cluster's slow link the lone replica is predicted faster and is chosen; over a fast one the rule's
+  // two replicas are, and the rule's layout stays.
+  Config c = tiny_deck();
+  c.parallel.templates = {"one: wte, wpe, h.0-h.3, ln_f", "two: wte, wpe, h.0-h.1 | h.2-h.3, ln_f"};
+  c.parallel.pipelines = "two,one";
+  c.parallel.microbatches = "two:4,one:4";
+  c.train.global_batch = 16;
+  c.train.micro_batch = 2;
+  const std::vector<parallel::Replan> all = parallel::replan_candidates(c, 2, 1, {0});
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0].config.parallel.pipelines, "one,one");
+  EXPECT_EQ(all[1].config.parallel.pipelines, "one");
+  for (double inter_bw : {264e6, 1e12}) {
+    SCOPED_TRACE(inter_bw);
+    Machine m = cpu_node(64);
+    m.inter.bandwidth = inter_bw;
+    const double rule = predict(all[0].config, all[0].world, 1, m).step_s;
+    const double alone = predict(all[1].config, all[1].world, 1, m).step_s;
+    const ReplanChoice choice = best_replan(c, 2, 1, {0}, m, "m.ini");
+    EXPECT_EQ(choice.replan.overrides, all[alone < rule ? 1 : 0].overrides);
+    EXPECT_DOUBLE_EQ(choice.prediction.step_s, std::min(rule, alone));
+    // The two machines are picked to fall either side, by a clear margin.
+    if (inter_bw < 1e9) EXPECT_LT(alone, 0.9 * rule);
+    else EXPECT_LT(rule, 0.9 * alone);
+  }
+}
+
+TEST(PlannerReplan, AMachineTooSmallRefusesWithWhatIsShort) {
+  std::string why;
+  try {
+    best_replan(pipelined_deck(), 3, 2, {1}, cpu_node(0.001), "small.ini");
+  } catch (const Error& e) {
+    why = e.what();
+  }
+  EXPECT_EQ(why.rfind("replan: no layout of the 3 surviving nodes x 2 ranks fits test node (small.ini): of ", 0), 0u)
+      << why;
+  EXPECT_NE(why.find("is short of host memory: node"), std::string::npos) << why;
 }

@@ -1,6 +1,9 @@
 #include "parallel/elastic.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <functional>
 #include <limits>
 #include <map>
 #include <set>
@@ -75,11 +78,36 @@ std::vector<int> share_micro_batches(const std::vector<int>& counts, const std::
 
 // The largest micro-batch count the sharing is tried with: the dynamic programme is quadratic in it.
 constexpr int kMaxMicroBatches = 1 << 14;
+// The most rebuild choices, and sharings per choice and micro-batch size, offered beside the FLOPs rule's own.
+constexpr size_t kMaxRebuilds = 64, kMaxSharings = 64;
 
 struct Slot {
   std::string name;                 // its template
   std::vector<ModuleRange> stages;  // empty: dropped
 };
+
+// The pipelines grouped by template (in order of first use): how many copies, their depth and modelled pace.
+struct Groups {
+  std::vector<std::string> names;
+  std::vector<int> counts, stages;
+  std::vector<double> paces;
+};
+
+Groups group(const std::vector<Slot>& pipelines, const std::vector<double>& flops) {
+  Groups g;
+  for (const Slot& p : pipelines) {
+    const auto at = std::find(g.names.begin(), g.names.end(), p.name);
+    if (at != g.names.end()) {
+      g.counts[at - g.names.begin()]++;
+      continue;
+    }
+    g.names.push_back(p.name);
+    g.counts.push_back(1);
+    g.stages.push_back(static_cast<int>(p.stages.size()));
+    g.paces.push_back(pace(flops, p.stages));
+  }
+  return g;
+}
 
 struct Shared {
   int micro_batch = 0;
@@ -87,33 +115,46 @@ struct Shared {
   std::vector<int> micro;          // by template in `names`
 };
 
-// The micro-batches of the global batch over `pipelines` (none dropped): train.micro_batch kept where an exact
-// sharing exists, else the largest divisor of the global batch below it with one; {0} when none does.
-Shared share(const Config& c, const std::vector<Slot>& pipelines, const std::vector<double>& flops) {
-  Shared out;
-  std::vector<int> counts, stages;
-  std::vector<double> paces;
-  for (const Slot& p : pipelines) {
-    const auto at = std::find(out.names.begin(), out.names.end(), p.name);
-    if (at != out.names.end()) {
-      counts[at - out.names.begin()]++;
-      continue;
-    }
-    out.names.push_back(p.name);
-    counts.push_back(1);
-    stages.push_back(static_cast<int>(p.stages.size()));
-    paces.push_back(pace(flops, p.stages));
-  }
+// The micro-batch sizes the rule allows for `pipelines`: train.micro_batch where an exact sharing exists, else every
+// divisor of the global batch below it with one, largest first (the FLOPs rule takes the first); with each, the
+// FLOPs rule's sharing. Empty when none does.
+std::vector<Shared> micro_batch_sizes(const Config& c, const Groups& g) {
+  std::vector<Shared> out;
   const int batch = c.train.global_batch;
   for (int mb = std::min(c.train.micro_batch, batch); mb >= 1; mb--) {
     if (batch % mb != 0 || batch / mb > kMaxMicroBatches) continue;
-    out.micro = share_micro_batches(counts, stages, paces, batch / mb);
-    if (!out.micro.empty()) {
-      out.micro_batch = mb;
-      return out;
-    }
+    std::vector<int> micro = share_micro_batches(g.counts, g.stages, g.paces, batch / mb);
+    if (micro.empty()) continue;
+    out.push_back({mb, g.names, micro});
+    if (mb == c.train.micro_batch) break;
   }
-  return {};
+  return out;
+}
+
+// Further sharings of `total` micro-batches over `g` (at least one per pipeline, by template), besides `rule`'s:
+// those nearest it (each template's share within a window around the rule's, the window narrower the more
+// templates), nearest first, at most kMaxSharings. Far from the FLOPs optimum a sharing only idles pipelines.
+void other_sharings(const Groups& g, int total, const std::vector<int>& rule, std::vector<std::vector<int>>* out) {
+  const size_t T = g.counts.size();
+  if (T < 2) return;  // one template: its share is the total over its copies
+  // (2 window + 1)^(T - 1) shares are walked: at most about 4096.
+  const int window = std::max(1, static_cast<int>((std::pow(4096.0, 1.0 / static_cast<double>(T - 1)) - 1) / 2));
+  std::vector<std::pair<int, std::vector<int>>> found;  // distance (the largest change of a share), sharing
+  std::vector<int> m(T);
+  std::function<void(size_t, int, int)> walk = [&](size_t t, int left, int distance) {
+    if (t + 1 == T) {
+      if (left < g.counts[t] || left % g.counts[t] != 0) return;
+      m[t] = left / g.counts[t];
+      if (m != rule) found.push_back({std::max(distance, std::abs(m[t] - rule[t])), m});
+      return;
+    }
+    for (m[t] = std::max(1, rule[t] - window); m[t] <= rule[t] + window && g.counts[t] * m[t] < left; m[t]++)
+      walk(t + 1, left - g.counts[t] * m[t], std::max(distance, std::abs(m[t] - rule[t])));
+  };
+  walk(0, total, 0);
+  std::stable_sort(found.begin(), found.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (size_t i = 0; i < found.size() && i < kMaxSharings; i++) out->push_back(found[i].second);
 }
 
 std::string template_text(const GPTConfig& model, const Slot& t) {
@@ -141,7 +182,52 @@ void data_parallel(const Config& c, int ranks, Replan* r) {
                             ranks / tp));
 }
 
-void pipelines(const Config& c, int nodes, int per_node, std::vector<int> lost, Replan* r) {
+// The layout of `slots` (none dropped) with the micro-batches `shared`, on `ranks` survivors' ranks, into `r`.
+void write_pipelines(const Config& c, int ranks, const std::vector<Slot>& slots, const Shared& shared,
+                     const char* how, Replan* r) {
+  const int tp = c.parallel.tp_size;
+  std::vector<std::string> texts, names, micro;
+  for (size_t t = 0; t < shared.names.size(); t++) {
+    const Slot& s = *std::find_if(slots.begin(), slots.end(), [&](const Slot& x) { return x.name == shared.names[t]; });
+    texts.push_back(template_text(c.model, s));
+    micro.push_back(strf("%s:%d", s.name.c_str(), shared.micro[t]));
+  }
+  r->world = 0;
+  for (const Slot& s : slots) {
+    names.push_back(s.name);
+    r->world += static_cast<int>(s.stages.size()) * tp;
+  }
+  r->idle = ranks - r->world;
+  Config& n = r->config;
+  n.train.micro_batch = shared.micro_batch;
+  n.parallel.templates = texts;
+  n.parallel.pipelines = join(names, ",");
+  n.parallel.microbatches = join(micro, ",");
+  r->overrides.push_back(strf("--train.micro_batch=%d", shared.micro_batch));
+  for (const std::string& t : texts) r->overrides.push_back("--parallel.template=" + t);
+  r->overrides.push_back("--parallel.pipelines=" + n.parallel.pipelines);
+  r->overrides.push_back("--parallel.microbatches=" + n.parallel.microbatches);
+  r->notes.push_back(strf("pipelines %s on %d ranks, micro-batches %s of %d sequences%s (%s): global batch %d kept",
+                          n.parallel.pipelines.c_str(), r->world, n.parallel.microbatches.c_str(), shared.micro_batch,
+                          shared.micro_batch == c.train.micro_batch ? ""
+                                                                    : strf(" (was %d)", c.train.micro_batch).c_str(),
+                          how, c.train.global_batch));
+  if (r->idle > 0)
+    r->notes.push_back(strf("%d rank%s left idle: no pipeline takes them", r->idle, r->idle == 1 ? "" : "s"));
+}
+
+// One way of rebuilding the hit pipelines: the pipelines left (none dropped) and a note per hit one.
+struct Rebuild {
+  std::vector<Slot> slots;
+  std::vector<std::string> notes;
+};
+
+// Every layout of the pipelines rule (the header's) on the survivors, appended to `out` from `base` (the notes so
+// far): the FLOPs rule's own first (each hit pipeline rebuilt with the most stages the ranks left over hold, in
+// order, the micro-batches shared by modelled throughput), then the other rebuilds (fewer stages, or dropped) and
+// the other sharings of the micro-batches, and other micro-batch sizes where the deck's has no sharing.
+void pipelines(const Config& c, int nodes, int per_node, std::vector<int> lost, const Replan& base,
+               std::vector<Replan>* out) {
   const int tp = c.parallel.tp_size;
   const Topology old = make_topology(c, layout_ranks(c));
   if (lost.empty() && old.world_size() > nodes * per_node) {
@@ -167,98 +253,117 @@ void pipelines(const Config& c, int nodes, int per_node, std::vector<int> lost, 
 
   // Pipelines not hit keep their template; the ranks they leave over are the pool the hit ones are rebuilt from.
   std::vector<Slot> slots;
-  std::vector<bool> hit;
+  std::vector<size_t> hit;
   int pool = nodes * per_node;
   for (size_t p = 0; p < old.pipelines().size(); p++) {
     const Pipeline& pl = old.pipelines()[p];
     const int first = old.rank_of({static_cast<int>(p), 0, 0}), size = static_cast<int>(pl.stages.size()) * tp;
     bool h = false;
     for (int rank = first; rank < first + size; rank++) h = h || gone.count(map.node[rank]);
-    hit.push_back(h);
+    if (h) hit.push_back(p);
+    else pool -= size;
     slots.push_back({pl.name, pl.stages});
-    if (!h) pool -= size;
   }
-  for (size_t p = 0; p < slots.size(); p++) {
-    if (!hit[p]) continue;
-    const int first = old.rank_of({static_cast<int>(p), 0, 0}), had_stages = static_cast<int>(slots[p].stages.size());
-    const std::string what = strf("pipeline %zu (%s, %s)", p, slots[p].name.c_str(),
-                                  ranks_text(first, had_stages * tp).c_str());
-    // The most stages, fewer than it had, that the pool holds: the deck's template of that depth, else auto:K; a
-    // one-stage pipeline (a data-parallel replica) again as it was, on ranks left idle before.
-    Slot rebuilt;
-    if (had_stages == 1 && tp <= pool) rebuilt = slots[p];
-    for (int k = std::min(had_stages - 1, pool / tp); k >= 1 && rebuilt.stages.empty(); k--) {
+  // The templates a hit pipeline of `had_stages` stages may be rebuilt from with `left` ranks, most stages first:
+  // for each depth below its own, the deck's template of that depth, else auto:K; a one-stage pipeline (a
+  // data-parallel replica) again as it was, on ranks left idle before.
+  auto rebuilds = [&](const Slot& was, int left) {
+    std::vector<Slot> options;
+    const int had_stages = static_cast<int>(was.stages.size());
+    if (had_stages == 1 && tp <= left) options.push_back(was);
+    for (int k = std::min(had_stages - 1, left / tp); k >= 1; k--) {
+      Slot rebuilt;
       for (const std::string& name : order)
         if (static_cast<int>(declared[name].stages.size()) == k) {
           rebuilt = declared[name];
           break;
         }
-      if (!rebuilt.stages.empty()) break;
-      rebuilt.name = strf("auto%d", k);
-      while (declared.count(rebuilt.name) && declared[rebuilt.name].stages.size() != static_cast<size_t>(k))
-        rebuilt.name += "x";
-      rebuilt.stages = balance(flops, k, block_module(0));
+      if (rebuilt.stages.empty()) {
+        rebuilt.name = strf("auto%d", k);
+        while (declared.count(rebuilt.name) && declared[rebuilt.name].stages.size() != static_cast<size_t>(k))
+          rebuilt.name += "x";
+        rebuilt.stages = balance(flops, k, block_module(0));
+      }
+      options.push_back(rebuilt);
     }
-    if (rebuilt.stages.empty()) {
-      r->notes.push_back(strf("%s had ranks on a lost node: dropped (%d rank%s left for it, a stage takes parallel.tp_size %d)",
-                              what.c_str(), pool, pool == 1 ? "" : "s", tp));
-      slots[p].stages.clear();
+    return options;
+  };
+  // Depth first over the hit pipelines, each taking its options in order and then being dropped: the first leaf
+  // is the FLOPs rule's (the most stages the pool holds, dropped when none fits).
+  std::vector<Rebuild> choices;
+  Rebuild now{slots, {}};
+  std::function<void(size_t, int)> walk = [&](size_t h, int left) {
+    if (choices.size() >= kMaxRebuilds) return;
+    if (h == hit.size()) {
+      Rebuild kept = now;
+      kept.slots.erase(std::remove_if(kept.slots.begin(), kept.slots.end(),
+                                      [](const Slot& s) { return s.stages.empty(); }), kept.slots.end());
+      if (!kept.slots.empty()) choices.push_back(kept);
+      return;
+    }
+    const size_t p = hit[h];
+    const int first = old.rank_of({static_cast<int>(p), 0, 0});
+    const Slot was{old.pipelines()[p].name, old.pipelines()[p].stages};
+    const std::string what = strf("pipeline %zu (%s, %s)", p, was.name.c_str(),
+                                  ranks_text(first, static_cast<int>(was.stages.size()) * tp).c_str());
+    const std::vector<Slot> options = rebuilds(was, left);
+    for (const Slot& rebuilt : options) {
+      now.slots[p] = rebuilt;
+      now.notes.push_back(strf("%s had ranks on a lost node: re-formed from template %s (%zu stage%s)", what.c_str(),
+                               rebuilt.name.c_str(), rebuilt.stages.size(), rebuilt.stages.size() == 1 ? "" : "s"));
+      walk(h + 1, left - static_cast<int>(rebuilt.stages.size()) * tp);
+      now.notes.pop_back();
+    }
+    now.slots[p].stages.clear();
+    now.notes.push_back(options.empty()
+                            ? strf("%s had ranks on a lost node: dropped (%d rank%s left for it, a stage takes "
+                                   "parallel.tp_size %d)", what.c_str(), left, left == 1 ? "" : "s", tp)
+                            : strf("%s had ranks on a lost node: dropped", what.c_str()));
+    walk(h + 1, left);
+    now.notes.pop_back();
+    now.slots[p] = was;
+  };
+  walk(0, pool);
+  // At least one pipeline is left in the first choice: with every one hit, the pool is all the survivors' ranks.
+  YUAN_CHECK(!choices.empty(), "replan: no pipeline left on %d ranks", nodes * per_node);
+
+  for (size_t i = 0; i < choices.size(); i++) {
+    Rebuild& choice = choices[i];
+    // The global batch over the pipelines; where no exact sharing exists, the last pipeline goes idle, and so on.
+    std::vector<Shared> sizes = micro_batch_sizes(c, group(choice.slots, flops));
+    while (sizes.empty() && choice.slots.size() > 1) {
+      choice.notes.push_back(strf("pipeline (%s) dropped: train.global_batch %d does not share over the pipelines "
+                                  "with it", choice.slots.back().name.c_str(), c.train.global_batch));
+      choice.slots.pop_back();
+      sizes = micro_batch_sizes(c, group(choice.slots, flops));
+    }
+    if (sizes.empty()) {
+      YUAN_CHECK(i > 0, "replan: no sharing of global batch %d over one pipeline", c.train.global_batch);
       continue;
     }
-    pool -= static_cast<int>(rebuilt.stages.size()) * tp;
-    r->notes.push_back(strf("%s had ranks on a lost node: re-formed from template %s (%zu stage%s)", what.c_str(),
-                            rebuilt.name.c_str(), rebuilt.stages.size(), rebuilt.stages.size() == 1 ? "" : "s"));
-    slots[p] = rebuilt;
+    const Groups g = group(choice.slots, flops);
+    for (size_t s = 0; s < sizes.size(); s++) {
+      Replan r = base;
+      r.notes.insert(r.notes.end(), choice.notes.begin(), choice.notes.end());
+      Replan rule = r;
+      write_pipelines(c, nodes * per_node, choice.slots, sizes[s], "shared by modelled throughput", &rule);
+      out->push_back(rule);
+      std::vector<std::vector<int>> others;
+      other_sharings(g, c.train.global_batch / sizes[s].micro_batch, sizes[s].micro, &others);
+      for (const std::vector<int>& micro : others) {
+        Replan other = r;
+        write_pipelines(c, nodes * per_node, choice.slots, {sizes[s].micro_batch, g.names, micro},
+                        "another sharing", &other);
+        out->push_back(other);
+      }
+    }
   }
-  // At least one pipeline is left: with every one hit, the pool is all the survivors' ranks, tp_size or more.
-  slots.erase(std::remove_if(slots.begin(), slots.end(), [](const Slot& s) { return s.stages.empty(); }),
-              slots.end());
-
-  // The global batch over the pipelines; where no exact sharing exists, the last pipeline goes idle, and so on.
-  Shared shared = share(c, slots, flops);
-  while (shared.micro.empty() && slots.size() > 1) {
-    r->notes.push_back(strf("pipeline (%s) dropped: train.global_batch %d does not share over the pipelines with it",
-                            slots.back().name.c_str(), c.train.global_batch));
-    slots.pop_back();
-    shared = share(c, slots, flops);
-  }
-  YUAN_CHECK(!shared.micro.empty(), "replan: no sharing of global batch %d over one pipeline", c.train.global_batch);
-
-  std::vector<std::string> texts, names, micro;
-  for (size_t t = 0; t < shared.names.size(); t++) {
-    const Slot& s = *std::find_if(slots.begin(), slots.end(), [&](const Slot& x) { return x.name == shared.names[t]; });
-    texts.push_back(template_text(c.model, s));
-    micro.push_back(strf("%s:%d", s.name.c_str(), shared.micro[t]));
-  }
-  r->world = 0;
-  for (const Slot& s : slots) {
-    names.push_back(s.name);
-    r->world += static_cast<int>(s.stages.size()) * tp;
-  }
-  r->idle = nodes * per_node - r->world;
-  Config& n = r->config;
-  n.train.micro_batch = shared.micro_batch;
-  n.parallel.templates = texts;
-  n.parallel.pipelines = join(names, ",");
-  n.parallel.microbatches = join(micro, ",");
-  r->overrides.push_back(strf("--train.micro_batch=%d", shared.micro_batch));
-  for (const std::string& t : texts) r->overrides.push_back("--parallel.template=" + t);
-  r->overrides.push_back("--parallel.pipelines=" + n.parallel.pipelines);
-  r->overrides.push_back("--parallel.microbatches=" + n.parallel.microbatches);
-  r->notes.push_back(strf("pipelines %s on %d ranks, micro-batches %s of %d sequences%s (shared by modelled "
-                          "throughput): global batch %d kept", n.parallel.pipelines.c_str(), r->world,
-                          n.parallel.microbatches.c_str(), shared.micro_batch,
-                          shared.micro_batch == c.train.micro_batch ? ""
-                                                                    : strf(" (was %d)", c.train.micro_batch).c_str(),
-                          c.train.global_batch));
-  if (r->idle > 0)
-    r->notes.push_back(strf("%d rank%s left idle: no pipeline takes them", r->idle, r->idle == 1 ? "" : "s"));
 }
 
 }  // namespace
 
-Replan replan(const Config& c, int nodes, int ranks_per_node, const std::vector<int>& lost_nodes,
-              const FitCheck& fits) {
+std::vector<Replan> replan_candidates(const Config& c, int nodes, int ranks_per_node,
+                                      const std::vector<int>& lost_nodes) {
   if (nodes < 1) fail("no node survived");
   if (ranks_per_node < 1) fail(strf("%d ranks per node", ranks_per_node));
   const int tp = c.parallel.tp_size;
@@ -275,16 +380,39 @@ Replan replan(const Config& c, int nodes, int ranks_per_node, const std::vector<
   }
   if (std::set<int>(lost_nodes.begin(), lost_nodes.end()).size() != lost_nodes.size())
     fail(strf("lost node named twice in %s", join(gone, ",").c_str()));
-  Replan r;
-  r.config = c;
-  r.notes.push_back(strf("replan: %d node%s of %d rank%s survive%s%s: %d ranks", nodes, nodes == 1 ? "" : "s",
-                         ranks_per_node, ranks_per_node == 1 ? "" : "s", nodes == 1 ? "s" : "",
-                         gone.empty() ? "" : strf(" (lost: node %s of %d)", join(gone, ", ").c_str(), had).c_str(),
-                         nodes * ranks_per_node));
-  if (layout_ranks(c) == 0) data_parallel(c, nodes * ranks_per_node, &r);
-  else pipelines(c, nodes, ranks_per_node, lost_nodes, &r);
-  // The overrides make a job every rank accepts: the checks of a run, on the new world.
-  validate(r.config, r.world);
+  Replan base;
+  base.config = c;
+  base.notes.push_back(strf("replan: %d node%s of %d rank%s survive%s%s: %d ranks", nodes, nodes == 1 ? "" : "s",
+                            ranks_per_node, ranks_per_node == 1 ? "" : "s", nodes == 1 ? "s" : "",
+                            gone.empty() ? "" : strf(" (lost: node %s of %d)", join(gone, ", ").c_str(), had).c_str(),
+                            nodes * ranks_per_node));
+  std::vector<Replan> all;
+  if (layout_ranks(c) == 0) {
+    all.push_back(base);
+    data_parallel(c, nodes * ranks_per_node, &all.back());
+  } else {
+    pipelines(c, nodes, ranks_per_node, lost_nodes, base, &all);
+  }
+  // The overrides make a job every rank accepts: the checks of a run, on the new world. The rule's own layout must
+  // pass them (its Error says why not); another that does not is no candidate, nor one that repeats an earlier
+  // layout (dropping pipeline 1 and rebuilding 2 is rebuilding 1 and dropping 2 when both take the same template).
+  validate(all.front().config, all.front().world);
+  std::vector<Replan> out{all.front()};
+  std::set<std::vector<std::string>> seen{all.front().overrides};
+  for (size_t i = 1; i < all.size(); i++) {
+    if (!seen.insert(all[i].overrides).second) continue;
+    try {
+      validate(all[i].config, all[i].world);
+      out.push_back(all[i]);
+    } catch (const Error&) {
+    }
+  }
+  return out;
+}
+
+Replan replan(const Config& c, int nodes, int ranks_per_node, const std::vector<int>& lost_nodes,
+              const FitCheck& fits) {
+  Replan r = replan_candidates(c, nodes, ranks_per_node, lost_nodes).front();
   if (fits) {
     const std::string why = fits(r.config, r.world);
     if (!why.empty())

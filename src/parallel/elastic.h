@@ -12,6 +12,10 @@
 //     the ranks left over, else auto:K, FLOPs-balanced), or dropped when none fits; the micro-batches of the global
 //     batch are then shared over the pipelines in proportion to their modelled throughput (module FLOPs of the
 //     slowest stage; the bubble counted), which minimises the modelled step time;
+//   - the rule's alternatives (replan_candidates, ranked by the planner's step-time model where a machine file is
+//     given: planner/replan.h): each hit pipeline rebuilt from any fewer-stage template the ranks left over hold, or
+//     dropped; the sharings of the micro-batches over the pipelines (at least one each) nearest the rule's; and
+//     where the deck's micro-batch has no exact sharing, every smaller divisor of the global batch with one;
 //   - fewer survivors than the job's minimum (tp_size ranks on a node, a pipeline, the memory `fits` asks for):
 //     an Error naming what is needed.
 #pragma once
@@ -38,7 +42,14 @@ struct Replan {
 // ranks filled them, `ranks_per_node` consecutive ranks each) of the job's nodes that are gone, so that the job ran
 // on nodes + lost_nodes.size() nodes. With pipelines, the pipelines with a rank on a lost node are the ones
 // rebuilt; data parallelism does not care which nodes went. `fits` (optional) is asked about the new layout.
+// The FLOPs rule's layout, and the memory `fits` asks for.
 Replan replan(const Config& c, int nodes, int ranks_per_node, const std::vector<int>& lost_nodes,
               const FitCheck& fits = {});
+
+// Every layout the rule allows the survivors, each valid for its world: the FLOPs rule's own (replan's) first, then
+// the other rebuilds of the hit pipelines and the other sharings of the micro-batches (at most 64 rebuilds, and 64
+// sharings nearest the rule's per rebuild and micro-batch size). Throws as replan does when the rule's own is invalid.
+std::vector<Replan> replan_candidates(const Config& c, int nodes, int ranks_per_node,
+                                      const std::vector<int>& lost_nodes);
 
 }  // namespace yuan::parallel

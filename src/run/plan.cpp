@@ -21,6 +21,7 @@
 #include "parallel/schedule.h"
 #include "planner/calibrate.h"
 #include "planner/machine.h"
+#include "planner/replan.h"
 #include "planner/search.h"
 #include "planner/step_model.h"
 #include "program/program.h"
@@ -254,18 +255,33 @@ void print_search(const Config& cfg, const planner::Machine& m, const std::strin
 
 // `plan --replan`: the layout the job of `c` re-forms on `nodes` surviving nodes of `per_node` ranks after losing
 // `lost` (parallel/elastic.h), what changed and why, the overrides that make it, and the new layout as a plan shows
-// it; --json: one object {"overrides", "world", "idle", "notes"} for jobs/train.sbatch.
-int print_replan(const Config& c, int nodes, int per_node, const std::vector<int>& lost, bool json) {
+// it; --json: one object {"overrides", "world", "idle", "notes"} for jobs/train.sbatch. With a machine file, the
+// rule's layout the step-time model says is fastest on it (planner/replan.h), with its predicted step ("step_s",
+// "tokens_per_s" in the JSON); without, the rule's FLOPs model's.
+int print_replan(const Config& c, int nodes, int per_node, const std::vector<int>& lost,
+                 const std::string& machine_file, bool json) {
   if (nodes < 1 || per_node < 1)
     throw Error("plan --replan needs --nodes (the surviving nodes) and --ranks-per-node, both at least 1", true);
-  const parallel::Replan r = parallel::replan(c, nodes, per_node, lost);
+  parallel::Replan r;
+  planner::Prediction p;
+  if (machine_file.empty()) {
+    r = parallel::replan(c, nodes, per_node, lost);
+    r.notes.push_back("no --machine: the layout the FLOPs model picks (micro-batches shared by the slowest stage's "
+                      "module FLOPs, the bubble counted), not timed");
+  } else {
+    const planner::ReplanChoice choice =
+        planner::best_replan(c, nodes, per_node, lost, planner::read_machine(machine_file), machine_file);
+    r = choice.replan;
+    p = choice.prediction;
+  }
   if (json) {
-    const nlohmann::ordered_json j = {{"overrides", r.overrides}, {"world", r.world}, {"idle", r.idle},
-                                      {"notes", r.notes}};
+    nlohmann::ordered_json j = {{"overrides", r.overrides}, {"world", r.world}, {"idle", r.idle}, {"notes", r.notes}};
+    if (!machine_file.empty()) j.update({{"step_s", p.step_s}, {"tokens_per_s", p.tokens_per_s}});
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
   for (const std::string& n : r.notes) say("%s", n.c_str());
+  if (!machine_file.empty()) print_prediction(p);
   say("overrides:");
   for (const std::string& o : r.overrides) say("  %s", o.c_str());
   say("%s", "");
@@ -299,7 +315,8 @@ int plan_main(const std::vector<std::string>& args) {
       "top", po::value(&top), "with --machine --nodes: how many of the best layouts to print (5)")(
       "replan", po::bool_switch(&replan),
       "the layout the job re-forms on --nodes surviving nodes of --ranks-per-node ranks after a failure, with the "
-      "overrides that make it (docs/CLUSTER.md)")(
+      "overrides that make it (docs/CLUSTER.md); with --machine FILE, the one the step-time model says is fastest "
+      "there")(
       "lost-node", po::value(&lost),
       "(repeatable, with --replan) a lost node's index among the job's nodes, 0-based in rank order; default: its "
       "last nodes")(
@@ -318,7 +335,7 @@ int plan_main(const std::vector<std::string>& args) {
   YUAN_CHECK(cfg.model.n_layer > 0 && cfg.model.n_embd > 0, "plan: the deck gives no model (model.n_layer, "
              "model.n_embd, ...); usage: yuanlm plan DECK [--modules] [--world N] [--nodes N] [--ranks-per-node G] "
              "[--machine FILE [--predict] [--top K]] [--replan [--lost-node K]] [--calibrate --out FILE] [--json]");
-  if (replan) return print_replan(cfg, nodes, per_node, lost, json);
+  if (replan) return print_replan(cfg, nodes, per_node, lost, machine_file, json);
   const bool by_nodes = vm.count("nodes") + vm.count("ranks-per-node") > 0;
   if (top < 1) throw Error(strf("plan: --top %d must be at least 1", top), true);
   YUAN_CHECK(!predict || !machine_file.empty(), "plan: --predict needs --machine FILE");

@@ -481,9 +481,11 @@ class Chooser {
 
  private:
   void report_incomplete(const Generation& g, int rank) {
-    if (g.copies.empty() || reported_.count({g.run, g.step})) return;
+    // Any copy's manifest has the world's map: not necessarily the first rank's, which next() may have left empty.
+    const auto any = std::find_if(g.copies.begin(), g.copies.end(), [](const auto& c) { return !c.second.empty(); });
+    if (any == g.copies.end() || reported_.count({g.run, g.step})) return;
     reported_.insert({g.run, g.step});
-    const json& m = g.copies.begin()->second.front().manifest;  // every manifest of a generation has the world's map
+    const json& m = any->second.front().manifest;
     const std::vector<std::string> hosts = m["hosts"].get<std::vector<std::string>>();
     const int partner = m["partners"][rank].get<int>();
     warn("local checkpoint %s of run %lld is incomplete: rank %d's shard is on no live node (its own copy was on "
