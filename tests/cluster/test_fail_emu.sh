@@ -13,20 +13,19 @@ cluster_up 2
 make_corpus "$WORK/corpus" 2 4000 64
 FAULT_BIN=bin/yuanlm_emu
 
-echo "== the CUDA backend (emulated), ZeRO 2, 4 ranks on 2 nodes: rank 3 stopped"
-fault_start zero2 4 --train.device=cuda --optim.zero=2 --dist.nccl_timeout_s="$TIMEOUT" \
-  --dist.timeout_s=$((TIMEOUT * 4))
-kill -STOP "$(rank_pids 2 | sort -n | tail -1)"
-fault_end zero2 $((TIMEOUT + 30))
-one_error zero2 "^error: \[rank 0@node1\] no progress for [0-9]+ s: waiting in (synchronize after )?nccl[A-Za-z ()/]+ \
+# stop_rank_3 NAME ARGS...: the job with ARGS, rank 3 (node 2's last) stopped, ended by the NCCL deadline.
+stop_rank_3() {
+  local name=$1
+  shift
+  fault_start "$name" 4 --train.device=cuda "$@" --dist.nccl_timeout_s="$TIMEOUT" --dist.timeout_s=$((TIMEOUT * 4))
+  kill -STOP "$(rank_pids 2 | sort -n | tail -1)"
+  fault_end "$name" $((TIMEOUT + 30))
+  one_error "$name" "^error: \[rank 0@node1\] no progress for [0-9]+ s: waiting in (synchronize after )?nccl[A-Za-z ()/]+ \
 on group .*longer than dist.nccl_timeout_s $TIMEOUT; world rank 3 on node2 does not answer a liveness ping within \
 [0-9.]+ s: stopped, dead or cut off"
+}
 
+echo "== the CUDA backend (emulated), ZeRO 2, 4 ranks on 2 nodes: rank 3 stopped"
+stop_rank_3 zero2 --optim.zero=2
 echo "== the same with tp 2 inside each node, data parallel across: rank 3 stopped"
-fault_start tp2 4 --train.device=cuda --parallel.tp_size=2 --dist.nccl_timeout_s="$TIMEOUT" \
-  --dist.timeout_s=$((TIMEOUT * 4))
-kill -STOP "$(rank_pids 2 | sort -n | tail -1)"
-fault_end tp2 $((TIMEOUT + 30))
-one_error tp2 "^error: \[rank 0@node1\] no progress for [0-9]+ s: waiting in (synchronize after )?nccl[A-Za-z ()/]+ \
-on group .*longer than dist.nccl_timeout_s $TIMEOUT; world rank 3 on node2 does not answer a liveness ping within \
-[0-9.]+ s: stopped, dead or cut off"
+stop_rank_3 tp2 --parallel.tp_size=2
