@@ -477,7 +477,8 @@ void calibrate(const std::string& out) {
          "mpirun over two nodes or more");
   }
   for (double* x : {&m.peak_flops, &m.gemm_half_flops, &m.mem_bw, &m.attention_flops, &m.gelu_rate, &m.softmax_rate,
-                    &m.host_mem_bw, &m.host_mem_bytes, &m.intra.latency_s, &m.intra.bandwidth, &m.inter.latency_s, &m.inter.bandwidth})
+                    &m.host_mem_bw, &m.host_mem_bytes, &m.intra.latency_s, &m.intra.bandwidth, &m.inter.latency_s,
+                    &m.inter.bandwidth})
     *x = std::stod(strf("%.3g", *x));  // the precision the measurements have
   write_file_atomic(out, header(nodes, date) + machine_text(m, src));
   say("calibrate: wrote %s: peak %.3g GFLOP/s (half rate at %.3g MFLOP), memory-bound ops %.3g GB/s, host AdamW "
