@@ -150,6 +150,28 @@ TEST(PlannerMachine, CpuLeavesOutTheCudaKernelKeys) {
   EXPECT_EQ(machine_text(parse_machine(written, "again.ini"), sources), written);
 }
 
+TEST(PlannerMachine, CpuLoopKeysAreOptional) {
+  // The cpu loops' rates may be left out of any machine (0: not measured); given, they read back and are written.
+  const Machine none = parse_machine(kMachine, "m.ini");
+  EXPECT_EQ(none.attention_flops, 0);
+  EXPECT_EQ(none.gelu_rate, 0);
+  EXPECT_EQ(none.softmax_rate, 0);
+  std::string text = kMachine;
+  text.insert(text.find("mem_bytes"), "attention_flops = 9e9  # measured: test\ngelu_rate = 7e7  # measured: test\n"
+              "softmax_rate = 1.2e8  # measured: test\n");
+  MachineSources sources;
+  const Machine m = parse_machine(text, "m.ini", &sources);
+  EXPECT_EQ(m.attention_flops, 9e9);
+  EXPECT_EQ(m.gelu_rate, 7e7);
+  EXPECT_EQ(m.softmax_rate, 1.2e8);
+  const std::string written = machine_text(m, sources);
+  EXPECT_NE(written.find("gelu_rate        = 7e+07  # measured: test"), std::string::npos) << written;
+  EXPECT_EQ(parse_machine(written, "again.ini").softmax_rate, 1.2e8);
+  std::string unsourced = text;
+  unsourced.replace(unsourced.find("gelu_rate = 7e7  # measured: test"), 33, "gelu_rate = 7e7");
+  EXPECT_THROW(parse_machine(unsourced, "m.ini"), Error);
+}
+
 TEST(PlannerMachine, ShippedFilesParse) {
   for (const char* f : {"input/machines/h100-sxm.ini", "input/machines/a100.ini", "input/machines/v100.ini"}) {
     SCOPED_TRACE(f);
@@ -360,6 +382,40 @@ TEST(PlannerPredict, CudaKernelInputs) {
   Machine streaming = m;
   streaming.mem_efficiency = 1;
   EXPECT_LT(predict(c, 1, 1, streaming).split.compute, base.split.compute);
+}
+
+TEST(PlannerPredict, CpuLoopRates) {
+  // On a cpu node the measured loops price what they measure: halving a rate adds the op's time at that rate once.
+  // Attention: 3 x 2 B heads T^2 hs causal FLOPs (forward and backward) a block; GELU: one pass each way over
+  // N x 4C a block; the classifier: N x V logits. A cuda machine leaves them unused.
+  Config c = tiny_deck();
+  Machine m = cpu_node(64);
+  m.attention_flops = 8e9;
+  m.gelu_rate = 6e7;
+  m.softmax_rate = 1.2e8;
+  const double micro = 2, blocks = c.model.n_layer, B = c.train.micro_batch, T = c.model.seq_len, C = c.model.n_embd;
+  const double N = B * T, hs = C / c.model.n_head;
+  const double base = predict(c, 1, 1, m).split.compute;
+  const auto slower = [&](double Machine::*rate) {
+    Machine half = m;
+    half.*rate /= 2;
+    return predict(c, 1, 1, half).split.compute - base;
+  };
+  const double attention_s = micro * blocks * 3 * 2 * B * c.model.n_head * T * T * hs / m.attention_flops;
+  EXPECT_NEAR(slower(&Machine::attention_flops), attention_s, 1e-9 * attention_s);
+  const double gelu_s = micro * blocks * 2 * N * 4 * C / m.gelu_rate;
+  EXPECT_NEAR(slower(&Machine::gelu_rate), gelu_s, 1e-9 * gelu_s);
+  const double softmax_s = micro * N * c.model.vocab_size / m.softmax_rate;
+  EXPECT_NEAR(slower(&Machine::softmax_rate), softmax_s, 1e-9 * softmax_s);
+  // Not measured (0): attention at the GEMM rate, GELU and softmax at bandwidth, faster here than their loops.
+  Machine unmeasured = m;
+  unmeasured.attention_flops = unmeasured.gelu_rate = unmeasured.softmax_rate = 0;
+  EXPECT_LT(predict(c, 1, 1, unmeasured).split.compute, base);
+  c.train.device = "cuda";
+  Machine gpu = parse_machine(kMachine, "m.ini");
+  const double gpu_base = predict(c, 1, 1, gpu).step_s;
+  gpu.attention_flops = gpu.gelu_rate = gpu.softmax_rate = 1;
+  EXPECT_EQ(predict(c, 1, 1, gpu).step_s, gpu_base);
 }
 
 TEST(PlannerPredict, ZeroTwoSumsEveryMicroBatchOnTheHost) {

@@ -22,6 +22,7 @@
 
 #include "backend/backend.h"
 #include "ops/adamw.h"
+#include "ops/reference_ops.h"
 #include "parallel/mpi_check.h"
 #include "parallel/world.h"
 #include "planner/machine.h"
@@ -74,14 +75,14 @@ PingPong ping_pong(MPI_Comm comm, int a, int b, size_t small, size_t large, doub
 namespace {
 
 constexpr double kRepSeconds = 0.015;  // one timed repetition of an op
-constexpr int kReps = 7;               // repetitions; the fastest is the figure
+constexpr int kReps = 7;               // repetitions; the median is the figure
 constexpr double kLinkSeconds = 0.5;  // each ping-pong size
 constexpr size_t kSmall = 8, kLarge = 4 << 20;
 
-// Seconds per call of `f`: the fastest of kReps repetitions of as many calls as fill about kRepSeconds, after a
-// first call that faults the buffers in and loads the library's kernels. The fastest: what the node gives when
-// nothing else runs on it (the ranks of the node run theirs at the same time: that sharing is what is measured),
-// rather than how busy it happened to be.
+// Seconds per call of `f`: the median of kReps repetitions of as many calls as fill about kRepSeconds, after a
+// first call that faults the buffers in and loads the library's kernels. The median, as the trainer's step time is
+// read (metrics step_s): what the node gives its ranks with whatever else shares its cores (the ranks of the node
+// run theirs at the same time: that sharing is measured too); the fastest would be what an idle node gives.
 template <typename F>
 double seconds_per_call(F&& f) {
   f();
@@ -95,7 +96,8 @@ double seconds_per_call(F&& f) {
     for (int i = 0; i < calls; i++) f();
     reps.push_back((now_seconds() - t0) / calls);
   }
-  return *std::min_element(reps.begin(), reps.end());
+  std::nth_element(reps.begin(), reps.begin() + kReps / 2, reps.end());
+  return reps[kReps / 2];
 }
 
 // A GEMM of the program's kind: [N, C] activations times [OC, C] weights, with a bias.
@@ -174,6 +176,44 @@ double time_adamw() {
   return kAdamWBytes * kAdamW / s;
 }
 
+// The cpu backend's loops that are neither GEMMs nor memory-bound, at one rank's shape of a small model (a
+// micro-batch of kLoopB sequences of kLoopT tokens, width kLoopC in kLoopHeads heads, vocabulary kLoopV): what a
+// CPU step spends beside its GEMMs, and far below the GEMM rate or the memory's bandwidth.
+constexpr int kLoopB = 4, kLoopT = 128, kLoopC = 128, kLoopHeads = 4, kLoopV = 4096;
+struct LoopRates {
+  double attention = 0;  // FLOP/s of attention forward and backward (the step model's causal FLOPs)
+  double gelu = 0;       // elements/s of a GELU pass, forward and backward alike
+  double softmax = 0;    // logits/s of the classifier's softmax and cross-entropy (with its gradient)
+};
+LoopRates time_cpu_loops() {
+  const size_t N = static_cast<size_t>(kLoopB) * kLoopT, att = N * kLoopHeads * kLoopT, act = N * 4 * kLoopC;
+  std::vector<float> qkv(N * 3 * kLoopC, 0.01f), dqkv(qkv.size()), out(N * kLoopC), dout(out.size(), 0.01f),
+      probs(att), dprobs(att), pre(act, 0.5f), post(act), grad(act, 0.01f), logits(N * kLoopV, 0.01f), losses(N);
+  std::vector<int32_t> targets(static_cast<size_t>(kLoopB) * (kLoopT + 1), 1);
+  parallel::barrier();
+  const double forward = seconds_per_call([&] {
+    ops::attention_forward(out.data(), probs.data(), qkv.data(), kLoopB, kLoopT, kLoopC, kLoopHeads);
+  });
+  parallel::barrier();
+  const double backward = seconds_per_call([&] {
+    ops::attention_backward(dqkv.data(), dprobs.data(), dout.data(), qkv.data(), probs.data(), kLoopB, kLoopT,
+                            kLoopC, kLoopHeads);
+  });
+  parallel::barrier();
+  const double gelu = seconds_per_call([&] {
+    ops::gelu_forward(post.data(), pre.data(), act);
+    ops::gelu_backward(grad.data(), pre.data(), post.data(), act);
+  });
+  parallel::barrier();
+  // The op overwrites the logits with their gradient (softmax - onehot), which keeps later calls' values in range.
+  const double softmax = seconds_per_call([&] {
+    ops::classifier_forward_backward(logits.data(), losses.data(), targets.data() + 1, kLoopB, kLoopT, kLoopV,
+                                     kLoopT + 1, 1.0f);
+  });
+  const double causal = 2.0 * kLoopB * kLoopHeads * kLoopT * kLoopT * (kLoopC / kLoopHeads);  // as step_model counts
+  return {3 * causal / (forward + backward), 2.0 * act / gelu, static_cast<double>(N) * kLoopV / softmax};
+}
+
 // t(F) = (F + half) / rate fitted to a node's seconds per GEMM `secs` of FLOPs `flops`, least squares on the
 // relative error of t; `worst` is the largest relative error at the measured shapes.
 struct GemmFit {
@@ -233,13 +273,14 @@ std::string unwritable(const std::string& out) {
 }
 
 // One node's figures from every rank's (`all`, `per` values a rank: seconds per GEMM at each shape, memory-bound
-// bytes/s, AdamW bytes/s, then the node's cores and available memory): its ranks ran at once, so the node's rates
-// are their sums.
+// bytes/s, AdamW bytes/s, the loops' rates (LoopRates), then the node's cores and available memory): its ranks ran
+// at once, so the node's rates are their sums.
 struct NodeFigures {
   int node = 0;
   std::vector<double> gemm_rate;  // FLOP/s at each shape
   GemmFit gemm;
   double mem_bw = 0, adamw_bw = 0, mem_bytes = 0;
+  LoopRates loops;
   int cores = 0;
 };
 NodeFigures node_figures(int node, const std::vector<int>& ranks, const std::vector<double>& all, int per,
@@ -252,13 +293,16 @@ NodeFigures node_figures(int node, const std::vector<int>& ranks, const std::vec
     for (int i = 0; i < kNumShapes; i++) f.gemm_rate[i] += flops[i] / v[i];
     f.mem_bw += v[kNumShapes];
     f.adamw_bw += v[kNumShapes + 1];
+    f.loops.attention += v[kNumShapes + 2];
+    f.loops.gelu += v[kNumShapes + 3];
+    f.loops.softmax += v[kNumShapes + 4];
   }
   std::vector<double> secs;
   for (int i = 0; i < kNumShapes; i++) secs.push_back(flops[i] / f.gemm_rate[i]);
   f.gemm = fit_gemm(flops, secs);
   const double* first = &all[static_cast<size_t>(ranks[0]) * per];
-  f.cores = static_cast<int>(first[kNumShapes + 2]);
-  f.mem_bytes = first[kNumShapes + 3];
+  f.cores = static_cast<int>(first[kNumShapes + 5]);
+  f.mem_bytes = first[kNumShapes + 6];
   return f;
 }
 
@@ -268,6 +312,8 @@ NodeFigures slowest(const NodeFigures& a, const NodeFigures& b) {
   NodeFigures f = a.gemm.rate <= b.gemm.rate ? a : b;
   f.mem_bw = std::min(a.mem_bw, b.mem_bw);
   f.adamw_bw = std::min(a.adamw_bw, b.adamw_bw);
+  f.loops = {std::min(a.loops.attention, b.loops.attention), std::min(a.loops.gelu, b.loops.gelu),
+             std::min(a.loops.softmax, b.loops.softmax)};
   f.mem_bytes = std::min(a.mem_bytes, b.mem_bytes);
   f.cores = std::min(a.cores, b.cores);
   return f;
@@ -325,6 +371,8 @@ void calibrate(const std::string& out) {
   std::vector<double> mine = time_gemms(*backend);
   mine.push_back(time_memory_ops(*backend));
   mine.push_back(time_adamw());
+  const LoopRates loops = time_cpu_loops();
+  mine.insert(mine.end(), {loops.attention, loops.gelu, loops.softmax});
   backend.reset();
   // Each rank's figures, then its node's cores and memory (the node's lowest rank speaks for it).
   const NodeMemory mem = node_available_memory();
@@ -385,6 +433,18 @@ void calibrate(const std::string& out) {
   m.mem_bw = slow.mem_bw;
   src["device.mem_bw"] = strf("measured: the cpu backend's LayerNorm forward and bias-residual ops on [%d, %d] fp32 "
                               "(past the caches), bytes moved / time, %s, %s", kRows, kWidth, on.c_str(), when.c_str());
+  const std::string shape = strf("B %d, T %d, C %d, %d heads", kLoopB, kLoopT, kLoopC, kLoopHeads);
+  m.attention_flops = slow.loops.attention;
+  src["device.attention_flops"] = strf("measured: the cpu attention op forward + backward at %s, its causal FLOPs "
+                                       "(2 B heads T^2 hs, backward twice) / time, %s, %s", shape.c_str(), on.c_str(),
+                                       when.c_str());
+  m.gelu_rate = slow.loops.gelu;
+  src["device.gelu_rate"] = strf("measured: the cpu GELU (tanh) forward + backward over %d x %d elements, elements "
+                                 "per pass / time, %s, %s", kLoopB * kLoopT, 4 * kLoopC, on.c_str(), when.c_str());
+  m.softmax_rate = slow.loops.softmax;
+  src["device.softmax_rate"] = strf("measured: the cpu classifier op (softmax, cross-entropy and its gradient) over "
+                                    "[%d, %d] logits, logits / time, %s, %s", kLoopB * kLoopT, kLoopV, on.c_str(),
+                                    when.c_str());
   m.mem_bytes = 0;
   src["device.mem_bytes"] = "source: the cpu backend keeps everything in host memory ([host] mem_bytes)";
   m.pcie_bw = 0;
@@ -417,8 +477,9 @@ void calibrate(const std::string& out) {
     warn("calibrate: one node, so the link across nodes is not measured (the link inside one stands in); run under "
          "mpirun over two nodes or more");
   }
-  for (double* x : {&m.peak_flops, &m.gemm_half_flops, &m.mem_bw, &m.host_mem_bw, &m.host_mem_bytes,
-                    &m.intra.latency_s, &m.intra.bandwidth, &m.inter.latency_s, &m.inter.bandwidth})
+  for (double* x : {&m.peak_flops, &m.gemm_half_flops, &m.mem_bw, &m.attention_flops, &m.gelu_rate, &m.softmax_rate,
+                    &m.host_mem_bw, &m.host_mem_bytes, &m.intra.latency_s, &m.intra.bandwidth, &m.inter.latency_s,
+                    &m.inter.bandwidth})
     *x = std::stod(strf("%.3g", *x));  // the precision the measurements have
   write_file_atomic(out, header(nodes, date) + machine_text(m, src));
   say("calibrate: wrote %s: peak %.3g GFLOP/s (half rate at %.3g MFLOP), memory-bound ops %.3g GB/s, host AdamW "

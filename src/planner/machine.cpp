@@ -26,6 +26,7 @@ struct Key {
   bool positive = true;                  // Number: > 0 (else >= 0)
   bool fraction = false;                 // Number: also <= 1
   bool cuda_only = false;                // may be left out of a cpu machine (it keeps Machine's default)
+  bool optional = false;                 // may be left out of any machine (it keeps Machine's default, 0)
 };
 
 const std::vector<Key>& keys() {
@@ -41,6 +42,10 @@ const std::vector<Key>& keys() {
        true},
       {"device", "mem_efficiency", Key::Number, &Machine::mem_efficiency, nullptr, nullptr, true, true, true},
       {"device", "launch_s", Key::Number, &Machine::launch_s, nullptr, nullptr, false, false, true},
+      {"device", "attention_flops", Key::Number, &Machine::attention_flops, nullptr, nullptr, false, false, false,
+       true},
+      {"device", "gelu_rate", Key::Number, &Machine::gelu_rate, nullptr, nullptr, false, false, false, true},
+      {"device", "softmax_rate", Key::Number, &Machine::softmax_rate, nullptr, nullptr, false, false, false, true},
       {"device", "mem_bytes", Key::Number, &Machine::mem_bytes, nullptr, nullptr, false},
       {"device", "pcie_bw", Key::Number, &Machine::pcie_bw, nullptr, nullptr, false},
       {"host", "mem_bytes", Key::Number, &Machine::host_mem_bytes},
@@ -149,7 +154,7 @@ Machine parse_machine(const std::string& text, const std::string& file, MachineS
   }
   std::vector<std::string> all;
   for (const Key& k : keys())
-    if (!k.cuda_only || !m.cpu()) all.push_back(std::string(k.section) + "." + k.name);
+    if (!k.optional && (!k.cuda_only || !m.cpu())) all.push_back(std::string(k.section) + "." + k.name);
   for (const LinkKey& l : kLinks)
     for (const char* n : {"latency_s", "bandwidth"}) all.push_back(std::string(l.section) + "." + n);
   for (const std::string& k : all) YUAN_CHECK(seen.count(k), "%s: key '%s' missing", file.c_str(), k.c_str());
@@ -186,7 +191,8 @@ std::string machine_text(const Machine& m, const MachineSources& sources) {
   };
   for (const Key& k : keys()) {
     // A cpu machine that did not give the key (no source for it) keeps the neutral value parse_machine gives.
-    if (k.cuda_only && m.cpu() && !sources.count(std::string(k.section) + "." + k.name)) continue;
+    // Nor does any machine that did not give an optional one.
+    if ((k.optional || (k.cuda_only && m.cpu())) && !sources.count(std::string(k.section) + "." + k.name)) continue;
     switch (k.type) {
       case Key::Text:
       case Key::Kind: line(k.section, k.name, m.*k.text, false); break;

@@ -11,7 +11,10 @@
 // unknown, repeated, malformed or unsourced keys are errors naming the file, the line and the key. Three [device]
 // keys describe what the cuda backend's own kernels reach (attention_efficiency, mem_efficiency, launch_s): a cuda
 // machine must give them; a cpu machine may leave them out (its rates are measured on the cpu backend's own ops,
-// and it launches nothing), and then takes the neutral values below.
+// and it launches nothing), and then takes the neutral values below. Three more describe the cpu backend's own
+// loops that are neither GEMMs nor memory-bound (attention_flops, gelu_rate, softmax_rate, measured by `--calibrate`):
+// any machine may leave them out, and 0 (not measured) charges those ops as before (attention at the GEMM rate,
+// GELU and the classifier's softmax at memory bandwidth); only a cpu machine uses them.
 #pragma once
 #include <map>
 #include <string>
@@ -35,6 +38,9 @@ struct Machine {
   double attention_efficiency = 1;  // [device] fraction of peak_flops the flash attention kernels reach (cuda)
   double mem_efficiency = 1;     // [device] fraction of mem_bw streaming kernels reach
   double launch_s = 0;           // [device] the device's idle time per kernel, launched back to back on a stream
+  double attention_flops = 0;    // [device] FLOP/s of the cpu attention op, forward and backward (node, as peak_flops)
+  double gelu_rate = 0;          // [device] elements/s of the cpu GELU, one pass (forward or backward), per node
+  double softmax_rate = 0;       // [device] logits/s of the cpu classifier op (softmax and cross-entropy), per node
   double mem_bytes = 0;          // [device] bytes per device (cpu: 0, host memory is the limit)
   double pcie_bw = 0;            // [device] host<->device bytes/s per device (cpu: 0)
   double host_mem_bytes = 0;     // [host] mem_bytes: per node

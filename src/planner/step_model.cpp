@@ -97,6 +97,10 @@ struct Rates {
   double attention = 0;  // FLOP/s the flash attention kernels reach (cuda)
   double mem_bw = 0;     // bytes/s of memory-bound ops
   double launch = 0;     // seconds the device idles per kernel
+  // The cpu backend's own loops, measured by --calibrate (0: not measured, charged at the GEMM rate or bandwidth).
+  double cpu_attention = 0;  // FLOP/s of the attention op
+  double gelu = 0;           // elements/s of one GELU pass
+  double softmax = 0;        // logits/s of the classifier op
   double host_bw = 0;  // bytes/s of the host AdamW
   double act = 4;      // bytes of an activation element
   double weight = 4;   // bytes of a working-weight element
@@ -137,7 +141,10 @@ StageTimes stage_times(const GPTConfig& g, const ModuleRange& range, int B, bool
     } else if (mod == ln_f_module(g)) {
       // ln_f and the tied classifier over this rank's part of the vocabulary, its softmax and cross-entropy
       // (fp32 logits); tensor ranks share row maxima and sums, and sum the input gradient.
-      t.forward.compute += mem_s(r, 2 * N * C * e + 3 * N * V / tp * 4) + gemm_s(r, 2 * N * C * V / tp);
+      // On cpu the classifier op is bound by its exp per logit (and its log), not by the bytes it streams.
+      const double logits = N * V / tp;
+      t.forward.compute += mem_s(r, 2 * N * C * e) + (r.softmax > 0 ? logits / r.softmax : mem_s(r, 3 * logits * 4)) +
+                           gemm_s(r, 2 * N * C * V / tp);
       t.backward.compute += mem_s(r, 4 * N * C * e + 2 * N * V / tp * 4) + gemm_s(r, 2 * N * C * V / tp, 2);
       t.forward.comm += tp > 1 ? 3 * tp_all_reduce(N * 4) : 0;
       t.backward.comm += tp > 1 ? tp_all_reduce(N * C * e) : 0;
@@ -147,12 +154,27 @@ StageTimes stage_times(const GPTConfig& g, const ModuleRange& range, int B, bool
       const double gemms = gemm_s(r, 2 * N * C * 3 * C / tp) + gemm_s(r, 2 * N * C / tp * C) +
                            gemm_s(r, 2 * N * C * 4 * C / tp) + gemm_s(r, 2 * N * 4 * C / tp * C);
       double attention_f = 0, attention_b = 0, softmax = 0;
+      // GELU over the fc output: one pass each way; on cpu bound by its tanh when measured (gelu_rate), else by
+      // the bytes it reads and writes.
+      const double gelu_n = N * 4 * C / tp;
+      double gelu_bytes = 2 * gelu_n * e, gelu_s = 0;
+      if (r.cpu && r.gelu > 0) {
+        gelu_bytes = 0;
+        gelu_s = gelu_n / r.gelu;
+      }
       if (r.cpu) {
-        // src/ops/attention.cpp: causal loops per sequence and head, keeping the [T,T] probabilities.
+        // src/ops/attention.cpp: causal loops per sequence and head, keeping the [T,T] probabilities: at the rate
+        // the op itself reaches (attention_flops, its softmax and scalar loops included), else at the GEMM rate
+        // plus the probabilities' bytes.
         const double per_head = 2 * S * S * hs;  // scores and values, causal half of 2 x 2 S^2 hs
-        attention_f = gemm_s(r, per_head, B * heads);
-        attention_b = gemm_s(r, per_head, 2 * B * heads);
-        softmax = B * heads * S * S * 4 * 2;
+        if (r.cpu_attention > 0) {
+          attention_f = B * heads * per_head / r.cpu_attention;
+          attention_b = 2 * attention_f;
+        } else {
+          attention_f = gemm_s(r, per_head, B * heads);
+          attention_b = gemm_s(r, per_head, 2 * B * heads);
+          softmax = B * heads * S * S * 4 * 2;
+        }
       } else {
         // cuda/attention.cu: flash-style, causal, at the rate FlashAttention-2-class kernels reach (not the GEMM
         // rate: softmax, masking and the small tiles' mma.sync keep them further from peak). Forward runs two
@@ -162,13 +184,14 @@ StageTimes stage_times(const GPTConfig& g, const ModuleRange& range, int B, bool
         attention_f = causal / r.attention;
         attention_b = 3.5 * causal / r.attention;
       }
-      const double memory_f = mem_s(r, 2 * 2 * N * C * e + 2 * 3 * N * C * e + 2 * N * 4 * C / tp * e + softmax);
+      const double memory_f = mem_s(r, 2 * 2 * N * C * e + 2 * 3 * N * C * e + gelu_bytes + softmax);
       const double launch_f = kBlockKernelsForward * r.launch, launch_b = kBlockKernelsBackward * r.launch;
-      const PassTimes forward{gemms + attention_f + memory_f + launch_f,
+      const PassTimes forward{gemms + attention_f + memory_f + gelu_s + launch_f,
                               tp > 1 ? 2 * tp_all_reduce(N * C * e) : 0};
       t.forward.compute += forward.compute;
       t.forward.comm += forward.comm;
-      t.backward.compute += 2 * gemms + attention_b + 2 * memory_f + launch_b + (recompute ? forward.compute : 0);
+      t.backward.compute += 2 * gemms + attention_b + 2 * memory_f + gelu_s + launch_b +
+                            (recompute ? forward.compute : 0);
       t.backward.comm += forward.comm + (recompute ? forward.comm : 0);
     }
   }
@@ -277,6 +300,11 @@ Prediction predict(const Config& c, int world, int ranks_per_node, const Machine
   r.half = m.gemm_half_flops;
   r.attention = m.peak_flops * m.attention_efficiency / share;
   r.mem_bw = m.mem_bw * m.mem_efficiency / share;
+  if (m.cpu()) {
+    r.cpu_attention = m.attention_flops / share;
+    r.gelu = m.gelu_rate / share;
+    r.softmax = m.softmax_rate / share;
+  }
   r.launch = m.launch_s;
   r.host_bw = m.host_mem_bw / on_node;
   r.act = static_cast<double>(dtype_size(tensor_formats(device).activations));

@@ -4,7 +4,9 @@
 //   compute   per op from its FLOPs and bytes: GEMMs (cuBLASLt on cuda) at the rate their size reaches
 //             (gemm_efficiency x peak, falling off below gemm_half_flops); attention on cuda (this project's own
 //             flash-style kernel, not cuBLAS: assumed to reach what FlashAttention-2 reaches on the device,
-//             attention_efficiency x peak), on the cpu backend causal loops per head at the GEMM rate;
+//             attention_efficiency x peak), on the cpu backend causal loops per head at the rate the op was
+//             measured at (attention_flops; the GEMM rate when not measured); on cpu GELU and the classifier's
+//             softmax at their measured tanh / exp-bound rates (gelu_rate, softmax_rate) when given;
 //             memory-bound ops (layernorm, GELU, residuals, softmax, embedding; this project's own one-pass
 //             kernels, assumed to stream like STREAM's triad) at mem_efficiency x mem_bw; on cuda launch_s of
 //             device idle per kernel a block launches; on a cpu node the ranks share the node's rate and bandwidth

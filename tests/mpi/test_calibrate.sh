@@ -16,7 +16,7 @@ mpirun -np 2 bin/yuanlm plan --calibrate --out "$WORK/m.ini" >"$WORK/log" 2>&1 |
 expect_in "$WORK/log" "calibrate: wrote $WORK/m.ini"
 "${predict[@]}" "$WORK/m.ini" >"$WORK/p.json" 2>&1 || { cat "$WORK/p.json"; exit 1; }
 expect_in "$WORK/p.json" '"step_s":[0-9.e-]+'
-for key in peak_flops gemm_half_flops mem_bw; do
+for key in peak_flops gemm_half_flops mem_bw attention_flops gelu_rate softmax_rate; do
   expect_in "$WORK/m.ini" "^$key +=.*# measured: .*20[0-9-]+.*host "
 done
 expect_in "$WORK/m.ini" "^gemm_efficiency += 1  # measured"
