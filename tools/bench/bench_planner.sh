@@ -92,7 +92,6 @@ fi
 $PY - "$WORK/rows" <<'PYEOF'
 import statistics, sys
 rows = [l.split() for l in open(sys.argv[1])]
-print("step time, and its compute and communication parts (trainer: compute_s, comm_s; model: split), in ms")
 print("step time, and its compute and communication parts (trainer: compute_s, comm_s; model: split), in ms;"
       " last, the prediction without the measured cpu loops")
 print(f"{'layout':14s} {'ranks':>5s} {'nodes':>5s} {'measured':>9s} {'predicted':>9s} {'error':>6s}  "
@@ -109,11 +108,15 @@ def summary(label, errors, column):
     med, worst = statistics.median(errors), max(errors)
     print(f"{label}: median error {100 * med:.0f}% = {med / 0.15:.2f} x the goal (15%); worst {100 * worst:.0f}% = "
           f"{worst / 0.30:.2f} x the goal (30%)")
-    best_m = min(rows, key=lambda r: float(r[3]))
-    best_p = min(rows, key=lambda r: float(r[column]))
-    gap = float(best_p[3]) / float(best_m[3]) - 1
-    print(f"  predicted fastest: {best_p[0]} (measured {1e3 * float(best_p[3]):.1f} ms); measured fastest: "
-          f"{best_m[0]} ({1e3 * float(best_m[3]):.1f} ms): {100 * gap:.1f}% slower = {gap / 0.05:.2f} x the goal (5%)")
+    # Over every layout, and over those planned with one machine file: the test cluster's two nodes share this
+    # VM's cores, so its file describes another (slower) machine than the one-node calibration.
+    for among, chosen in (("all layouts", rows), ("one-node layouts", [r for r in rows if r[2] == "1"])):
+        best_m = min(chosen, key=lambda r: float(r[3]))
+        best_p = min(chosen, key=lambda r: float(r[column]))
+        gap = float(best_p[3]) / float(best_m[3]) - 1
+        print(f"  {among}: predicted fastest {best_p[0]} (measured {1e3 * float(best_p[3]):.1f} ms); measured "
+              f"fastest {best_m[0]} ({1e3 * float(best_m[3]):.1f} ms): {100 * gap:.1f}% slower = {gap / 0.05:.2f} x "
+              f"the goal (5%)")
 
 summary("model", errors, 6)
 summary("without the measured cpu loops", errors_noloops, 9)
