@@ -66,12 +66,18 @@ PYEOF
 echo "== calibrate: 2 ranks on one node"
 mpirun -np 2 bin/yuanlm plan --calibrate --out "$WORK/one-node.ini" | tail -1
 grep -v '^#' "$WORK/one-node.ini" | grep -v '^$' | sed 's/^/  /'
+# run_layouts NODES MACHINE: every layout of NODES nodes, predicted with MACHINE.
+run_layouts() {
+  local l name np nodes args
+  for l in "${layouts[@]}"; do
+    read -r name np nodes args <<<"$l"
+    # shellcheck disable=SC2086
+    [ "$nodes" = "$1" ] && run_layout "$2" "$name" "$np" "$nodes" $args
+  done
+  return 0
+}
 echo "== layouts on one node (name ranks nodes; measured step, compute, comm s; predicted step, compute, comm s)"
-for l in "${layouts[@]}"; do
-  read -r name np nodes args <<<"$l"
-  # shellcheck disable=SC2086
-  [ "$nodes" = 1 ] && run_layout "$WORK/one-node.ini" "$name" "$np" "$nodes" $args
-done
+run_layouts 1 "$WORK/one-node.ini"
 
 source tests/cluster/lib.sh  # from here on train() launches over the test cluster's nodes
 if why=$(cluster_check); then
@@ -80,11 +86,7 @@ if why=$(cluster_check); then
   cluster_mpirun node1:2,node2:2 -np 4 bin/yuanlm plan --calibrate --out "$WORK/two-nodes.ini" | tail -1
   grep -v '^#' "$WORK/two-nodes.ini" | grep -v '^$' | sed 's/^/  /'
   echo "== layouts on 2 nodes"
-  for l in "${layouts[@]}"; do
-    read -r name np nodes args <<<"$l"
-    # shellcheck disable=SC2086
-    [ "$nodes" = 2 ] && run_layout "$WORK/two-nodes.ini" "$name" "$np" "$nodes" $args
-  done
+  run_layouts 2 "$WORK/two-nodes.ini"
 else
   echo "SKIP the 2-node layouts: the test cluster cannot be made here: $why"
 fi
