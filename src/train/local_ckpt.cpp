@@ -98,12 +98,6 @@ void write_copy(const std::string& parent, const std::string& name, const std::s
   fs::rename(tmp, final_dir);
 }
 
-// A warning from this rank, whichever it is (warn() is rank 0's): what only this rank saw.
-void warn_here(const std::string& what) {
-  const parallel::WorldInfo& w = parallel::world();
-  std::fputs(strf("warning: [rank %d@%s] %s\n", w.rank, w.host.c_str(), what.c_str()).c_str(), stderr);
-  std::fflush(stderr);
-}
 
 // The bytes a rank's own copy takes (its shard files; the headers are small).
 size_t own_bytes(const ZeroOptimizers& opts) {
@@ -253,7 +247,7 @@ void LocalTier::write(int64_t step, std::string manifest) {
     manifest = read_text(dir_ + "/" + name + "/" + rank_dir_name(rank_) + "/manifest.json");
     ok_ = exchange(step, manifest);
   } catch (const std::exception& e) {  // the filesystem tier still holds: training goes on
-    warn_here(strf("local checkpoint %s not written: %s", name.c_str(), e.what()));
+    warn_all("local checkpoint %s not written: %s", name.c_str(), e.what());
     ok_ = false;
   }
 }
@@ -273,9 +267,9 @@ bool LocalTier::exchange(int64_t step, const std::string& manifest) {
   std::vector<std::array<unsigned long long, 2>> heads(senders_.size());
   std::vector<MPI_Request> reqs;
   auto fail = [&](const std::string& who) {
-    warn_here(strf("local checkpoint %s: %s did not complete the partner exchange within %.0f s "
-                   "(dist.timeout_s); no more partner copies in this run, the filesystem checkpoint still holds",
-                   step_dir_name(step).c_str(), who.c_str(), timeout_s_));
+    warn_all("local checkpoint %s: %s did not complete the partner exchange within %.0f s (dist.timeout_s); no more "
+             "partner copies in this run, the filesystem checkpoint still holds",
+             step_dir_name(step).c_str(), who.c_str(), timeout_s_);
     exchanging_ = false;
     return false;
   };
@@ -656,7 +650,7 @@ TrainState resume_best_tier(const Config& cfg, const ResumeChoice& fs_choice, Ze
       try {
         listing = list_node(cfg, dir, w.rank).dump();
       } catch (const std::exception& e) {  // an unreadable directory holds nothing to resume from
-        warn_here(strf("local checkpoints in %s not looked at: %s", dir.c_str(), e.what()));
+        warn_all("local checkpoints in %s not looked at: %s", dir.c_str(), e.what());
       }
     }
     const std::vector<std::string> listings = parallel::gather_strings(listing);

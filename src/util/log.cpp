@@ -47,6 +47,14 @@ void warn(const char* fmt, ...) {
   va_end(ap);
 }
 
+void warn_all(const char* fmt, ...) {
+  std::string prefix = strf("warning: [rank %d@%s] ", process_rank(), process_host().c_str());
+  va_list ap;
+  va_start(ap, fmt);
+  vput(stderr, prefix.c_str(), fmt, ap);
+  va_end(ap);
+}
+
 double now_seconds() {
   using namespace std::chrono;
   return duration<double>(steady_clock::now().time_since_epoch()).count();
