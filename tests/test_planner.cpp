@@ -37,6 +37,8 @@ pcie_bw = 10e9  # source: test
 attention_efficiency = 0.25  # source: test
 mem_efficiency = 0.8  # source: test
 launch_s = 1e-6  # source: test
+sm_count = 8  # source: test
+sustained_clock = 0.9  # source: test
 
 [host]
 mem_bytes = 256e9  # source: test
@@ -80,6 +82,8 @@ TEST(PlannerMachine, Parses) {
   EXPECT_DOUBLE_EQ(m.attention_efficiency, 0.25);
   EXPECT_DOUBLE_EQ(m.mem_efficiency, 0.8);
   EXPECT_DOUBLE_EQ(m.launch_s, 1e-6);
+  EXPECT_EQ(m.sm_count, 8);
+  EXPECT_DOUBLE_EQ(m.sustained_clock, 0.9);
   EXPECT_DOUBLE_EQ(m.host_mem_bytes, 256e9);
   EXPECT_EQ(m.host_cores, 32);
   EXPECT_DOUBLE_EQ(m.intra.latency_s, 2e-6);
@@ -114,37 +118,44 @@ TEST(PlannerMachine, ErrorsNameFileLineAndKey) {
   EXPECT_EQ(error_with("0.5  # source", "1.5  # source"), "m.ini:9: key 'device.gemm_efficiency': 1.5 must be a "
             "fraction, at most 1");
   EXPECT_EQ(error_with("kind = cuda", "kind = tpu"), "m.ini:7: key 'device.kind': 'tpu' is not cpu or cuda");
-  EXPECT_EQ(error_with("cores = 32", "cores = 3.5"), "m.ini:21: key 'host.cores': 3.5 must be a whole number");
-  EXPECT_EQ(error_with("[host]", "[hots]"), "m.ini:18: unknown section [hots] (expected [machine], [device], "
+  EXPECT_EQ(error_with("cores = 32", "cores = 3.5"), "m.ini:23: key 'host.cores': 3.5 must be a whole number");
+  EXPECT_EQ(error_with("[host]", "[hots]"), "m.ini:20: unknown section [hots] (expected [machine], [device], "
             "[host], [link.intra] or [link.inter])");
   EXPECT_EQ(error_with("latency_s = 10e-6  # source: test\n", ""), "m.ini: key 'link.inter.latency_s' missing");
   EXPECT_EQ(error_with("cores = 32  # source: test", "cores = 32  # source: test\nmem_bw = 1  # source: x"),
-            "m.ini:22: key 'host.mem_bw' given twice");
-  EXPECT_EQ(error_with("bandwidth = 10e9", "bandwidth = 0"), "m.ini:29: key 'link.inter.bandwidth': 0 must be "
+            "m.ini:24: key 'host.mem_bw' given twice");
+  EXPECT_EQ(error_with("bandwidth = 10e9", "bandwidth = 0"), "m.ini:31: key 'link.inter.bandwidth': 0 must be "
             "positive");
   EXPECT_EQ(error_with("mem_bytes = 16e9", "mem_bytes = 0"), "m.ini: key 'device.mem_bytes' must be positive for "
             "a cuda device");
   EXPECT_EQ(error_with("mem_efficiency = 0.8", "mem_efficiency = 1.2"), "m.ini:15: key 'device.mem_efficiency': 1.2 "
             "must be a fraction, at most 1");
-  // What the cuda kernels reach must be stated for a cuda machine.
+  // What the cuda kernels and the GPU reach must be stated for a cuda machine.
   EXPECT_EQ(error_with("attention_efficiency = 0.25  # source: test\n", ""), "m.ini: key "
             "'device.attention_efficiency' missing");
+  EXPECT_EQ(error_with("sm_count = 8  # source: test\n", ""), "m.ini: key 'device.sm_count' missing");
+  EXPECT_EQ(error_with("sustained_clock = 0.9", "sustained_clock = 1.1"), "m.ini:18: key 'device.sustained_clock': "
+            "1.1 must be a fraction, at most 1");
   EXPECT_THROW(read_machine("/nonexistent/machine.ini"), Error);
 }
 
 TEST(PlannerMachine, CpuLeavesOutTheCudaKernelKeys) {
-  // A cpu machine (what `plan --calibrate` writes) may leave out the cuda kernels' keys: they take the neutral
-  // values (attention at peak_flops, memory-bound ops at mem_bw, no launch gap), and the writer leaves them out too.
+  // A cpu machine (what `plan --calibrate` writes) may leave out the cuda kernels' and the GPU's keys: they take the
+  // neutral values (attention at peak_flops, memory-bound ops at mem_bw, no launch gap, no waves of GEMM tiles, the
+  // clock peak_flops was measured at), and the writer leaves them out too.
   std::string text = kMachine;
   text.replace(text.find("kind = cuda"), 11, "kind = cpu");
   for (const char* key : {"attention_efficiency = 0.25  # source: test\n", "mem_efficiency = 0.8  # source: test\n",
-                          "launch_s = 1e-6  # source: test\n"})
+                          "launch_s = 1e-6  # source: test\n", "sm_count = 8  # source: test\n",
+                          "sustained_clock = 0.9  # source: test\n"})
     text.erase(text.find(key), std::string(key).size());
   MachineSources sources;
   const Machine m = parse_machine(text, "cpu.ini", &sources);
   EXPECT_EQ(m.attention_efficiency, 1);
   EXPECT_EQ(m.mem_efficiency, 1);
   EXPECT_EQ(m.launch_s, 0);
+  EXPECT_EQ(m.sm_count, 0);
+  EXPECT_EQ(m.sustained_clock, 1);
   const std::string written = machine_text(m, sources);
   EXPECT_EQ(written.find("mem_efficiency"), std::string::npos) << written;
   EXPECT_EQ(machine_text(parse_machine(written, "again.ini"), sources), written);
@@ -364,7 +375,7 @@ TEST(PlannerCollectives, GroupLinks) {
 TEST(PlannerPredict, CudaKernelInputs) {
   // The inputs of the cuda kernels' rates, each moving the compute by what it prices: a block's 7 forward and 17
   // backward kernel launches, and its attention's 2 + 7 GEMM-like products (causal 2 N T C FLOPs each pair) at
-  // attention_efficiency x peak.
+  // attention_efficiency x peak at the sustained clock.
   Config c = tiny_deck();
   c.train.device = "cuda";
   const Machine m = parse_machine(kMachine, "m.ini");
@@ -377,7 +388,7 @@ TEST(PlannerPredict, CudaKernelInputs) {
   Machine slow = m;
   slow.attention_efficiency = m.attention_efficiency / 2;
   const double attention_s = micro * blocks * 4.5 * 2 * N * c.model.seq_len * c.model.n_embd /
-                             (m.peak_flops * m.attention_efficiency);
+                             (m.peak_flops * m.sustained_clock * m.attention_efficiency);
   EXPECT_NEAR(predict(c, 1, 1, slow).split.compute - base.split.compute, attention_s, 1e-9 * attention_s);
   Machine streaming = m;
   streaming.mem_efficiency = 1;
@@ -420,8 +431,9 @@ TEST(PlannerPredict, CpuLoopRates) {
 
 TEST(PlannerPredict, ZeroTwoSumsEveryMicroBatchOnTheHost) {
   // At zero 2 with overlap every micro-batch's reduced part lands on the host and is added into the gradient (12
-  // bytes per shard element at host_mem_bw) beside the step's AdamW (28 + 2 bytes per element on cuda); PCIe aside,
-  // 4 micro-batches add 3 x 12 bytes to the 1 micro-batch's 30. Zero 1 reduces once per step: no change.
+  // bytes per shard element at host_mem_bw) beside the step's gradient-norm pass and AdamW (4 + 28 + 2 bytes per
+  // element on cuda); PCIe aside, 4 micro-batches add 3 x 12 bytes to the 1 micro-batch's 34. Zero 1 reduces once
+  // per step: no change.
   Machine m = parse_machine(kMachine, "m.ini");
   m.pcie_bw = 1e30;
   for (int zero : {1, 2}) {
@@ -431,8 +443,63 @@ TEST(PlannerPredict, ZeroTwoSumsEveryMicroBatchOnTheHost) {
     const double one = predict(c, 2, 2, m).split.optimizer;
     c.train.micro_batch = 2;
     const double four = predict(c, 2, 2, m).split.optimizer;
-    EXPECT_NEAR((four - one) / one, zero == 2 ? 36.0 / 30 : 0, 1e-9) << "zero " << zero;
+    EXPECT_NEAR((four - one) / one, zero == 2 ? 36.0 / 34 : 0, 1e-9) << "zero " << zero;
   }
+}
+
+TEST(PlannerPredict, GemmTilesRunInWavesOverTheSms) {
+  // 16384 x 1600 (GPT-2 1.5B's projection on 16 x 1024 tokens) on 132 SMs: 128 x 128 tiles fill best, 128 x 13 =
+  // 1664 tiles in 13 waves of 132 (1716 slots), the last tile column 1600 - 12 x 128 = 64 wide: 1600 / 1716.
+  EXPECT_DOUBLE_EQ(gemm_wave_efficiency(132, 16384, 1600), 1600.0 / 1716);
+  // Whole waves of whole tiles: nothing lost (256 x 128 tiles, 132 of them).
+  EXPECT_DOUBLE_EQ(gemm_wave_efficiency(132, 132 * 256, 128), 1);
+  // Fewer tiles than SMs: K is split over the idle SMs, only the edge tiles' padding counts (1000 of 1024).
+  EXPECT_DOUBLE_EQ(gemm_wave_efficiency(132, 1000, 1000), 1e6 / (1024.0 * 1024));
+  EXPECT_DOUBLE_EQ(gemm_wave_efficiency(0, 1000, 1000), 1);  // a cpu: no waves
+  // In the step: the tiny deck's GEMMs (1024 tokens, 128 to 4000 features) are whole 128-row tiles in whole waves
+  // on one SM, or all in one partial wave with K split on many: the same padding either way. On 7 SMs qkv's 24
+  // tiles take 4 waves (28 slots), and the step is slower.
+  Config c = tiny_deck();
+  c.train.device = "cuda";
+  Machine m = parse_machine(kMachine, "m.ini");
+  const auto compute = [&](int sms) {
+    m.sm_count = sms;
+    return predict(c, 1, 1, m).split.compute;
+  };
+  EXPECT_DOUBLE_EQ(compute(1), compute(1 << 20));
+  EXPECT_GT(compute(7), compute(1));
+}
+
+TEST(PlannerPredict, TensorCoresRunAtTheSustainedClock) {
+  // GEMMs and attention run at sustained_clock x the peak's clock: with memory-bound ops and launches aside, half
+  // the clock doubles the compute.
+  Config c = tiny_deck();
+  c.train.device = "cuda";
+  Machine m = parse_machine(kMachine, "m.ini");
+  m.mem_bw = 1e30;
+  m.launch_s = 0;
+  const double full = predict(c, 1, 1, m).split.compute;
+  m.sustained_clock /= 2;
+  EXPECT_NEAR(predict(c, 1, 1, m).split.compute, 2 * full, 1e-9 * full);
+}
+
+TEST(PlannerPredict, EveryStepWaitsOnTheWorldsScalars) {
+  // Beyond its passes a step waits for the loss and gradient-norm sums (two tree all-reduces of a double: 2 log2 8
+  // alpha each on 8 ranks) and three gathers to rank 0 (log2 8 alpha each) over the world. With the links' bandwidth
+  // unbounded, 4 ranks per node, [link.inter]'s latency alpha adds those 21 alpha and the 6 alpha of the gradient
+  // all-reduce's last bucket (a tree over the 8 data-parallel ranks, after the backward).
+  Config c = tiny_deck();
+  c.train.device = "cuda";
+  c.train.global_batch = 64;
+  c.optim.zero = 0;
+  Machine m = parse_machine(kMachine, "m.ini");
+  m.intra.bandwidth = m.inter.bandwidth = 1e30;
+  const double alpha = m.inter.latency_s;
+  const Prediction waits = predict(c, 8, 4, m);
+  m.inter.latency_s = 0;
+  const Prediction none = predict(c, 8, 4, m);
+  EXPECT_NEAR(waits.step_s - none.step_s, (21 + 6) * alpha, 1e-6 * alpha);
+  EXPECT_NEAR(waits.split.comm - none.split.comm, (21 + 6) * alpha, 1e-6 * alpha);
 }
 
 // The published anchors the shipped machine files are held to (issue 26). Each check is of the model's inputs

@@ -42,6 +42,8 @@ const std::vector<Key>& keys() {
        true},
       {"device", "mem_efficiency", Key::Number, &Machine::mem_efficiency, nullptr, nullptr, true, true, true},
       {"device", "launch_s", Key::Number, &Machine::launch_s, nullptr, nullptr, false, false, true},
+      {"device", "sm_count", Key::Count, nullptr, &Machine::sm_count, nullptr, true, false, true},
+      {"device", "sustained_clock", Key::Number, &Machine::sustained_clock, nullptr, nullptr, true, true, true},
       {"device", "attention_flops", Key::Number, &Machine::attention_flops, nullptr, nullptr, false, false, false,
        true},
       {"device", "gelu_rate", Key::Number, &Machine::gelu_rate, nullptr, nullptr, false, false, false, true},

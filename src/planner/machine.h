@@ -9,9 +9,9 @@
 //   mem_bw = 9.1e9        # measured: STREAM-like triad, 2 ranks, 2026-11-25, host ci-vm
 // so that a prediction can always be traced to a datasheet or a measurement. Every key must be given once;
 // unknown, repeated, malformed or unsourced keys are errors naming the file, the line and the key. Three [device]
-// keys describe what the cuda backend's own kernels reach (attention_efficiency, mem_efficiency, launch_s): a cuda
-// machine must give them; a cpu machine may leave them out (its rates are measured on the cpu backend's own ops,
-// and it launches nothing), and then takes the neutral values below. Three more describe the cpu backend's own
+// keys describe what the cuda backend's own kernels reach (attention_efficiency, mem_efficiency, launch_s), two more
+// the GPU itself (sm_count, sustained_clock): a cuda machine must give them; a cpu machine may leave them out (its
+// rates are measured on the cpu backend's own ops, and it launches nothing), and then takes the neutral values below. Three more describe the cpu backend's own
 // loops that are neither GEMMs nor memory-bound (attention_flops, gelu_rate, softmax_rate, measured by `--calibrate`):
 // any machine may leave them out, and 0 (not measured) charges those ops as before (attention at the GEMM rate,
 // GELU and the classifier's softmax at memory bandwidth); only a cpu machine uses them.
@@ -38,6 +38,10 @@ struct Machine {
   double attention_efficiency = 1;  // [device] fraction of peak_flops the flash attention kernels reach (cuda)
   double mem_efficiency = 1;     // [device] fraction of mem_bw streaming kernels reach
   double launch_s = 0;           // [device] the device's idle time per kernel, launched back to back on a stream
+  int sm_count = 0;              // [device] streaming multiprocessors (cuda): a GEMM's tiles run in waves over them
+                                 //   (0 on cpu: no wave quantization)
+  double sustained_clock = 1;    // [device] the clock held under sustained tensor-core load, as a fraction of the
+                                 //   clock peak_flops is quoted at (cuda: GEMMs and attention run at it)
   double attention_flops = 0;    // [device] FLOP/s of the cpu attention op, forward and backward (node, as peak_flops)
   double gelu_rate = 0;          // [device] elements/s of the cpu GELU, one pass (forward or backward), per node
   double softmax_rate = 0;       // [device] logits/s of the cpu classifier op (softmax and cross-entropy), per node

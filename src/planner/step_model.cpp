@@ -41,6 +41,22 @@ LinkClass group_link(const Machine& m, const std::vector<int>& ranks, int ranks_
   return {m.inter.latency_s, std::min(m.intra.bandwidth, members * m.inter.bandwidth)};
 }
 
+// The output tiles cuBLAS's large-GEMM kernels compute per thread block (NVIDIA, "Matrix Multiplication Background
+// User's Guide", DU-09799-001, sec. 2.3 "Typical Tile Dimensions in cuBLAS and Performance": 256x128 and 128x128
+// are the most efficient); its heuristics pick one per shape.
+constexpr double kGemmTiles[][2] = {{256, 128}, {128, 256}, {128, 128}};
+
+double gemm_wave_efficiency(int sms, double m, double n) {
+  if (sms <= 0) return 1;
+  double best = 0;
+  for (const auto& tile : kGemmTiles) {
+    const double tiles = std::ceil(m / tile[0]) * std::ceil(n / tile[1]);
+    const double slots = tiles >= sms ? std::ceil(tiles / sms) * sms : tiles;
+    best = std::max(best, m * n / (slots * tile[0] * tile[1]));
+  }
+  return best;
+}
+
 Simulation simulate(parallel::ScheduleKind kind, const std::vector<StageTimes>& stages, int micro_batches) {
   const int p = static_cast<int>(stages.size()), m = micro_batches;
   std::vector<std::vector<parallel::PipeAction>> actions;
@@ -97,6 +113,7 @@ struct Rates {
   double attention = 0;  // FLOP/s the flash attention kernels reach (cuda)
   double mem_bw = 0;     // bytes/s of memory-bound ops
   double launch = 0;     // seconds the device idles per kernel
+  int sms = 0;           // streaming multiprocessors a GEMM's tiles run in waves over (0: no waves, cpu)
   // The cpu backend's own loops, measured by --calibrate (0: not measured, charged at the GEMM rate or bandwidth).
   double cpu_attention = 0;  // FLOP/s of the attention op
   double gelu = 0;           // elements/s of one GELU pass
@@ -111,6 +128,19 @@ struct Rates {
 // A GEMM of `flops` reaches gemm x flops / (flops + half): its time is (flops + half) / gemm.
 double gemm_s(const Rates& r, double flops, double count = 1) { return count * (flops + r.half) / r.gemm; }
 double mem_s(const Rates& r, double bytes) { return bytes / r.mem_bw; }
+
+// An m x n x k GEMM (2 m n k FLOPs): gemm_s with its waves' idle share added.
+double gemm_mnk_s(const Rates& r, double m, double n, double k, double count = 1) {
+  return count * (2 * m * n * k / gemm_wave_efficiency(r.sms, m, n) + r.half) / r.gemm;
+}
+// A linear layer of `in` -> `out` features over `tokens` rows: forward Y = X W; backward the input gradient
+// dX = dY W^T (tokens x in over out) and the weight gradient dW = X^T dY (in x out over tokens).
+double linear_forward_s(const Rates& r, double tokens, double in, double out) {
+  return gemm_mnk_s(r, tokens, out, in);
+}
+double linear_backward_s(const Rates& r, double tokens, double in, double out) {
+  return gemm_mnk_s(r, tokens, in, out) + gemm_mnk_s(r, in, out, tokens);
+}
 
 // Kernels the cuda backend launches per block (src/program/program.cpp's block passes, cuda/*.cu): forward
 // layernorm, qkv, attention, projection (residual fused), layernorm, fc (GELU fused), fc projection; backward the
@@ -144,15 +174,21 @@ StageTimes stage_times(const GPTConfig& g, const ModuleRange& range, int B, bool
       // On cpu the classifier op is bound by its exp per logit (and its log), not by the bytes it streams.
       const double logits = N * V / tp;
       t.forward.compute += mem_s(r, 2 * N * C * e) + (r.softmax > 0 ? logits / r.softmax : mem_s(r, 3 * logits * 4)) +
-                           gemm_s(r, 2 * N * C * V / tp);
-      t.backward.compute += mem_s(r, 4 * N * C * e + 2 * N * V / tp * 4) + gemm_s(r, 2 * N * C * V / tp, 2);
+                           linear_forward_s(r, N, C, V / tp);
+      t.backward.compute += mem_s(r, 4 * N * C * e + 2 * N * V / tp * 4) + linear_backward_s(r, N, C, V / tp);
       t.forward.comm += tp > 1 ? 3 * tp_all_reduce(N * 4) : 0;
       t.backward.comm += tp > 1 ? tp_all_reduce(N * C * e) : 0;
     } else if (mod != kWpeModule) {
       // A block: qkv, projection, fc and fc projection (column- and row-parallel), attention, two layernorms,
-      // two residual adds, GELU; backward runs each GEMM twice (input and weight gradients).
-      const double gemms = gemm_s(r, 2 * N * C * 3 * C / tp) + gemm_s(r, 2 * N * C / tp * C) +
-                           gemm_s(r, 2 * N * C * 4 * C / tp) + gemm_s(r, 2 * N * 4 * C / tp * C);
+      // two residual adds, GELU; backward runs each GEMM twice (input and weight gradients, of other shapes).
+      // The layers' in -> out features on a tensor rank: qkv and fc column-split, projection and fc projection
+      // row-split.
+      const double layers[][2] = {{C, 3 * C / tp}, {C / tp, C}, {C, 4 * C / tp}, {4 * C / tp, C}};
+      double gemms = 0, gemms_b = 0;
+      for (const auto& l : layers) {
+        gemms += linear_forward_s(r, N, l[0], l[1]);
+        gemms_b += linear_backward_s(r, N, l[0], l[1]);
+      }
       double attention_f = 0, attention_b = 0, softmax = 0;
       // GELU over the fc output: one pass each way; on cpu bound by its tanh when measured (gelu_rate), else by
       // the bytes it reads and writes.
@@ -190,7 +226,7 @@ StageTimes stage_times(const GPTConfig& g, const ModuleRange& range, int B, bool
                               tp > 1 ? 2 * tp_all_reduce(N * C * e) : 0};
       t.forward.compute += forward.compute;
       t.forward.comm += forward.comm;
-      t.backward.compute += 2 * gemms + attention_b + 2 * memory_f + gelu_s + launch_b +
+      t.backward.compute += gemms_b + attention_b + 2 * memory_f + gelu_s + launch_b +
                             (recompute ? forward.compute : 0);
       t.backward.comm += forward.comm + (recompute ? forward.comm : 0);
     }
@@ -272,6 +308,9 @@ After after_schedule(const Config& c, const parallel::Topology& topo, int rank, 
                                       : 0;
   // The delayed update runs step t's AdamW beside step t+1's passes; the accumulation is part of the passes.
   a.optimizer = (c.optim.delayed_update ? std::max(0.0, optimizer - schedule_s) : optimizer) + accumulate;
+  // Before AdamW, and outside the delayed update (the clipping needs it first): the shard's squared gradient norm on
+  // the host (ZeroOptimizer::reduce_gradients, ops::sum_squares: one read of the fp32 shard).
+  a.optimizer += shard * 4 / r.host_bw;
   return a;
 }
 
@@ -296,9 +335,10 @@ Prediction predict(const Config& c, int world, int ranks_per_node, const Machine
   Rates r;
   r.cpu = m.cpu();
   const double share = m.cpu() ? on_node : 1;  // a cpu node's ranks share its cores and memory
-  r.gemm = m.peak_flops * m.gemm_efficiency / share;
+  // GEMMs and attention run on the tensor cores at the clock the GPU holds under load (sustained_clock, 1 on cpu).
+  r.gemm = m.peak_flops * m.sustained_clock * m.gemm_efficiency / share;
   r.half = m.gemm_half_flops;
-  r.attention = m.peak_flops * m.attention_efficiency / share;
+  r.attention = m.peak_flops * m.sustained_clock * m.attention_efficiency / share;
   r.mem_bw = m.mem_bw * m.mem_efficiency / share;
   if (m.cpu()) {
     r.cpu_attention = m.attention_flops / share;
@@ -306,6 +346,7 @@ Prediction predict(const Config& c, int world, int ranks_per_node, const Machine
     r.softmax = m.softmax_rate / share;
   }
   r.launch = m.launch_s;
+  r.sms = m.sm_count;
   r.host_bw = m.host_mem_bw / on_node;
   r.act = static_cast<double>(dtype_size(tensor_formats(device).activations));
   r.weights = tensor_formats(device).weights;
@@ -421,7 +462,16 @@ Prediction predict(const Config& c, int world, int ranks_per_node, const Machine
   pred.split.comm = m_b * (bt.forward.comm + bt.backward.comm) + worst.comm;
   pred.split.bubble = makespan - sim.busy[busiest];
   pred.split.optimizer = worst.optimizer;
-  pred.step_s = makespan + worst.comm + worst.optimizer;
+  // The scalars every rank waits on each step (train.cpp run_step): the loss and the squared gradient norm summed
+  // over the world (two all-reduces of a double), the step time and every stage's busy and span seconds gathered to
+  // rank 0 (three gathers up a binomial tree).
+  std::vector<int> everyone(world);
+  for (int i = 0; i < world; i++) everyone[i] = i;
+  const LinkClass world_link = links.of(everyone);
+  const double syncs = 2 * collective_s(Collective::AllReduce, 8, world, world_link) +
+                       3 * std::ceil(std::log2(world)) * world_link.latency_s;
+  pred.split.comm += syncs;
+  pred.step_s = makespan + worst.comm + worst.optimizer + syncs;
   const double tokens = static_cast<double>(c.train.global_batch) * c.model.seq_len;
   pred.tokens_per_s = tokens / pred.step_s;
   const double peak = m.cpu() ? m.peak_flops * node_host.size() : m.peak_flops * world;

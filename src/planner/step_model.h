@@ -2,7 +2,8 @@
 // built from the same per-rank derivation the trainer allocates by (train/memory_plan.h plan_rank): each stage's
 // modules, tensor part, micro-batch, recompute, module groups and ZeRO shards.
 //   compute   per op from its FLOPs and bytes: GEMMs (cuBLASLt on cuda) at the rate their size reaches
-//             (gemm_efficiency x peak, falling off below gemm_half_flops); attention on cuda (this project's own
+//             (gemm_efficiency x peak, falling off below gemm_half_flops; on cuda their output tiles run in waves
+//             over sm_count SMs, gemm_wave_efficiency, and the tensor cores at sustained_clock); attention on cuda (this project's own
 //             flash-style kernel, not cuBLAS: assumed to reach what FlashAttention-2 reaches on the device,
 //             attention_efficiency x peak), on the cpu backend causal loops per head at the rate the op was
 //             measured at (attention_flops; the GEMM rate when not measured); on cpu GELU and the classifier's
@@ -20,7 +21,9 @@
 //             optimizer overlaps, exposed on the cpu backend, whose collectives block the rank's only thread),
 //             ZeRO-3's per-module gathers (prefetched behind compute on cuda), the host AdamW at host_mem_bw and
 //             the offload transfers at pcie_bw (behind the next step with optim.delayed_update); at zero 2 and 3
-//             the gradients go down every micro-batch and are summed on the host (at host_mem_bw)
+//             the gradients go down every micro-batch and are summed on the host (at host_mem_bw); the shard's
+//             gradient-norm pass on the host before AdamW, and the scalars every rank waits on each step (the loss
+//             and norm sums, the step-time and bubble gathers) at the world group's latency
 #pragma once
 #include <string>
 #include <vector>
@@ -39,6 +42,14 @@ enum class Collective { AllReduce, ReduceScatter, AllGather, SendRecv };
 //   tree all-reduce                   2 ceil(log2 D) alpha + 2 n / bw      (the faster of ring and tree is used)
 //   send/recv                         alpha + n / bw
 double collective_s(Collective op, double bytes, int ranks, const LinkClass& link);
+
+// The share of `sms` SMs' time a GEMM with an m x n output keeps busy on cuda (NVIDIA, "Matrix Multiplication
+// Background User's Guide", sec. 3 "Dimension Quantization Effects"): an edge tile computes its whole size (tile
+// quantization), and the tiles run one per SM at a time, so the GEMM takes ceil(tiles / SMs) full waves, the last one
+// partly idle (wave quantization). With fewer tiles than SMs the libraries split K over the idle SMs (split-K,
+// stream-K), and only the tiles' padding counts. The best of cuBLAS's large tiles (256x128, 128x256, 128x128), as its
+// heuristics pick one per shape. 1 when sms is 0 (a cpu).
+double gemm_wave_efficiency(int sms, double m, double n);
 
 // The link a group of `ranks` (world ranks, `ranks_per_node` consecutive ones on each node) runs at: [link.intra]
 // inside one node; across nodes, [link.inter]'s latency and its bandwidth times the group's fewest members on a
