@@ -504,15 +504,20 @@ TEST(PlannerPredict, EveryStepWaitsOnTheWorldsScalars) {
 
 // The published anchors the shipped machine files are held to (issue 26). Each check is of the model's inputs
 // (machine files, kernel counts, FLOP and byte counts): a change that moves a prediction past the band should
-// be explained by a source, not by tuning a number to the anchor. The bands and what they leave out:
+// be explained by a source, not by tuning a number to the anchor. Each band is narrow enough that the same model
+// 1.3x too fast or 1.3x too slow (every rate of the machine file scaled by 1.3 either way) falls outside it. The
+// model (2026-11-27) is still optimistic on H100: its GEMM efficiency, launch gap and HBM share are assumptions,
+// and no document gives the H100's clock under sustained load. The bands and what they leave out:
 //   llm.c, GPT-2 1.5B (48 x 1600, 25 heads, seq 1024) on one H100 SXM, bf16, no recompute, 1M-token batches of
-//     16-sequence micro-batches: about 50% MFU (karpathy/llm.c discussion #677). Within 1.3x either way.
-//   Megatron-LM on H100 at 41-48% MFU (NVIDIA's published GPT runs): Yuan-4.7B on one 8-GPU node within 1.3x of
-//     that range.
+//     16-sequence micro-batches: about 50% MFU (karpathy/llm.c discussion #677). From 0.9x to 1.3x of that
+//     (predicted 54.9%, 1.10x).
+//   Megatron-LM on H100 at 41-48% MFU (NVIDIA's published GPT runs): Yuan-4.7B on one 8-GPU node from 47% (the
+//     range's bottom x 1.15: data parallelism of a 4.7B model pays none of the tensor and pipeline parallelism
+//     those larger runs pay) to 1.3x its top (predicted 59.1%).
 //   ASC22, Yuan-4.7B on 4 V100s, 1B tokens in 67.75 h (fp16, data parallel with ZeRO, recompute). This project's
 //     kernels need sm80 (bf16 mma.sync, cuBLASLt bf16), so the V100 prediction is of its fused, flash-style step
-//     ported to fp16; the ASC22 stack ran unfused attention (the [T,T] scores through HBM) and reached the ~30%
-//     of peak Megatron-LM reports for one V100 (39 TFLOPS): the model must come out faster, by less than 3x.
+//     ported to fp16; the ASC22 stack ran unfused attention (the [T,T] scores through HBM, about +20% step time by
+//     itself): the model must come out faster, by 1.05x to 1.7x (predicted 51.2 h, 1.32x).
 namespace {
 
 std::string ratio_line(const char* what, double predicted, double anchor, const char* unit) {
@@ -541,7 +546,7 @@ TEST(PlannerAnchors, LlmcGpt2XlOnOneH100) {
   const Prediction p = predict(c, 1, 1, h100);
   ASSERT_TRUE(p.fits) << p.short_of;
   std::printf("%s\n", ratio_line("GPT-2 1.5B, 1 H100, MFU (llm.c)", 100 * p.mfu, 50, "%").c_str());
-  EXPECT_GT(p.mfu / 0.50, 1 / 1.3);
+  EXPECT_GT(p.mfu / 0.50, 0.9);
   EXPECT_LT(p.mfu / 0.50, 1.3);
 }
 
@@ -552,7 +557,7 @@ TEST(PlannerAnchors, Yuan47BOnOneH100NodeAgainstMegatron) {
   const Prediction& p = s.fitting[0].prediction;
   std::printf("%s (%s)\n", ratio_line("Yuan-4.7B, 8 H100, MFU (Megatron-LM 41-48%)", 100 * p.mfu, 48, "%").c_str(),
               s.fitting[0].layout.c_str());
-  EXPECT_GT(p.mfu, 0.41 / 1.3);
+  EXPECT_GT(p.mfu, 0.41 * 1.15);
   EXPECT_LT(p.mfu, 0.48 * 1.3);
 }
 
@@ -565,8 +570,8 @@ TEST(PlannerAnchors, Yuan47BOnFourV100AsAsc22) {
   ASSERT_TRUE(p.fits) << p.short_of;
   const double hours = 1e9 / p.tokens_per_s / 3600;
   std::printf("%s\n", ratio_line("Yuan-4.7B, 4 V100, hours to 1B tokens (ASC22)", hours, 67.75, "h").c_str());
-  EXPECT_LT(hours, 67.75);
-  EXPECT_GT(hours, 67.75 / 3);
+  EXPECT_LT(hours, 67.75 / 1.05);
+  EXPECT_GT(hours, 67.75 / 1.7);
 }
 
 namespace {
