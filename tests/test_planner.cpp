@@ -505,7 +505,8 @@ TEST(PlannerPredict, EveryStepWaitsOnTheWorldsScalars) {
 // The published anchors the shipped machine files are held to (issue 26). Each check is of the model's inputs
 // (machine files, kernel counts, FLOP and byte counts): a change that moves a prediction past the band should
 // be explained by a source, not by tuning a number to the anchor. Each band is narrow enough that the same model
-// 1.3x too fast or 1.3x too slow (every rate of the machine file scaled by 1.3 either way) falls outside it. The
+// 1.3x too fast or 1.3x too slow (the machine files' GEMM and attention efficiencies and bandwidths scaled by 1.3
+// either way, latencies and the launch gap inversely; peak_flops kept, MFU divides by it) falls outside it. The
 // model (2026-11-27) is still optimistic on H100: its GEMM efficiency, launch gap and HBM share are assumptions,
 // and no document gives the H100's clock under sustained load. The bands and what they leave out:
 //   llm.c, GPT-2 1.5B (48 x 1600, 25 heads, seq 1024) on one H100 SXM, bf16, no recompute, 1M-token batches of
