@@ -10,4 +10,10 @@ shift
 source "$(dirname "$0")/lib.sh"
 [ -e "/run/netns/$(cluster_netns "${BASH_REMATCH[1]}")" ] ||
   { echo "rsh-agent.sh: $host of cluster $YUANLM_CLUSTER is down (no namespace)" >&2; exit 255; }
+# As ssh says "Connection to HOST closed by remote host." when the far side dies, the agent names the node whose
+# command was killed: Open MPI, learning of a lost daemon from this exit before its connection closes, says only that
+# it "was unable to reliably start one or more daemons".
 on_node "${BASH_REMATCH[1]}" sh -c "$*"
+rc=$?
+((rc > 128)) && echo "rsh-agent.sh: $host: the command there was killed by signal $((rc - 128))" >&2
+exit "$rc"

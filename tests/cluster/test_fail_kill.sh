@@ -1,9 +1,12 @@
 # shellcheck shell=bash
 # A lost node: every process of node 2 killed and its interface removed, mid-step (ZeRO 2 over 2 nodes). Open MPI
-# sees its daemon go (the TCP connection closes as the processes die) and ends the job itself, faster than any
-# deadline: every rank on every node has ended within dist.timeout_s + 30 s, the exit is non-zero, no process of
-# the job is left, and mpirun's own message names the lost node. (A node that vanishes without closing its
-# connections, as a power failure does, looks like a partition: tests/cluster/test_fail_partition.sh.)
+# sees its daemon go and ends the job itself, faster than any deadline: every rank on every node has ended within
+# dist.timeout_s + 30 s, the exit is non-zero, no process of the job is left, and the launcher's output names the
+# lost node. Open MPI learns of the loss either from the daemon's TCP connection closing (its message names node2)
+# or, first, from the daemon's launch agent exiting (then it says only that it "was unable to reliably start one or
+# more daemons", and the agent's own line names node2, as ssh's "Connection to node2 closed by remote host." would):
+# a race, about 1 run in 8 the second way on the 2-core VM. (A node that vanishes without closing its connections,
+# as a power failure does, looks like a partition: tests/cluster/test_fail_partition.sh.)
 # Exit 77 where namespaces cannot be made.
 source "$(dirname "$0")/../mpi/lib.sh"
 source tests/cluster/lib.sh
@@ -15,5 +18,6 @@ echo "== node 2 killed: ZeRO 2, 2 ranks on each of 2 nodes"
 fault_start killed 4 --optim.zero=2
 node_kill 2
 fault_end killed $((TIMEOUT + 30))
-grep -Eq "(Remote daemon: .* on node node2|Peer host: +node2|on node node2 exited on signal)" "$WORK/killed.log" ||
+grep -Eq "(Remote daemon: .* on node node2|Peer host: +node2|on node node2 exited on signal|^rsh-agent.sh: node2: \
+the command there was killed)" "$WORK/killed.log" ||
   { cat "$WORK/killed.log"; echo "killed: nothing names node2"; exit 1; }
