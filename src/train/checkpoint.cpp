@@ -445,26 +445,19 @@ ResumeChoice choose_resume(const Config& cfg) {
                   true);
     return choice;
   }
-  // Each candidate is checked by every rank, each hashing its share of the files; the lowest failing rank's
-  // reason is the one reported.
-  auto failure = [&](const std::string& dir) { return parallel::first_problem(verify(dir, w.rank, w.size)); };
   if (cfg.ckpt.resume != "auto") {
-    const std::string why = failure(cfg.ckpt.resume);
+    const std::string why = checkpoint_problem(cfg.ckpt.resume);
     if (!why.empty()) throw Error(strf("ckpt.resume=%s: %s", cfg.ckpt.resume.c_str(), why.c_str()), true);
     choice.dir = cfg.ckpt.resume;
     return choice;
   }
-  for (const Listed& l : listed) {
-    const std::string dir = root + "/" + l.name, why = failure(dir);
-    if (why.empty()) {
-      choice.dir = dir;
-      choice.dir_run = l.run;
-      choice.dir_step = l.step;
-      return choice;
-    }
-    warn("skipping checkpoint %s: %s", dir.c_str(), why.c_str());
-  }
+  for (const Listed& l : listed) choice.candidates.push_back({root + "/" + l.name, l.run, l.step});
   return choice;
+}
+
+std::string checkpoint_problem(const std::string& dir) {
+  const parallel::WorldInfo& w = parallel::world();
+  return parallel::first_problem(verify(dir, w.rank, w.size));
 }
 
 TrainState load_checkpoint(const std::string& dir, const Config& cfg, ZeroOptimizers& opts) {

@@ -41,17 +41,24 @@ struct TrainState {
 std::string save_checkpoint(const Config& cfg, const TrainState& st, ZeroOptimizers& opts,
                             const std::string& tokenizer_file);
 
-// Collective, before this launch writes anything. What ckpt.resume asks for, checked (hashing spread over the
-// ranks): auto, the newest checkpoint in run.dir/ckpt by (run, step) that verifies, each one that does not
-// reported by name and skipped ("" when none); a checkpoint directory, refused with a collective Error naming the
-// file when it does not verify; none, "" and refused when run.dir already holds checkpoints (starting over there
-// would truncate their run's metrics.jsonl).
+// Collective, before this launch writes anything. What ckpt.resume asks for: a checkpoint directory, checked
+// (hashing spread over the ranks) and refused with a collective Error naming the file when it does not verify;
+// none, nothing, and refused when run.dir already holds checkpoints (starting over there would truncate their run's
+// metrics.jsonl); auto, run.dir/ckpt's checkpoints newest first by (run, step), not yet verified: the fast tier
+// (train/local_ckpt.h) may hold a newer one, and then hashing these would be for nothing.
 struct ResumeChoice {
-  std::string dir;  // "" to start from initialisation
+  struct Candidate {
+    std::string dir;
+    int64_t run = 0, step = 0;  // the run that wrote it and its step
+  };
+  std::string dir;  // a checkpoint directory given as ckpt.resume, verified ("" otherwise)
   int64_t run = 1;  // this launch's run number, for the checkpoints it writes
-  int64_t dir_run = 0, dir_step = 0;  // the run that wrote `dir` and its step (when dir is not "")
+  std::vector<Candidate> candidates;  // ckpt.resume=auto: run.dir/ckpt's, newest first, unverified
 };
 ResumeChoice choose_resume(const Config& cfg);
+// Collective: "" when checkpoint `dir` verifies (each rank hashing its share of the files), else the lowest
+// failing rank's reason.
+std::string checkpoint_problem(const std::string& dir);
 
 // Collective. Restores the optimizers (re-cutting the shards for whatever layout and world size this run has)
 // and the backend weights from a checkpoint choose_resume picked; checks the model shape against cfg, and refuses

@@ -15,6 +15,7 @@
 #include <set>
 #include <tuple>
 
+#include "parallel/watchdog.h"
 #include "parallel/world.h"
 #include "util/error.h"
 #include "util/fs.h"
@@ -404,11 +405,14 @@ struct Generation {
   std::map<int, std::vector<Held>> copies;
 };
 
-// Rank 0's choice among the generations the nodes hold: the newest complete one newer than the filesystem's, its
-// copies verified by their holders round by round (a copy that fails is dropped and the choice made again).
+// Rank 0's choice between the generations the nodes hold and run.dir/ckpt's checkpoints: the newest complete
+// generation when it is newer than the newest filesystem checkpoint not yet refused (the filesystem's wins a tie),
+// else that checkpoint; whichever is next is verified in a round of its own (a generation's copies by their
+// holders, a filesystem checkpoint by every rank), and what fails is dropped and the choice made again. So the
+// filesystem's checkpoints are hashed only when node memory holds nothing newer.
 class Chooser {
  public:
-  Chooser(const std::vector<std::string>& listings, const ResumeChoice& fs) : fs_(fs) {
+  Chooser(const std::vector<std::string>& listings, const std::vector<ResumeChoice::Candidate>& fs) : fs_(fs) {
     std::map<std::pair<int64_t, int64_t>, Generation> gens;
     for (const std::string& l : listings)
       for (const json& e : json::parse(l)) {
@@ -434,13 +438,16 @@ class Chooser {
   }
   int64_t max_run() const { return max_run_; }
 
-  // The next round: {"final": true, "assign": [...]} to load (empty: the filesystem's), else {"final": false,
-  // "assign": [...]} to verify.
+  // The next round: {"final": true, "assign": [...]} to load the generation assigned, {"final": true, "fs": DIR}
+  // to load a filesystem checkpoint, {"final": true} to start from initialisation; {"final": false, "assign":
+  // [...]} or {"final": false, "fs": DIR} to verify.
   json next() {
     if (verified_) return {{"final", true}, {"assign", assign_}};
+    if (fs_verified_) return {{"final", true}, {"fs", fs_[fs_next_].dir}};
     assign_ = json::array();
+    const ResumeChoice::Candidate* f = fs_next_ < fs_.size() ? &fs_[fs_next_] : nullptr;
     for (Generation& g : gens_) {
-      if (!fs_.dir.empty() && std::tie(g.run, g.step) <= std::tie(fs_.dir_run, fs_.dir_step)) break;
+      if (f && std::tie(g.run, g.step) <= std::tie(f->run, f->step)) break;
       int missing = -1;
       for (int r = 0; r < g.world && missing < 0; r++)
         if (g.copies[r].empty()) missing = r;
@@ -456,7 +463,18 @@ class Chooser {
       current_ = &g;
       return {{"final", false}, {"assign", assign_}};
     }
-    return {{"final", true}, {"assign", json::array()}};
+    if (f) return {{"final", false}, {"fs", f->dir}};
+    return {{"final", true}};
+  }
+
+  // Every rank's verdict on the round's filesystem checkpoint (checkpoint_problem's).
+  void fs_verdict(const std::string& why) {
+    if (why.empty()) {
+      fs_verified_ = true;
+      return;
+    }
+    warn("skipping checkpoint %s: %s", fs_[fs_next_].dir.c_str(), why.c_str());
+    fs_next_++;
   }
 
   // The holders' verdicts on the round's copies (JSON arrays of {"rank", "path", "why"}).
@@ -488,7 +506,9 @@ class Chooser {
          partner >= 0 ? strf("its partner copy on %s", hosts[partner].c_str()).c_str() : "it had no partner copy");
   }
 
-  ResumeChoice fs_;
+  std::vector<ResumeChoice::Candidate> fs_;  // newest first
+  size_t fs_next_ = 0;                       // the newest not refused
+  bool fs_verified_ = false;
   std::vector<Generation> gens_;  // newest first
   Generation* current_ = nullptr;
   json assign_;
@@ -615,7 +635,11 @@ TrainState load_local(const Config& cfg, const json& assign, ZeroOptimizers& opt
     from_holder.push_back(h);
     post_floats(false, in.back().data(), n, h, 0, comm, reqs);
   }
-  MPI_CHECK(MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE));
+  {
+    // A holder lost now (its node gone since the listing) is named by the watchdog at dist.timeout_s.
+    parallel::Waiting wait("local checkpoint redistribution", "world");
+    MPI_CHECK(MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE));
+  }
   MPI_Comm_free(&comm);
   for (size_t i = 0; i < in.size(); i++) {
     size_t pos = 0;
@@ -642,6 +666,7 @@ TrainState load_local(const Config& cfg, const json& assign, ZeroOptimizers& opt
 TrainState resume_best_tier(const Config& cfg, const ResumeChoice& fs_choice, ZeroOptimizers& opts, int64_t* run) {
   const parallel::WorldInfo& w = parallel::world();
   *run = fs_choice.run;
+  std::string fs_dir = fs_choice.dir;  // the filesystem checkpoint to load, if the fast tier has nothing newer
   json final = {{"assign", json::array()}};
   if (cfg.ckpt.resume == "auto") {
     const std::string dir = resolve_local_dir(cfg, w.host);
@@ -655,12 +680,18 @@ TrainState resume_best_tier(const Config& cfg, const ResumeChoice& fs_choice, Ze
     }
     const std::vector<std::string> listings = parallel::gather_strings(listing);
     std::unique_ptr<Chooser> chooser;
-    if (w.rank == 0) chooser = std::make_unique<Chooser>(listings, fs_choice);
+    if (w.rank == 0) chooser = std::make_unique<Chooser>(listings, fs_choice.candidates);
     for (;;) {
       const json round = json::parse(parallel::broadcast_string(chooser ? chooser->next().dump() : "", 0));
       if (round["final"].get<bool>()) {
         final = round;
+        fs_dir = round.value("fs", "");
         break;
+      }
+      if (round.contains("fs")) {
+        const std::string why = checkpoint_problem(round["fs"].get<std::string>());
+        if (chooser) chooser->fs_verdict(why);
+        continue;
       }
       const std::vector<std::string> verdicts = parallel::gather_strings(verify_mine(round["assign"], w.rank));
       if (chooser) chooser->verdicts(verdicts);
@@ -670,7 +701,7 @@ TrainState resume_best_tier(const Config& cfg, const ResumeChoice& fs_choice, Ze
     *run = std::max(*run, local_max + 1);
   }
   const int64_t reached = w.rank == 0 ? last_logged_step(cfg.run.dir + "/metrics.jsonl") : -1;
-  const json& assign = final["assign"];
+  const json assign = final.value("assign", json::array());
   TrainState st;
   std::string tier;
   if (!assign.empty()) {
@@ -681,9 +712,9 @@ TrainState resume_best_tier(const Config& cfg, const ResumeChoice& fs_choice, Ze
     tier = strf("node memory (%d own %s, %d partner %s; written by %d ranks%s)", own, own == 1 ? "copy" : "copies",
                 world - own, world - own == 1 ? "copy" : "copies", world,
                 world != w.size ? strf(", optimizer state re-cut for %d", w.size).c_str() : "");
-  } else if (!fs_choice.dir.empty()) {
-    st = load_checkpoint(fs_choice.dir, cfg, opts);
-    tier = "the filesystem checkpoint " + fs_choice.dir;
+  } else if (!fs_dir.empty()) {
+    st = load_checkpoint(fs_dir, cfg, opts);
+    tier = "the filesystem checkpoint " + fs_dir;
   } else {
     return st;
   }

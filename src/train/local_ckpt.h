@@ -82,10 +82,12 @@ class LocalTier {
   std::string previous_;          // the directory name of the generation written last ("" before the first)
 };
 
-// Collective, before this launch writes anything, in place of load_checkpoint: with ckpt.resume=auto the newest of
-// the local tier's complete checkpoints and `fs` (choose_resume's), loaded; says which tier, which step and how many
-// steps were lost against run.dir/metrics.jsonl. A newer local checkpoint that lacks a shard is named with the
-// nodes its copies were on, and skipped. Sets `run` to this launch's run number.
+// Collective, before this launch writes anything, in place of load_checkpoint: with ckpt.resume=auto the newest that
+// verifies of the local tier's complete checkpoints and `fs`'s candidates (choose_resume's; a filesystem checkpoint
+// is hashed only when no local one is newer), else `fs.dir`, loaded; says which tier, which step and how many steps
+// were lost against run.dir/metrics.jsonl. A newer local checkpoint that lacks a shard is named with the nodes its
+// copies were on, and skipped; a checkpoint that does not verify is named and skipped. Sets `run` to this launch's
+// run number.
 TrainState resume_best_tier(const Config& cfg, const ResumeChoice& fs, ZeroOptimizers& opts, int64_t* run);
 
 }  // namespace yuan
