@@ -26,8 +26,9 @@ for _ in $(seq 600); do [ -f "$out" ] && break; sleep 0.1; done
 # kill_at_random and elastic_check read the job's log as $WORK/NAME.log, and its run.dir as $WORK/NAME.
 ln -s "$out" "$WORK/$name.log"
 ln -s "$WORK/runs/$name-$id" "$WORK/$name"
-# The job is SLURM's: what stands for it here lives until its script has finished training.
-(until grep -q "launcher exited 0" "$out"; do sleep 0.2; done) &
+# The job is SLURM's: what stands for it here lives until its script has finished training (or the test's exit
+# has removed the log with $WORK).
+(while [ -f "$out" ] && ! grep -q "launcher exited 0" "$out"; do sleep 0.2; done) &
 ELASTIC_JOB=$!
 kill_at_random $name 2
 elastic_wait $name
