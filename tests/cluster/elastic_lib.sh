@@ -44,14 +44,16 @@ steps_logged() {
 }
 
 kill_at_random() {
-  local name=$1 want=$(($2 + RANDOM % 3)) k up=()
-  for _ in $(seq 1200); do
+  local name=$1 want=$(($2 + RANDOM % 3)) k up=() ready=0
+  # 2 minutes, as elastic_wait: on a loaded machine the start-up of 8 ranks on 2 cores may take a minute.
+  for _ in $(seq 2400); do
     # The launch the previous kill ended has been replaced, and has logged its steps.
     [ "$(grep -c "relaunch [0-9]* at once" "$WORK/$name.log")" -ge ${#KILLED[@]} ] &&
-      [ "$(steps_logged "$name")" -ge "$want" ] && break
+      [ "$(steps_logged "$name")" -ge "$want" ] && { ready=1; break; }
     kill -0 "$ELASTIC_JOB" 2>/dev/null || { cat "$WORK/$name.log"; echo "$name: the job ended before step $want"; exit 1; }
     sleep 0.05
   done
+  [ "$ready" = 1 ] || { cat "$WORK/$name.log"; echo "$name: step $want of the current launch not logged in 120 s"; exit 1; }
   for k in $(seq 2 "$CLUSTER_NODES"); do [[ " ${KILLED[*]} " == *" $k "* ]] || up+=("$k"); done
   k=${up[RANDOM % ${#up[@]}]}
   echo "$name: node$k killed after $(steps_logged "$name") steps of the current launch"
@@ -80,7 +82,7 @@ elastic_wait() {
 
 elastic_verify() {
   local name=$1 relaunches=$2 ranks=$3 nodes=$4 run=$WORK/$1
-  grep -E "relaunch [0-9]+ at once|first new step|^replan|re-formed|dropped|lost:|^resume|^resumed" "$WORK/$name.log" | sed 's/^/  /'
+  grep -E "failure detected|killing srun|launcher failed|relaunch [0-9]+ at once|first new step|^replan|re-formed|dropped|lost:|^resume|^resumed" "$WORK/$name.log" | sed 's/^/  /'
   # jobs.tsv: one line per launch; the relaunches carry the recovery figures (columns 9-13).
   awk -F'\t' -v n=$((relaunches + 1)) -v ranks="$ranks" -v nodes="$nodes" -v lost="$INTERVAL" -v kills="${KILL_TIMES[*]}" '
     BEGIN { split(kills, killed, " ") }
