@@ -193,7 +193,9 @@ TEST(PlannerMachine, NodesPerHostIsOptional) {
     parse_machine(zero, "m.ini");
     ADD_FAILURE() << "nodes_per_host = 0 taken";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("m.ini:5: key 'machine.nodes_per_host': 0 must be positive"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("m.ini:5: key 'machine.nodes_per_host': 0 must be positive"),
+              std::string::npos)
+        << e.what();
   }
 }
 

@@ -96,10 +96,14 @@ std::vector<Simulation> simulate(parallel::ScheduleKind kind, const std::vector<
     const std::vector<StageTimes>& st = pipelines[w.pipeline].stages;
     const Done& d = done[w.pipeline];
     const int s = w.stage;
-    if (a.kind == parallel::PipeAction::Forward)
-      return s == 0 ? 0.0 : d.forward[s - 1][a.micro] == kNotYet ? kNotYet : d.forward[s - 1][a.micro] + st[s - 1].send_s;
-    const bool last = s + 1 == static_cast<int>(st.size());
-    return last ? 0.0 : d.backward[s + 1][a.micro] == kNotYet ? kNotYet : d.backward[s + 1][a.micro] + st[s].send_s;
+    if (a.kind == parallel::PipeAction::Forward) {
+      if (s == 0) return 0.0;
+      const double made = d.forward[s - 1][a.micro];
+      return made == kNotYet ? kNotYet : made + st[s - 1].send_s;
+    }
+    if (s + 1 == static_cast<int>(st.size())) return 0.0;
+    const double made = d.backward[s + 1][a.micro];
+    return made == kNotYet ? kNotYet : made + st[s].send_s;
   };
   constexpr double kInf = 1e300;
   std::vector<double> computing(pools.size());
