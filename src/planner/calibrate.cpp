@@ -328,10 +328,11 @@ NodeFigures slowest(const NodeFigures& a, const NodeFigures& b) {
 // the kernel), another on every other host. The node's name stands in where the kernel does not give it.
 std::string boot_id(const std::string& node_name) {
   try {
-    const std::string id = read_text("/proc/sys/kernel/random/boot_id");
-    const size_t end = id.find_first_of(" \n");
-    if (end != 0) return id.substr(0, end);
+    const std::string text = read_text("/proc/sys/kernel/random/boot_id");
+    const std::string id = text.substr(0, text.find_first_of(" \n"));
+    if (!id.empty()) return id;
   } catch (const Error&) {
+    // No boot id (not Linux, or /proc not mounted): each node is taken for a host of its own.
   }
   return "node " + node_name;
 }
