@@ -50,7 +50,7 @@ struct Machine {
   double pcie_bw = 0;            // [device] host<->device bytes/s per device (cpu: 0)
   double host_mem_bytes = 0;     // [host] mem_bytes: per node
   double host_mem_bw = 0;        // [host] mem_bw: bytes/s per node
-  int host_cores = 1;            // [host] cores: per node
+  int host_cores = 1;            // [host] cores: per node (the host's, where nodes_per_host nodes share one)
   LinkClass intra, inter;        // [link.intra] / [link.inter] latency_s, bandwidth
 
   bool cpu() const { return kind == "cpu"; }
