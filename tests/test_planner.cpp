@@ -183,6 +183,33 @@ TEST(PlannerMachine, CpuLoopKeysAreOptional) {
   EXPECT_THROW(parse_machine(unsourced, "m.ini"), Error);
 }
 
+TEST(PlannerMachine, NodesPerHostIsOptional) {
+  // One node a host when left out; given (as --calibrate writes it where nodes share a host), it reads back and is
+  // written; it must be a whole number of at least one.
+  EXPECT_EQ(parse_machine(kMachine, "m.ini").nodes_per_host, 1);
+  std::string text = kMachine;
+  text.insert(text.find("\n[device]"), "nodes_per_host = 2  # measured: test\n");
+  MachineSources sources;
+  const Machine m = parse_machine(text, "m.ini", &sources);
+  EXPECT_EQ(m.nodes_per_host, 2);
+  const std::string written = machine_text(m, sources);
+  EXPECT_NE(written.find("nodes_per_host   = 2  # measured: test"), std::string::npos) << written;
+  EXPECT_EQ(parse_machine(written, "again.ini").nodes_per_host, 2);
+  MachineSources plain;
+  const Machine one = parse_machine(kMachine, "m.ini", &plain);
+  EXPECT_EQ(machine_text(one, plain).find("nodes_per_host"), std::string::npos);
+  std::string zero = text;
+  zero.replace(zero.find("nodes_per_host = 2"), 18, "nodes_per_host = 0");
+  try {
+    parse_machine(zero, "m.ini");
+    ADD_FAILURE() << "nodes_per_host = 0 taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("m.ini:5: key 'machine.nodes_per_host': 0 must be positive"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(PlannerMachine, ShippedFilesParse) {
   for (const char* f : {"input/machines/h100-sxm.ini", "input/machines/a100.ini", "input/machines/v100.ini"}) {
     SCOPED_TRACE(f);
@@ -239,6 +266,47 @@ TEST(PlannerSchedule, SendsAndSlowStages) {
   sim = simulate(yuan::parallel::ScheduleKind::OneFOneB, {t, slow, t}, 8);
   EXPECT_GE(sim.makespan, 8 * 9.0);
   EXPECT_DOUBLE_EQ(sim.busy[1], 8 * 9.0);
+}
+
+TEST(PlannerSimulate, RanksSharingCoresFillTheBubble) {
+  // Two stages of one pipeline on one host. On 2 cores each stage has its own: the schedule is as without sharing,
+  // its bubble idle. On 1 core a stage waiting for its input yields the core to the other, which computes at the
+  // full rate meanwhile: the core never idles, and the step is the two stages' work end to end. The even share the
+  // model gave before (each at half rate throughout) would take twice the 2-core schedule.
+  StageTimes t;
+  t.forward.compute = 1;
+  t.backward.compute = 2;
+  const int m = 4;
+  const auto kind = yuan::parallel::ScheduleKind::OneFOneB;
+  const SharedPipeline both{{t, t}, {{{0, 1}}, {{0, 1}}}, m};
+  const Simulation alone = simulate(kind, {t, t}, m);
+  const Simulation two_cores = simulate(kind, {both}, {CorePool{2, 1}}).front();
+  EXPECT_DOUBLE_EQ(two_cores.makespan, alone.makespan);
+  EXPECT_DOUBLE_EQ(alone.makespan, (m + 1) * 3.0);
+  const Simulation one_core = simulate(kind, {both}, {CorePool{1, 1}}).front();
+  EXPECT_NEAR(one_core.makespan, 2 * m * 3.0, 1e-9);
+  EXPECT_LT(one_core.makespan, 2 * alone.makespan);
+  // Each stage's passes stretch while the other computes too: busy more than its work, less than twice it.
+  for (double busy : one_core.busy) {
+    EXPECT_GT(busy, m * 3.0 + 1e-9);
+    EXPECT_LT(busy, 2 * m * 3.0);
+  }
+  // A pass's communication takes its own time, not the core's: with one, the other stage computes through it.
+  StageTimes talking = t;
+  talking.backward.comm = 0.5;
+  const Simulation with_comm =
+      simulate(kind, {SharedPipeline{{talking, talking}, {{{0, 1}}, {{0, 1}}}, m}}, {CorePool{1, 1}}).front();
+  EXPECT_LT(with_comm.makespan, one_core.makespan + 2 * m * 0.5);
+  // Two pipelines on hosts of their own run as each would alone; on one host of 2 cores (2 threads a rank) they
+  // share it: each at half rate while both compute, the later one at the full rate once the other is done.
+  const SharedPipeline host0{{t}, {{{0, 1}}}, 2}, host1{{t}, {{{1, 1}}}, 3};
+  const std::vector<Simulation> apart = simulate(kind, {host0, host1}, {CorePool{2, 2}, CorePool{2, 2}});
+  EXPECT_DOUBLE_EQ(apart[0].makespan, 2 * 3.0);
+  EXPECT_DOUBLE_EQ(apart[1].makespan, 3 * 3.0);
+  const SharedPipeline same1{{t}, {{{0, 1}}}, 3};
+  const std::vector<Simulation> together = simulate(kind, {host0, same1}, {CorePool{2, 2}});
+  EXPECT_NEAR(together[0].makespan, 2 * 2 * 3.0, 1e-9);
+  EXPECT_NEAR(together[1].makespan, 2 * 2 * 3.0 + 3.0, 1e-9);
 }
 
 namespace {
@@ -336,6 +404,56 @@ TEST(PlannerPredict, CpuRanksShareTheNode) {
   EXPECT_GT(shared.tokens_per_s, 0);
   EXPECT_NEAR(shared.split.compute + shared.split.comm + shared.split.bubble + shared.split.optimizer,
               shared.step_s, 1e-9 * shared.step_s);
+}
+
+TEST(PlannerPredict, PipelinesSharingCoresFillTheBubble) {
+  // On a cpu node of one core (one thread a rank) a 2-stage pipeline's waiting stage yields the core to the other:
+  // the step is about the data-parallel pair's (the same work in micro-batches of the same size), less than the
+  // bubble over it. On 2 cores each stage has its own core and the bubble shows.
+  Config dp = tiny_deck();
+  dp.train.micro_batch = 4;
+  Config pp = dp;
+  pp.parallel.templates = {"p:auto:2"};
+  pp.parallel.pipelines = "p";
+  pp.parallel.microbatches = "p:4";
+  pp.train.micro_batch = 4;
+  for (int cores : {1, 2}) {
+    SCOPED_TRACE(testing::Message() << cores << " cores");
+    Machine m = cpu_node(64);
+    m.host_cores = cores;
+    m.peak_flops = 1e9 * cores;  // the node's rate with all its cores: each core the same
+    m.gemm_half_flops = 1;       // every GEMM at the same rate
+    const Prediction d = predict(dp, 2, 2, m), p = predict(pp, 2, 2, m);
+    EXPECT_NEAR(p.split.compute + p.split.comm + p.split.bubble + p.split.optimizer, p.step_s, 1e-9 * p.step_s);
+    if (cores == 1) {
+      EXPECT_LT(p.step_s, 1.1 * d.step_s);
+    } else {
+      EXPECT_GT(p.step_s, 1.15 * d.step_s);
+    }
+  }
+}
+
+TEST(PlannerPredict, NodesSharingAHost) {
+  // The test cluster's nodes run on one host: with nodes_per_host 2, 2 nodes of 2 ranks share the host's cores
+  // (its rate, the [device] figures) as 4 ranks on one node of it would, twice as slow as 2 nodes of their own;
+  // and the host's memory holds the ranks of both.
+  Config c = tiny_deck();
+  c.train.micro_batch = 2;
+  c.train.global_batch = 16;
+  Machine own = cpu_node(64);
+  own.host_cores = 2;
+  Machine shared = own;
+  shared.nodes_per_host = 2;
+  const Prediction apart = predict(c, 4, 2, own), together = predict(c, 4, 2, shared), one = predict(c, 4, 4, own);
+  EXPECT_NEAR(together.split.compute, 2 * apart.split.compute, 1e-9 * together.split.compute);
+  EXPECT_NEAR(together.split.compute, one.split.compute, 1e-9 * together.split.compute);
+  EXPECT_NEAR(together.host_bytes, 2 * apart.host_bytes, 1e-9 * together.host_bytes);
+  EXPECT_NEAR(together.mfu, 2 * apart.mfu * together.tokens_per_s / apart.tokens_per_s, 1e-9);
+  shared.host_mem_bytes = 1.5 * apart.host_bytes;
+  const Prediction short_of = predict(c, 4, 2, shared);
+  EXPECT_FALSE(short_of.fits);
+  EXPECT_NE(short_of.short_of.find("host memory: host 0 (nodes 0-1)'s ranks"), std::string::npos)
+      << short_of.short_of;
 }
 
 TEST(PlannerPredict, GroupsAcrossNodesRunAtTheInterLink) {

@@ -272,21 +272,26 @@ std::string unwritable(const std::string& out) {
   return "";
 }
 
-// One node's figures from every rank's (`all`, `per` values a rank: seconds per GEMM at each shape, memory-bound
-// bytes/s, AdamW bytes/s, the loops' rates (LoopRates), then the node's cores and available memory): its ranks ran
-// at once, so the node's rates are their sums.
+// One host's figures from every rank's (`all`, `per` values a rank: seconds per GEMM at each shape, memory-bound
+// bytes/s, AdamW bytes/s, the loops' rates (LoopRates), then the host's cores and available memory): its ranks ran
+// at once, so the host's rates are their sums. A host is one node, or the nodes that run on one machine.
 struct NodeFigures {
-  int node = 0;
+  int host = 0;   // its index among the hosts
+  int node = 0;   // the host's first node
+  int nodes = 1;  // its nodes
+  int ranks = 0;  // its ranks, all nodes together
   std::vector<double> gemm_rate;  // FLOP/s at each shape
   GemmFit gemm;
   double mem_bw = 0, adamw_bw = 0, mem_bytes = 0;
   LoopRates loops;
   int cores = 0;
 };
-NodeFigures node_figures(int node, const std::vector<int>& ranks, const std::vector<double>& all, int per,
+NodeFigures node_figures(int node, int nodes, const std::vector<int>& ranks, const std::vector<double>& all, int per,
                          const std::vector<double>& flops) {
   NodeFigures f;
   f.node = node;
+  f.nodes = nodes;
+  f.ranks = static_cast<int>(ranks.size());
   f.gemm_rate.assign(kNumShapes, 0.0);
   for (int r : ranks) {
     const double* v = &all[static_cast<size_t>(r) * per];
@@ -306,8 +311,8 @@ NodeFigures node_figures(int node, const std::vector<int>& ranks, const std::vec
   return f;
 }
 
-// The machine's figures from two nodes': the slower GEMMs (and that node's shapes), the lesser of the rest. A step
-// waits for its slowest node.
+// The machine's figures from two hosts': the slower GEMMs (and that host's shapes), the lesser of the rest. A step
+// waits for its slowest host.
 NodeFigures slowest(const NodeFigures& a, const NodeFigures& b) {
   NodeFigures f = a.gemm.rate <= b.gemm.rate ? a : b;
   f.mem_bw = std::min(a.mem_bw, b.mem_bw);
@@ -317,6 +322,19 @@ NodeFigures slowest(const NodeFigures& a, const NodeFigures& b) {
   f.mem_bytes = std::min(a.mem_bytes, b.mem_bytes);
   f.cores = std::min(a.cores, b.cores);
   return f;
+}
+
+// This kernel's boot id: one on every node that runs on one host (network and UTS namespaces, containers share
+// the kernel), another on every other host. The node's name stands in where the kernel does not give it.
+std::string boot_id(const std::string& node_name) {
+  try {
+    const std::string text = read_text("/proc/sys/kernel/random/boot_id");
+    const std::string id = text.substr(0, text.find_first_of(" \n"));
+    if (!id.empty()) return id;
+  } catch (const Error&) {
+    // No boot id (not Linux, or /proc not mounted): each node is taken for a host of its own.
+  }
+  return "node " + node_name;
 }
 
 std::string utc_now() {
@@ -345,16 +363,20 @@ void describe_link(LinkClass& link, MachineSources& src, const std::string& sect
 }
 
 // The file's opening comment: what was measured where, and what peak_flops means on a CPU.
-std::string header(const parallel::NodeMap& nodes, const std::string& date) {
+std::string header(const parallel::NodeMap& nodes, int nodes_per_host, const std::string& date) {
   std::string names;
   for (int n = 0; n < nodes.nodes(); n++) names += (n ? ", " : "") + nodes.names[n];
   return strf("# Written by `yuanlm plan --calibrate` on %s, %s: %d rank%s on %d node%s.\n"
               "# Every rank ran each measurement at the same time, with the threads it trains with, so a node's\n"
               "# figure is what its ranks get together when they share it; the machine's are its slowest node's.\n"
               "# peak_flops on a CPU: the rate large GEMMs of the cpu backend's matmul op (OpenBLAS, fp32) reach that\n"
-              "# way, not a datasheet figure: it is the peak the step model scales, so gemm_efficiency is 1.\n",
+              "# way, not a datasheet figure: it is the peak the step model scales, so gemm_efficiency is 1.\n%s",
               names.c_str(), date.c_str(), parallel::world().size, parallel::world().size == 1 ? "" : "s",
-              nodes.nodes(), nodes.nodes() == 1 ? "" : "s");
+              nodes.nodes(), nodes.nodes() == 1 ? "" : "s",
+              nodes_per_host == 1 ? ""
+                                  : strf("# The nodes run %d on one host (nodes_per_host): the [device] and [host] "
+                                         "figures are a host's,\n# its nodes' ranks together.\n", nodes_per_host)
+                                        .c_str());
 }
 
 }  // namespace
@@ -381,6 +403,11 @@ void calibrate(const std::string& out) {
   const int per = static_cast<int>(mine.size());
   std::vector<double> all(static_cast<size_t>(per) * w.size);
   MPI_CHECK(MPI_Gather(mine.data(), per, MPI_DOUBLE, all.data(), per, MPI_DOUBLE, 0, MPI_COMM_WORLD));
+  constexpr int kIdBytes = 64;
+  std::vector<char> id(kIdBytes, '\0'), ids(static_cast<size_t>(kIdBytes) * w.size);
+  const std::string my_id = boot_id(nodes.names[nodes.node[w.rank]]);
+  std::copy_n(my_id.begin(), std::min<size_t>(my_id.size(), kIdBytes - 1), id.begin());
+  MPI_CHECK(MPI_Gather(id.data(), kIdBytes, MPI_CHAR, ids.data(), kIdBytes, MPI_CHAR, 0, MPI_COMM_WORLD));
 
   // The links: two ranks of the first node that has two, and rank 0 with the first rank of node 1.
   PingPong intra, inter;
@@ -392,19 +419,36 @@ void calibrate(const std::string& out) {
   if (inter_pair.first >= 0) inter = measure_link(inter_pair.first, inter_pair.second);
   if (w.rank != 0) return;
 
-  // A node's rate is the sum of its ranks' (they ran at once); the machine's figures are the slowest node's.
+  // The hosts: nodes whose ranks read one boot id share a machine's cores (the test cluster's namespaces), so
+  // their ranks measured together: the host's rate is the sum of all its ranks' (they ran at once), and the
+  // machine's figures are the slowest host's.
+  std::vector<std::string> host_ids;
+  std::vector<std::vector<int>> host_nodes;
+  for (int n = 0; n < nodes.nodes(); n++) {
+    const std::string node_id(&ids[static_cast<size_t>(nodes.ranks_on(n)[0]) * kIdBytes]);
+    const size_t h = std::find(host_ids.begin(), host_ids.end(), node_id) - host_ids.begin();
+    if (h == host_ids.size()) {
+      host_ids.push_back(node_id);
+      host_nodes.emplace_back();
+    }
+    host_nodes[h].push_back(n);
+  }
   std::vector<double> flops;
   for (const Shape& s : kShapes) flops.push_back(s.flops());
   NodeFigures slow;
-  for (int n = 0; n < nodes.nodes(); n++) {
-    const NodeFigures f = node_figures(n, nodes.ranks_on(n), all, per, flops);
-    slow = n == 0 ? f : slowest(slow, f);
+  for (size_t h = 0; h < host_nodes.size(); h++) {
+    std::vector<int> ranks;
+    for (int n : host_nodes[h])
+      for (int r : nodes.ranks_on(n)) ranks.push_back(r);
+    NodeFigures f = node_figures(host_nodes[h][0], static_cast<int>(host_nodes[h].size()), ranks, all, per, flops);
+    f.host = static_cast<int>(h);
+    slow = h == 0 ? f : slowest(slow, f);
   }
   const std::string date = utc_now();
   const std::string when = strf("%s, host %s", date.c_str(), nodes.names[slow.node].c_str());
-  const std::string on = strf("%zu rank%s x %d thread%s of the node at once", nodes.ranks_on(slow.node).size(),
-                              nodes.ranks_on(slow.node).size() == 1 ? "" : "s", omp_get_max_threads(),
-                              omp_get_max_threads() == 1 ? "" : "s");
+  const std::string on = strf("%d rank%s x %d thread%s of the %s at once", slow.ranks, slow.ranks == 1 ? "" : "s",
+                              omp_get_max_threads(), omp_get_max_threads() == 1 ? "" : "s",
+                              slow.nodes == 1 ? "node" : strf("host (its %d nodes)", slow.nodes).c_str());
   std::string sizes, rates;
   for (int i = 0; i < kNumShapes; i++) {
     sizes += strf("%s%.3g", i ? "/" : "", flops[i] / 1e6);
@@ -415,6 +459,12 @@ void calibrate(const std::string& out) {
   m.name = strf("%s, calibrated", nodes.names[0].c_str());
   m.devices_per_node = static_cast<int>(nodes.ranks_on(0).size());
   src["machine.devices_per_node"] = strf("measured: ranks per node of the calibrating launch, %s", when.c_str());
+  m.nodes_per_host = slow.nodes;
+  std::string names;
+  for (int n : host_nodes[slow.host]) names += (names.empty() ? "" : ", ") + nodes.names[n];
+  src["machine.nodes_per_host"] = strf("measured: nodes whose ranks read one kernel boot id "
+                                       "(/proc/sys/kernel/random/boot_id): %s, sharing one host's cores, %s",
+                                       names.c_str(), date.c_str());
   m.kind = "cpu";
   m.peak_flops = slow.gemm.rate;
   src["device.peak_flops"] = strf("measured: the large-GEMM rate of the cpu backend's matmul op (forward + backward, "
@@ -457,7 +507,8 @@ void calibrate(const std::string& out) {
                             "(reads w, g, m, v; writes w, m, v), %s, %s", kAdamW >> 20, kAdamWBytes, on.c_str(),
                             when.c_str());
   m.host_cores = slow.cores;
-  src["host.cores"] = strf("measured: online processors (sysconf), %s", when.c_str());
+  src["host.cores"] = strf("measured: online processors (sysconf)%s, %s", slow.nodes == 1 ? "" : " of the host",
+                           when.c_str());
   describe_link(m.intra, src, "link.intra", intra, intra_pair, nodes, date);
   describe_link(m.inter, src, "link.inter", inter, inter_pair, nodes, date);
   if (intra_pair.first < 0) {
@@ -481,7 +532,7 @@ void calibrate(const std::string& out) {
                     &m.host_mem_bw, &m.host_mem_bytes, &m.intra.latency_s, &m.intra.bandwidth, &m.inter.latency_s,
                     &m.inter.bandwidth})
     *x = std::stod(strf("%.3g", *x));  // the precision the measurements have
-  write_file_atomic(out, header(nodes, date) + machine_text(m, src));
+  write_file_atomic(out, header(nodes, m.nodes_per_host, date) + machine_text(m, src));
   say("calibrate: wrote %s: peak %.3g GFLOP/s (half rate at %.3g MFLOP), memory-bound ops %.3g GB/s, host AdamW "
       "%.3g GB/s, %d cores, %s; links %.2g us %.3g GB/s inside a node, %.2g us %.3g GB/s across", out.c_str(),
       m.peak_flops / 1e9, m.gemm_half_flops / 1e6, m.mem_bw / 1e9, m.host_mem_bw / 1e9, m.host_cores,

@@ -26,13 +26,15 @@ struct Key {
   bool positive = true;                  // Number: > 0 (else >= 0)
   bool fraction = false;                 // Number: also <= 1
   bool cuda_only = false;                // may be left out of a cpu machine (it keeps Machine's default)
-  bool optional = false;                 // may be left out of any machine (it keeps Machine's default, 0)
+  bool optional = false;                 // may be left out of any machine (it keeps Machine's default)
 };
 
 const std::vector<Key>& keys() {
   static const std::vector<Key> k = {
       {"machine", "name", Key::Text, nullptr, nullptr, &Machine::name},
       {"machine", "devices_per_node", Key::Count, nullptr, &Machine::devices_per_node},
+      {"machine", "nodes_per_host", Key::Count, nullptr, &Machine::nodes_per_host, nullptr, true, false, false,
+       true},
       {"device", "kind", Key::Kind, nullptr, nullptr, &Machine::kind},
       {"device", "peak_flops", Key::Number, &Machine::peak_flops},
       {"device", "gemm_efficiency", Key::Number, &Machine::gemm_efficiency, nullptr, nullptr, true, true},

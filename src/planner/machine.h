@@ -14,7 +14,9 @@
 // rates are measured on the cpu backend's own ops, and it launches nothing), and then takes the neutral values below. Three more describe the cpu backend's own
 // loops that are neither GEMMs nor memory-bound (attention_flops, gelu_rate, softmax_rate, measured by `--calibrate`):
 // any machine may leave them out, and 0 (not measured) charges those ops as before (attention at the GEMM rate,
-// GELU and the classifier's softmax at memory bandwidth); only a cpu machine uses them.
+// GELU and the classifier's softmax at memory bandwidth); only a cpu machine uses them. [machine] nodes_per_host
+// (optional, 1 when left out; only a cpu machine uses it) says that several nodes of the launch run on one host, as
+// `--calibrate` finds when their ranks read one kernel boot id: their ranks share one host's cores.
 #pragma once
 #include <map>
 #include <string>
@@ -29,6 +31,9 @@ struct LinkClass {
 struct Machine {
   std::string name;              // [machine] name: free text
   int devices_per_node = 1;      // [machine] devices_per_node: ranks per node by default
+  int nodes_per_host = 1;        // [machine] nodes_per_host (optional, cpu): consecutive nodes that run on one host
+                                 //   and share its cores, memory and bandwidth (the test cluster's network
+                                 //   namespaces); the [device] and [host] figures are then the host's
   std::string kind = "cpu";      // [device] kind: cpu | cuda
   double peak_flops = 0;         // [device] dense FLOP/s at the training dtype per device (cuda: bf16 per GPU;
                                  //   cpu: fp32 of the whole node, shared by the ranks on it)
@@ -49,7 +54,7 @@ struct Machine {
   double pcie_bw = 0;            // [device] host<->device bytes/s per device (cpu: 0)
   double host_mem_bytes = 0;     // [host] mem_bytes: per node
   double host_mem_bw = 0;        // [host] mem_bw: bytes/s per node
-  int host_cores = 1;            // [host] cores: per node
+  int host_cores = 1;            // [host] cores: per node (the host's, where nodes_per_host nodes share one)
   LinkClass intra, inter;        // [link.intra] / [link.inter] latency_s, bandwidth
 
   bool cpu() const { return kind == "cpu"; }

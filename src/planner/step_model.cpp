@@ -58,44 +58,137 @@ double gemm_wave_efficiency(int sms, double m, double n) {
 }
 
 Simulation simulate(parallel::ScheduleKind kind, const std::vector<StageTimes>& stages, int micro_batches) {
-  const int p = static_cast<int>(stages.size()), m = micro_batches;
-  std::vector<std::vector<parallel::PipeAction>> actions;
-  for (int s = 0; s < p; s++) actions.push_back(parallel::Schedule(kind, s, p, m).actions());
+  return simulate(kind, {SharedPipeline{stages, {}, micro_batches}}, {}).front();
+}
+
+std::vector<Simulation> simulate(parallel::ScheduleKind kind, const std::vector<SharedPipeline>& pipelines,
+                                 const std::vector<CorePool>& pools) {
+  // One walker per stage of every pipeline: it waits for its next pass's input, computes (at its pools' share),
+  // then talks (the pass's communication, at its own time), and moves on.
+  enum Phase { Waiting, Computing, Talking };
+  struct Walker {
+    int pipeline, stage;
+    std::vector<parallel::PipeAction> actions;
+    size_t next = 0;
+    Phase phase = Waiting;
+    double work = 0;   // Computing: seconds of compute left at the full rate
+    double until = 0;  // Talking: when the pass ends
+    double begin = 0;  // when the pass began
+    double speed = 1;  // Computing: the share of the full rate it gets now
+  };
   constexpr double kNotYet = -1;
-  std::vector<std::vector<double>> forward_done(p, std::vector<double>(m, kNotYet)), backward_done = forward_done;
-  std::vector<size_t> next(p, 0);
-  Simulation sim;
-  sim.busy.assign(p, 0);
-  std::vector<double> free(p, 0);
-  for (bool progress = true; progress;) {
-    progress = false;
-    for (int s = 0; s < p; s++) {
-      for (; next[s] < actions[s].size(); next[s]++) {
-        const parallel::PipeAction& a = actions[s][next[s]];
-        const bool forward = a.kind == parallel::PipeAction::Forward;
-        // What the pass waits for: the activation from the stage before, or the gradient from the stage after.
-        double ready = 0;
-        if (forward && s > 0) {
-          if (forward_done[s - 1][a.micro] == kNotYet) break;
-          ready = forward_done[s - 1][a.micro] + stages[s - 1].send_s;
-        } else if (!forward && s + 1 < p) {
-          if (backward_done[s + 1][a.micro] == kNotYet) break;
-          ready = backward_done[s + 1][a.micro] + stages[s].send_s;
+  struct Done {
+    std::vector<std::vector<double>> forward, backward;  // per stage, per micro-batch: when the pass ended
+  };
+  std::vector<Walker> walkers;
+  std::vector<Done> done(pipelines.size());
+  std::vector<Simulation> sims(pipelines.size());
+  for (size_t p = 0; p < pipelines.size(); p++) {
+    const int stages = static_cast<int>(pipelines[p].stages.size()), m = pipelines[p].micro_batches;
+    for (int s = 0; s < stages; s++)
+      walkers.push_back({static_cast<int>(p), s, parallel::Schedule(kind, s, stages, m).actions()});
+    done[p].forward.assign(stages, std::vector<double>(m, kNotYet));
+    done[p].backward = done[p].forward;
+    sims[p].busy.assign(stages, 0);
+  }
+  const auto pass_of = [&](const Walker& w) {
+    const StageTimes& t = pipelines[w.pipeline].stages[w.stage];
+    return w.actions[w.next].kind == parallel::PipeAction::Forward ? t.forward : t.backward;
+  };
+  const auto finish = [&](Walker& w, double at) {
+    const parallel::PipeAction& a = w.actions[w.next];
+    (a.kind == parallel::PipeAction::Forward ? done[w.pipeline].forward : done[w.pipeline].backward)[w.stage][a.micro] =
+        at;
+    sims[w.pipeline].busy[w.stage] += at - w.begin;
+    sims[w.pipeline].makespan = std::max(sims[w.pipeline].makespan, at);
+    w.next++;
+    w.phase = Waiting;
+  };
+  // When the input of the walker's next pass arrives: the activation from the stage before, or the gradient from
+  // the stage after, plus the send; 0 for the first stage's forwards and the last's backwards; kNotYet when the
+  // pass that makes it has not ended.
+  const auto input_at = [&](const Walker& w) {
+    const parallel::PipeAction& a = w.actions[w.next];
+    const std::vector<StageTimes>& st = pipelines[w.pipeline].stages;
+    const Done& d = done[w.pipeline];
+    const int s = w.stage;
+    if (a.kind == parallel::PipeAction::Forward) {
+      if (s == 0) return 0.0;
+      const double made = d.forward[s - 1][a.micro];
+      return made == kNotYet ? kNotYet : made + st[s - 1].send_s;
+    }
+    if (s + 1 == static_cast<int>(st.size())) return 0.0;
+    const double made = d.backward[s + 1][a.micro];
+    return made == kNotYet ? kNotYet : made + st[s].send_s;
+  };
+  constexpr double kInf = 1e300;
+  std::vector<double> computing(pools.size());
+  for (double now = 0;;) {
+    // Start every pass whose input is there; one of no length ends at once and may let another start.
+    double arrival = kInf;
+    for (bool started = true; started;) {
+      started = false;
+      arrival = kInf;
+      for (Walker& w : walkers) {
+        if (w.phase != Waiting || w.next == w.actions.size()) continue;
+        const double at = input_at(w);
+        if (at == kNotYet) continue;
+        if (at > now) {
+          arrival = std::min(arrival, at);
+          continue;
         }
-        const double took = forward ? stages[s].forward.total() : stages[s].backward.total();
-        free[s] = std::max(free[s], ready) + took;
-        sim.busy[s] += took;
-        (forward ? forward_done : backward_done)[s][a.micro] = free[s];
-        progress = true;
+        const PassTimes pass = pass_of(w);
+        w.begin = now;
+        if (pass.compute > 0) {
+          w.phase = Computing;
+          w.work = pass.compute;
+        } else if (pass.comm > 0) {
+          w.phase = Talking;
+          w.until = now + pass.comm;
+        } else {
+          finish(w, now);
+          started = true;
+        }
+      }
+    }
+    // Each computing walker's share: the pool most wanted sets it.
+    std::fill(computing.begin(), computing.end(), 0.0);
+    for (const Walker& w : walkers)
+      if (w.phase == Computing && !pipelines[w.pipeline].pools.empty())
+        for (const auto& [pool, ranks] : pipelines[w.pipeline].pools[w.stage]) computing[pool] += ranks;
+    double next = arrival;
+    for (Walker& w : walkers) {
+      if (w.phase == Talking) next = std::min(next, w.until);
+      if (w.phase != Computing) continue;
+      w.speed = 1;
+      if (!pipelines[w.pipeline].pools.empty())
+        for (const auto& [pool, ranks] : pipelines[w.pipeline].pools[w.stage])
+          w.speed = std::min(w.speed, pools[pool].cores / (pools[pool].threads * computing[pool]));
+      next = std::min(next, now + w.work / w.speed);
+    }
+    if (next == kInf) break;  // every walker at its end, or waiting for a pass that never comes
+    // On to the next event: compute advances; what ends there (to rounding) ends.
+    const double dt = next - now, close = 1e-12 * std::max(next, 1e-30);
+    now = next;
+    for (Walker& w : walkers) {
+      if (w.phase == Computing) {
+        w.work -= w.speed * dt;
+        if (w.work <= close * w.speed) {
+          const double comm = pass_of(w).comm;
+          w.phase = comm > 0 ? Talking : Waiting;
+          w.until = now + comm;
+          if (comm == 0) finish(w, now);
+        }
+      } else if (w.phase == Talking && w.until <= now + close) {
+        finish(w, now);
       }
     }
   }
-  for (int s = 0; s < p; s++) {
-    YUAN_CHECK(next[s] == actions[s].size(), "planner: the %s schedule of %d stages and %d micro-batches deadlocks "
-               "at stage %d", parallel::schedule_name(kind), p, m, s);
-    sim.makespan = std::max(sim.makespan, free[s]);
-  }
-  return sim;
+  for (const Walker& w : walkers)
+    YUAN_CHECK(w.next == w.actions.size(), "planner: the %s schedule of pipeline %d (%zu stages, %d micro-batches) "
+               "deadlocks at stage %d", parallel::schedule_name(kind), w.pipeline,
+               pipelines[w.pipeline].stages.size(), pipelines[w.pipeline].micro_batches, w.stage);
+  return sims;
 }
 
 namespace {
@@ -324,6 +417,12 @@ Prediction predict(const Config& c, int world, int ranks_per_node, const Machine
   const parallel::Topology topo = parallel::make_topology(c, world);
   const Device device = m.cpu() ? Device::Cpu : Device::Cuda;
   const int on_node = std::min(ranks_per_node, world);
+  // A cpu host's ranks share its cores, memory and bandwidth: one node's, or several nodes' where they run on one
+  // host (nodes_per_host, as the test cluster's do). Each rank trains with the threads the trainer gives an unbound
+  // rank (util/threads.h: the node's cores over its ranks, at least one).
+  const int per_host = m.cpu() ? ranks_per_node * m.nodes_per_host : ranks_per_node;
+  const int on_host = std::min(per_host, world);
+  const int threads = m.cpu() ? std::max(1, m.host_cores / on_node) : 1;
   Prediction pred;
   if (!m.cpu() && ranks_per_node > m.devices_per_node) {
     pred.fits = false;
@@ -334,7 +433,8 @@ Prediction predict(const Config& c, int world, int ranks_per_node, const Machine
   }
   Rates r;
   r.cpu = m.cpu();
-  const double share = m.cpu() ? on_node : 1;  // a cpu node's ranks share its cores and memory
+  // A cpu rank alone gets its threads' cores of the host's; the simulation shares them out where ranks want more.
+  const double share = m.cpu() ? static_cast<double>(m.host_cores) / threads : 1;
   // GEMMs and attention run on the tensor cores at the clock the GPU holds under load (sustained_clock, 1 on cpu).
   r.gemm = m.peak_flops * m.sustained_clock * m.gemm_efficiency / share;
   r.half = m.gemm_half_flops;
@@ -347,7 +447,7 @@ Prediction predict(const Config& c, int world, int ranks_per_node, const Machine
   }
   r.launch = m.launch_s;
   r.sms = m.sm_count;
-  r.host_bw = m.host_mem_bw / on_node;
+  r.host_bw = m.host_mem_bw / (m.cpu() ? on_host : on_node);
   r.act = static_cast<double>(dtype_size(tensor_formats(device).activations));
   r.weights = tensor_formats(device).weights;
   r.weight = static_cast<double>(dtype_size(r.weights));
@@ -365,13 +465,12 @@ Prediction predict(const Config& c, int world, int ranks_per_node, const Machine
   // Pipelines alike: the same template, micro-batches and placement of their groups on nodes (which links they use).
   struct Alike {
     std::vector<StagePlan> plans;
+    std::vector<StageTimes> times;
     Simulation sim;
     int micro_batches = 0;
   };
   std::map<std::tuple<std::string, int, std::string>, Alike> alike;
-  std::vector<const Alike*> of_pipeline;
-  double makespan = 0;
-  int slowest = 0;
+  std::vector<Alike*> of_pipeline;
   const auto crosses = [&](int a, int b) { return a / ranks_per_node != b / ranks_per_node; };
   for (size_t p = 0; p < topo.pipelines().size(); p++) {
     const parallel::Pipeline& pl = topo.pipelines()[p];
@@ -385,7 +484,6 @@ Prediction predict(const Config& c, int world, int ranks_per_node, const Machine
     auto [it, added] = alike.try_emplace(std::make_tuple(pl.name, pl.micro_batches, placement));
     Alike& a = it->second;
     if (added) {
-      std::vector<StageTimes> times;
       for (int s = 0; s < stages; s++) {
         const int rank = topo.rank_of({static_cast<int>(p), s, 0});
         StagePlan sp{{}, {}, plan_rank(c, topo, device, rank), rank};
@@ -397,27 +495,54 @@ Prediction predict(const Config& c, int world, int ranks_per_node, const Machine
           sp.times.send_s = collective_s(Collective::SendRecv, r.act * c.train.micro_batch * c.model.seq_len *
                                                                    c.model.n_embd, 2, links.of(pair));
         }
-        times.push_back(sp.times);
+        a.times.push_back(sp.times);
         a.plans.push_back(std::move(sp));
       }
-      a.sim = simulate(kind, times, pl.micro_batches);
       a.micro_batches = pl.micro_batches;
     }
     of_pipeline.push_back(&a);
-    if (a.sim.makespan > makespan) {
-      makespan = a.sim.makespan;
+  }
+  // The schedules. Where no host's ranks want more cores than it has, every rank runs at its full rate and alike
+  // pipelines run alike: each simulated once. Else the pipelines that share cores fill each other's bubbles: all
+  // are simulated together, each stage in the hosts its tensor ranks run on.
+  std::vector<const Simulation*> sim_of(of_pipeline.size());
+  std::vector<Simulation> joint;
+  if (m.cpu() && on_host * threads > m.host_cores) {
+    std::vector<SharedPipeline> shared;
+    for (size_t p = 0; p < of_pipeline.size(); p++) {
+      SharedPipeline sp{of_pipeline[p]->times, {}, of_pipeline[p]->micro_batches};
+      for (size_t s = 0; s < sp.stages.size(); s++) {
+        std::map<int, int> on;  // ranks by host
+        const int rank = topo.rank_of({static_cast<int>(p), static_cast<int>(s), 0});
+        for (int t = rank; t < rank + T; t++) on[t / per_host]++;
+        sp.pools.emplace_back(on.begin(), on.end());
+      }
+      shared.push_back(std::move(sp));
+    }
+    const std::vector<CorePool> hosts((world + per_host - 1) / per_host,
+                                      CorePool{static_cast<double>(m.host_cores), static_cast<double>(threads)});
+    joint = simulate(kind, shared, hosts);
+    for (size_t p = 0; p < joint.size(); p++) sim_of[p] = &joint[p];
+  } else {
+    for (auto& entry : alike) entry.second.sim = simulate(kind, entry.second.times, entry.second.micro_batches);
+    for (size_t p = 0; p < of_pipeline.size(); p++) sim_of[p] = &of_pipeline[p]->sim;
+  }
+  double makespan = 0;
+  int slowest = 0;
+  for (size_t p = 0; p < sim_of.size(); p++)
+    if (sim_of[p]->makespan > makespan) {
+      makespan = sim_of[p]->makespan;
       slowest = static_cast<int>(p);
     }
-  }
 
-  // Memory: every device against its capacity, every node's ranks against its host memory.
-  std::vector<double> node_host((world + ranks_per_node - 1) / ranks_per_node, 0.0);
+  // Memory: every device against its capacity, every host's ranks against its memory.
+  std::vector<double> node_host((world + per_host - 1) / per_host, 0.0);
   double worst_device = 0;
   int worst_device_rank = 0;
   for (int rank = 0; rank < world; rank++) {
     const parallel::Place& place = topo.place(rank);
     const RankMemory& mem = of_pipeline[place.pipeline]->plans[place.stage].memory;
-    node_host[rank / ranks_per_node] += static_cast<double>(mem.host_bytes() + kRankMemoryMargin);
+    node_host[rank / per_host] += static_cast<double>(mem.host_bytes() + kRankMemoryMargin);
     const double dev = device == Device::Cpu ? 0 : static_cast<double>(mem.device_bytes() + kRankMemoryMargin);
     if (dev > worst_device) {
       worst_device = dev;
@@ -435,8 +560,12 @@ Prediction predict(const Config& c, int world, int ranks_per_node, const Machine
     pred.over = std::max(pred.over, worst_device / m.mem_bytes - 1);
   }
   if (*fullest > m.host_mem_bytes) {
-    short_of.push_back(strf("host memory: node %d's ranks need %s of %s (%s short)",
-                            static_cast<int>(fullest - node_host.begin()), gib(*fullest).c_str(),
+    const int host = static_cast<int>(fullest - node_host.begin());
+    const std::string whose = per_host == ranks_per_node
+                                  ? strf("node %d", host)
+                                  : strf("host %d (nodes %d-%d)", host, host * m.nodes_per_host,
+                                         (host + 1) * m.nodes_per_host - 1);
+    short_of.push_back(strf("host memory: %s's ranks need %s of %s (%s short)", whose.c_str(), gib(*fullest).c_str(),
                             gib(m.host_mem_bytes).c_str(), gib(*fullest - m.host_mem_bytes).c_str()));
     pred.over = std::max(pred.over, *fullest / m.host_mem_bytes - 1);
   }
@@ -454,12 +583,14 @@ Prediction predict(const Config& c, int world, int ranks_per_node, const Machine
     }
   // The split on the busiest stage of the slowest pipeline: its passes, and the rest of the schedule idle.
   const std::vector<StagePlan>& plans = of_pipeline[slowest]->plans;
-  const Simulation& sim = of_pipeline[slowest]->sim;
+  const Simulation& sim = *sim_of[slowest];
   const int busiest = static_cast<int>(std::max_element(sim.busy.begin(), sim.busy.end()) - sim.busy.begin());
   const StageTimes& bt = plans[busiest].times;
   const double m_b = topo.pipelines()[slowest].micro_batches;
-  pred.split.compute = m_b * (bt.forward.compute + bt.backward.compute);
-  pred.split.comm = m_b * (bt.forward.comm + bt.backward.comm) + worst.comm;
+  // Its passes' time less their communication is their compute, at the share of the cores the stage got.
+  const double inner_comm = m_b * (bt.forward.comm + bt.backward.comm);
+  pred.split.compute = sim.busy[busiest] - inner_comm;
+  pred.split.comm = inner_comm + worst.comm;
   pred.split.bubble = makespan - sim.busy[busiest];
   pred.split.optimizer = worst.optimizer;
   // The scalars every rank waits on each step (train.cpp run_step): the loss and the squared gradient norm summed

@@ -10,13 +10,16 @@
 //             softmax at their measured tanh / exp-bound rates (gelu_rate, softmax_rate) when given;
 //             memory-bound ops (layernorm, GELU, residuals, softmax, embedding; this project's own one-pass
 //             kernels, assumed to stream like STREAM's triad) at mem_efficiency x mem_bw; on cuda launch_s of
-//             device idle per kernel a block launches; on a cpu node the ranks share the node's rate and bandwidth
+//             device idle per kernel a block launches; on a cpu node each rank computes at its threads' share
+//             of the node's rate and bandwidth (the trainer's threads: the node's cores over its ranks)
 //   comm      alpha-beta per link class (a group crossing nodes runs at [link.inter], group_link): ring
 //             reduce-scatter and all-gather, ring or tree all-reduce, whichever is faster (as NCCL's tuner and
 //             Open MPI's decision rules choose), send/recv; tensor-parallel all-reduces sit inside each pass,
 //             pipeline sends between
 //   schedule  every pipeline's 1F1B or GPipe order (parallel/schedule.h) simulated with those pass times, so the
-//             bubble comes out of the simulation; the step waits for the slowest pipeline
+//             bubble comes out of the simulation; the step waits for the slowest pipeline. Where a cpu host's ranks
+//             want more cores than it has, all its pipelines are simulated together, sharing the cores among the
+//             ranks computing at each moment (a rank waiting for a message yields its core to the others)
 //   after     the data groups' gradient reductions and weight gathers (hidden behind backward on cuda where the
 //             optimizer overlaps, exposed on the cpu backend, whose collectives block the rank's only thread),
 //             ZeRO-3's per-module gathers (prefetched behind compute on cuda), the host AdamW at host_mem_bw and
@@ -26,6 +29,7 @@
 //             and norm sums, the step-time and bubble gathers) at the world group's latency
 #pragma once
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config/config.h"
@@ -67,15 +71,35 @@ struct StageTimes {
 };
 struct Simulation {
   double makespan = 0;        // from the first forward to the last backward of the step
-  std::vector<double> busy;   // per stage: time spent in passes
+  std::vector<double> busy;   // per stage: time spent in passes (at the share of the cores it got)
 };
 // Every stage walks its Schedule's actions in order; a forward waits for the previous stage's forward of the same
-// micro-batch (plus its send), a backward for the next stage's backward (plus the send back).
+// micro-batch (plus its send), a backward for the next stage's backward (plus the send back). Each stage runs at
+// its full rate: the times are what its passes take.
 Simulation simulate(parallel::ScheduleKind kind, const std::vector<StageTimes>& stages, int micro_batches);
+
+// Cores that ranks share (processor sharing): a cpu host's. A rank computing uses up to `threads` of them; while
+// more are wanted than there are, the computing ranks share them evenly, and a rank waiting for its input (or in a
+// pass's communication) wants none: with Open MPI's mpi_yield_when_idle its core goes to the others.
+struct CorePool {
+  double cores = 1, threads = 1;
+};
+// One pipeline of a joint simulation: its stages' times at a rank's full rate (`threads` cores), and per stage the
+// pools its ranks run in (pool index, ranks of the stage there; none: a device of its own, always at full rate).
+struct SharedPipeline {
+  std::vector<StageTimes> stages;
+  std::vector<std::vector<std::pair<int, int>>> pools;
+  int micro_batches = 1;
+};
+// All pipelines at once, event by event: a stage's compute advances at min(1, cores / (threads x ranks computing
+// in its pool)) of its full rate (the least over its pools), its passes' communication and sends at their own
+// times. One Simulation per pipeline; its makespan is when its last pass ends.
+std::vector<Simulation> simulate(parallel::ScheduleKind kind, const std::vector<SharedPipeline>& pipelines,
+                                 const std::vector<CorePool>& pools);
 
 // Where the step goes, on the stage that sets its length: the split sums to step_s.
 struct StepSplit {
-  double compute = 0;    // its passes' compute (recompute included)
+  double compute = 0;    // its passes' compute (recompute included), at the share of the cores it got
   double comm = 0;       // exposed communication: tensor all-reduces, data reductions and gathers not hidden
   double bubble = 0;     // idle time in the schedule, from the simulation
   double optimizer = 0;  // host AdamW and offload transfers not hidden
@@ -88,7 +112,7 @@ struct Prediction {
   double step_s = 0, tokens_per_s = 0, mfu = 0;
   StepSplit split;
   double device_bytes = 0;  // the fullest device (cuda; 0 on cpu), plan_rank's figure plus the per-rank margin
-  double host_bytes = 0;    // the fullest node's host memory
+  double host_bytes = 0;    // the fullest node's host memory (host's, where nodes share one: nodes_per_host)
 };
 
 // The step of the job of `c` (its layout as the trainer would build it) on `world` ranks, `ranks_per_node`

@@ -20,6 +20,7 @@ for key in peak_flops gemm_half_flops mem_bw attention_flops gelu_rate softmax_r
   expect_in "$WORK/m.ini" "^$key +=.*# measured: .*20[0-9-]+.*host "
 done
 expect_in "$WORK/m.ini" "^gemm_efficiency += 1  # measured"
+expect_in "$WORK/m.ini" "^nodes_per_host += 1  # measured: nodes whose ranks read one kernel boot id"
 expect_in "$WORK/m.ini" "^\[link.intra\]"
 expect_in "$WORK/m.ini" "^bandwidth += [0-9.e+]+  # measured: MPI ping-pong, 4 MiB each way, ranks 0 and 1 on "
 expect_in "$WORK/m.ini" "^latency_s += [0-9.e+-]+  # source: not measured \(one node\)"

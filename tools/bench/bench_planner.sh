@@ -7,7 +7,9 @@
 # measured fastest (all layouts run the same global batch: the same tokens a step). Each layout is also predicted
 # without the machine's measured cpu loops (attention_flops, gelu_rate, softmax_rate: those ops then charged at the
 # GEMM rate and at bandwidth), to show what they change. The 2-node layouts are left out,
-# with a line saying why, where the test cluster cannot be made.
+# with a line saying why, where the test cluster cannot be made. Its nodes run on this one machine: the 2-node
+# calibration finds them on one host (nodes_per_host 2), so that the model shares the machine's cores among all 4
+# ranks.
 source "$(dirname "$0")/../../tests/mpi/lib.sh"
 export OMPI_MCA_mpi_yield_when_idle=1  # a rank waiting in MPI yields its core: ranks may outnumber the cores
 export OMPI_MCA_mca_base_env_list=OMP_NUM_THREADS  # to the ranks mpirun starts on other nodes, too
@@ -111,7 +113,8 @@ def summary(label, errors, column):
     print(f"{label}: median error {100 * med:.0f}% = {med / 0.15:.2f} x the goal (15%); worst {100 * worst:.0f}% = "
           f"{worst / 0.30:.2f} x the goal (30%)")
     # Over every layout, and over those planned with one machine file: the test cluster's two nodes share this
-    # VM's cores, so its file describes another (slower) machine than the one-node calibration.
+    # VM's cores, which its file says (nodes_per_host 2: the [device] figures are the VM's, all 4 ranks' together),
+    # but it was calibrated by another launch, beside other ranks, from the one-node file.
     for among, chosen in (("all layouts", rows), ("one-node layouts", [r for r in rows if r[2] == "1"])):
         best_m = min(chosen, key=lambda r: float(r[3]))
         best_p = min(chosen, key=lambda r: float(r[column]))
