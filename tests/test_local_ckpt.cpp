@@ -1,14 +1,19 @@
 // The fast checkpoint tier's arithmetic (train/local_ckpt.h): which rank keeps whose partner copy, the node-local
-// storage it needs, and where its directory is. The tier at work: tests/mpi/test_local_ckpt.sh (one host) and
-// tests/cluster/test_local_ckpt_partner.sh (two nodes).
+// storage it needs, where its directory is, and the shard file layout its mapped copies share with run.dir/ckpt.
+// The tier at work: tests/mpi/test_local_ckpt.sh (one host) and tests/cluster/test_local_ckpt_partner.sh (two nodes).
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
 #include "config/config.h"
 #include "parallel/nodes.h"
+#include "train/checkpoint.h"
 #include "train/local_ckpt.h"
+#include "util/crc32c.h"
 
 namespace yuan {
 namespace {
@@ -52,6 +57,32 @@ TEST(LocalTier, TheDefaultDirectoryIsPerRunDirAndHostExpands) {
   EXPECT_NE(resolve_local_dir(b, "n1"), dir);
   a.ckpt.local_dir = "/local/%h/ckpt-%h";
   EXPECT_EQ(resolve_local_dir(a, "node7"), "/local/node7/ckpt-node7");
+}
+
+TEST(LocalTier, AShardFileIsItsPrefixThenTheTensorsAndTheCrcOfBoth) {
+  // The tier writes its own copies through a mapping: shard_file_prefix, then the three tensors one after another,
+  // the CRC-32C chained over those pieces. They must be the bytes of the file write_shard_file writes, which the
+  // readers of both tiers read, and that checksum the file's.
+  const size_t count = 1001;  // odd: the tensors after the first do not start 8-byte aligned
+  std::vector<float> t(3 * count);
+  for (size_t i = 0; i < t.size(); i++) t[i] = 0.25f * static_cast<float>(i) - 7.0f;
+  const float* const tensors[3] = {t.data(), t.data() + count, t.data() + 2 * count};
+  const std::string path = ::testing::TempDir() + "local_tier_shard.safetensors";
+  write_shard_file(path, count, tensors);
+  const std::string prefix = shard_file_prefix(count);
+  EXPECT_EQ(prefix.size() % 8, 0u);
+  std::ifstream in(path, std::ios::binary);
+  const std::string file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_EQ(file.size(), prefix.size() + t.size() * sizeof(float));
+  EXPECT_EQ(file.substr(0, prefix.size()), prefix);
+  std::vector<char> mapped(file.size());
+  uint32_t crc = crc32c_copy(0, mapped.data(), prefix.data(), prefix.size());
+  for (int k = 0; k < 3; k++)
+    crc = crc32c_copy(crc, mapped.data() + prefix.size() + k * count * sizeof(float), tensors[k],
+                      count * sizeof(float));
+  EXPECT_EQ(std::string(mapped.begin(), mapped.end()), file);
+  EXPECT_EQ(crc32c_file(path), crc32c_hex(crc));
+  std::remove(path.c_str());
 }
 
 }  // namespace

@@ -335,11 +335,22 @@ std::string shard_file_name(int rank, const ZeroOptimizer& opt) {
   return strf("optim_%05d_%03d.safetensors", rank, opt.modules().first);
 }
 
-void write_shard_file(const std::string& path, size_t count, const float* const tensors[3], std::string* sha256) {
+namespace {
+SafetensorsWriter shard_writer(size_t count, const float* const tensors[3]) {
   const std::vector<int64_t> shape = {static_cast<int64_t>(count)};
   SafetensorsWriter out;
   for (int i = 0; i < 3; i++) out.add_f32(kShardTensors[i], shape, tensors[i]);
-  out.write(path, sha256);
+  return out;
+}
+}  // namespace
+
+void write_shard_file(const std::string& path, size_t count, const float* const tensors[3], std::string* sha256) {
+  shard_writer(count, tensors).write(path, sha256);
+}
+
+std::string shard_file_prefix(size_t count) {
+  const float* const none[3] = {nullptr, nullptr, nullptr};
+  return shard_writer(count, none).prefix();
 }
 
 ordered_json shard_entry(const ZeroOptimizer& opt, const std::string& file) {

@@ -107,6 +107,9 @@ std::string shard_file_name(int rank, const ZeroOptimizer& opt);
 // Writes a shard file of `count` values from the three tensors (kShardTensors order) at `path`.
 void write_shard_file(const std::string& path, size_t count, const float* const tensors[3],
                       std::string* sha256 = nullptr);
+// The bytes of such a file before its tensors, which follow one after another (count floats each, kShardTensors
+// order): for a writer that puts the tensors in place itself.
+std::string shard_file_prefix(size_t count);
 // `opt`'s "files" entry for `file` (its place in the model), without the sha256.
 nlohmann::ordered_json shard_entry(const ZeroOptimizer& opt, const std::string& file);
 // A "files" entry with a place, read back; errors name `what` and the file.

@@ -5,9 +5,12 @@
 //   step_NNNNNNN/rank_RRRRR/            rank R's own copy: manifest.json + its optim_*.safetensors
 //   partner/step_NNNNNNN/rank_RRRRR/    the copy this node keeps for rank R of another node
 // The shard files are those of run.dir/ckpt (train/checkpoint.h); manifest.json holds what state.json holds for
-// them (step, run, loader position, Adam step, world, each file's place and sha256) and its own sha256. Each copy
-// is written into a .tmp_ directory and renamed. A generation is deleted once a newer one is complete on every
-// rank (agreed at the next local checkpoint); a run that finishes all its steps removes them all.
+// them (step, run, loader position, Adam step, world, each file's place) and its own sha256, with a CRC-32C for
+// each file where state.json has a sha256: the tier rewrites the whole optimizer state every few steps, and the
+// CRC costs a tenth as much CPU while still catching a corrupted or truncated file. Each copy is written into a
+// .tmp_ directory and renamed; a rank's own copy reuses, in place, the files of the generation it replaces. A
+// generation is deleted once a newer one is complete on every rank (agreed at the next local checkpoint); a run that
+// finishes all its steps removes them all.
 //
 // Resume (ckpt.resume=auto) looks at every node's directory: the newest (run, step) whose every old rank's shard is
 // held by some node, checksums verified, wins over run.dir/ckpt's newest when it is newer; its holders send each new
@@ -18,6 +21,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -58,7 +62,8 @@ class LocalTier {
   void finish();
 
  private:
-  void write(int64_t step, std::string manifest);  // on the writer thread: own copy, then the partner exchange
+  void write(int64_t step, const std::string& manifest);  // on the writer thread: seals the own copy, then the
+                                                           // partner exchange
   bool exchange(int64_t step, const std::string& manifest);
   void drop_older(const std::string& keep, const std::string& next) const;
 
@@ -70,10 +75,18 @@ class LocalTier {
   std::string partner_label_;
   double timeout_s_ = 0;
   MPI_Comm comm_ = MPI_COMM_NULL;  // the exchange's own, so that it never meets the training's messages
-  std::vector<std::vector<float>> snapshot_;  // per saved optimizer: master, exp_avg, exp_avg_sq one after another
-  std::vector<std::string> files_;            // their file names
-  // The partner copies as received, by sender; kept from one exchange to the next, as snapshot_ is, because fresh
-  // pages cost a page fault each (about 0.3 s of CPU per 750 MB) on every step.
+  std::vector<std::string> files_;  // the own copy's file names, by saved optimizer
+  struct MappedShard;
+  // The own copy's files of the last two generations, kept mapped: a generation takes over the files of the one
+  // before the previous when that is dropped, so that the copy into them finds their pages in place.
+  struct Slot {
+    std::string dir;  // where its files are: this rank's .tmp_ directory while written, then the generation's
+    std::vector<std::unique_ptr<MappedShard>> files;  // by saved optimizer
+  };
+  Slot slots_[2];
+  int last_ = 1;  // the slot written last
+  // The partner copies as received, by sender; kept from one exchange to the next, because fresh pages cost a page
+  // fault each (about 0.3 s of CPU per 750 MB) on every step.
   std::vector<std::vector<float>> received_;
   std::thread writer_;
   bool ok_ = true;                // the last write completed, both copies

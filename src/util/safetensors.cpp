@@ -290,18 +290,21 @@ void SafetensorsWriter::add(const std::string& name, const std::string& dtype, c
   entries_.push_back({name, dtype, shape, data, n * esize});
 }
 
-void SafetensorsWriter::write(const std::string& path, std::string* sha256) const {
+std::vector<const SafetensorsWriter::Entry*> SafetensorsWriter::order() const {
   std::vector<const Entry*> order;
   for (const Entry& e : entries_) order.push_back(&e);
   std::stable_sort(order.begin(), order.end(), [](const Entry* a, const Entry* b) {
     return safetensors_dtype_size(a->dtype) > safetensors_dtype_size(b->dtype);
   });
+  return order;
+}
 
+std::string SafetensorsWriter::prefix() const {
   // Ordered: the header lists the tensors in the order of their bytes.
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata_.empty()) header["__metadata__"] = metadata_;
   size_t offset = 0;
-  for (const Entry* e : order) {
+  for (const Entry* e : order()) {
     header[e->name] = {{"dtype", e->dtype}, {"shape", e->shape}, {"data_offsets", {offset, offset + e->bytes}}};
     offset += e->bytes;
   }
@@ -309,11 +312,20 @@ void SafetensorsWriter::write(const std::string& path, std::string* sha256) cons
   try {
     h = header.dump();
   } catch (const nlohmann::json::type_error& e) {  // a name or metadata value that is not UTF-8
-    throw Error(strf("%s: cannot write the safetensors header: %s", path.c_str(), e.what()));
+    throw Error(strf("cannot write the safetensors header: %s", e.what()));
   }
   h.append((8 - h.size() % 8) % 8, ' ');
   const uint64_t n = h.size();
+  return std::string(reinterpret_cast<const char*>(&n), 8) + h;
+}
 
+void SafetensorsWriter::write(const std::string& path, std::string* sha256) const {
+  std::string pre;
+  try {
+    pre = prefix();
+  } catch (const Error& e) {
+    throw Error(strf("%s: %s", path.c_str(), e.what()));
+  }
   const std::string tmp = path + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   YUAN_CHECK(fd >= 0, "%s: cannot create: %s", tmp.c_str(), std::strerror(errno));
@@ -329,9 +341,8 @@ void SafetensorsWriter::write(const std::string& path, std::string* sha256) cons
         if (digest) digest->update(p + at, k);
       }
     };
-    put(&n, 8);
-    put(h.data(), h.size());
-    for (const Entry* e : order) put(e->data, e->bytes);
+    put(pre.data(), pre.size());
+    for (const Entry* e : order()) put(e->data, e->bytes);
     if (digest) *sha256 = digest->hex();
     YUAN_CHECK(::fsync(fd) == 0, "%s: fsync failed: %s", tmp.c_str(), std::strerror(errno));
   } catch (...) {

@@ -86,6 +86,9 @@ class SafetensorsWriter {
   // old file or the complete new one. With `sha256`, sets it to the file's checksum, hashed while writing (each
   // piece as it leaves the cache) instead of reading the file back.
   void write(const std::string& path, std::string* sha256 = nullptr) const;
+  // What write() puts before the tensors' bytes (the header's length and the header, padded to 8 bytes); the
+  // tensors follow in the order added, widest dtype first.
+  std::string prefix() const;
 
  private:
   struct Entry {
@@ -94,6 +97,7 @@ class SafetensorsWriter {
     const void* data;
     size_t bytes;
   };
+  std::vector<const Entry*> order() const;  // the tensors in the order of their bytes in the file
   std::vector<Entry> entries_;
   std::map<std::string, std::string> metadata_;
 };

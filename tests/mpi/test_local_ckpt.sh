@@ -1,8 +1,9 @@
 # The fast checkpoint tier on one host: local checkpoints written every ckpt.local_every steps and rotated; a job
 # SIGKILLed (mpirun and all) after step 7 resumes from node memory at step 6 on another number of ranks, says which
 # tier, step and steps lost, and ends with the losses and weights of a run never interrupted (and a run that is
-# never interrupted has exactly the losses and weights it would have without local checkpoints); a corrupted local
-# file is skipped for the generation before it; an unwritable ckpt.local_dir is refused at start.
+# never interrupted has exactly the losses and weights it would have without local checkpoints); a corrupted or
+# truncated local file (CRC-32C in the manifest) is skipped for the generation before it; an unwritable
+# ckpt.local_dir is refused at start.
 source "$(dirname "$0")/lib.sh"
 make_corpus "$WORK/corpus" 2 4000 64
 # In memory, as by default: a write to disk (fsync'd) could still be going when the job is killed a step later.
@@ -39,12 +40,18 @@ grep -q "resume: from node memory (2 own copies, 0 partner copies; written by 2 
   { cat "$WORK/log"; exit 1; }
 compare "$WORK/ref" "$WORK/a" 1e-5 1e-5
 
-echo "== a corrupted local file is skipped for the generation before it"
+echo "== a corrupted or truncated local file is skipped for the generation before it"
 killed_run "$WORK/b" 7
+grep -q '"crc32c": "[0-9a-f]\{8\}"' "$local/step_0000006/rank_00000/manifest.json" ||
+  { cat "$local/step_0000006/rank_00000/manifest.json"; exit 1; }
 file="$local/step_0000006/rank_00001/optim_00001_000.safetensors"
 printf 'X' | dd of="$file" bs=1 seek=200 conv=notrunc status=none
+short="$local/step_0000006/rank_00000/optim_00000_000.safetensors"
+truncate -s -4 "$short"
 train 2 "$WORK/b" "${args[@]}" >"$WORK/log" 2>&1 || { cat "$WORK/log"; exit 1; }
 grep -q "skipping local checkpoint $local/step_0000006/rank_00001: $file does not match its checksum" "$WORK/log" ||
+  { cat "$WORK/log"; exit 1; }
+grep -q "skipping local checkpoint $local/step_0000006/rank_00000: $short does not match its checksum" "$WORK/log" ||
   { cat "$WORK/log"; exit 1; }
 grep -q "resume: from node memory (2 own copies, 0 partner copies; written by 2 ranks), step 4; steps lost: 3" "$WORK/log" ||
   { cat "$WORK/log"; exit 1; }

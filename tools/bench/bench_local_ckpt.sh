@@ -3,9 +3,11 @@
 # ckpt.local_every=1 against 0, in the same run, for the tiny deck and gpt-small on the CPU backend, 2 ranks on one
 # node (own copies in /dev/shm; no partner exchange on one node). gpt-small runs at seq_len 128, one sequence per
 # rank, so that a step takes seconds on a laptop-sized machine; the shard written is gpt-small's whole ZeRO-1
-# half (about 750 MB per rank). Tokens/s is the mean over steps 3-N (the first steps warm up). The writes cost CPU
-# (sha256 and the copy into tmpfs, about 1.2 s per GB): where the ranks' threads take every core, they come out of
-# the step, so the load of other work is printed with the ratios. YUANLM=PATH benchmarks another build (before/after).
+# half (about 750 MB per rank). Tokens/s is the mean over steps 3-N (the first steps warm up, and the first two
+# local checkpoints create the files the later ones overwrite in place). What the tier costs is CPU (the one copy of
+# the shard into its mapped tmpfs file with the CRC-32C taken on the way, about 0.13 s per GB on the 2-core VM,
+# 2026-11-27): where the ranks' threads take every core it comes out of the step, and so does any other work's, so
+# the load is printed with the ratios. YUANLM=PATH benchmarks another build (before/after).
 source "$(dirname "$0")/../../tests/mpi/lib.sh"
 YUANLM=${YUANLM:-bin/yuanlm}
 echo "local checkpoints every step vs none: tokens/s ratio (goal >= 0.95); $(nproc --all) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
