@@ -123,7 +123,7 @@ void print_layout(const Config& c, int world, bool json, const parallel::NodeMap
           device == Device::Cpu ? strf("; the rank's host memory %s", format_bytes(m.total()).c_str()).c_str()
                                 : "");
       if (m.local_buffers > 0)
-        say("      local checkpoints (ckpt.local_every): snapshot + a partner copy in transit %s in host memory, "
+        say("      local checkpoints (ckpt.local_every): a partner copy in transit %s in host memory (none on one node), "
             "node-local storage %s (own + partner shards, two generations; in memory under /dev/shm)",
             format_bytes(m.local_buffers).c_str(), format_bytes(m.local_storage).c_str());
     }

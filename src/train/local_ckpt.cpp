@@ -307,7 +307,9 @@ void LocalTier::write(int64_t step, const std::string& manifest) {
     const std::string final_dir = dir_ + "/" + name + "/" + rank_dir_name(rank_);
     publish(slot.dir, final_dir, manifest);
     slot.dir = final_dir;
-    ok_ = exchange(step, manifest);
+    // Once partner copies have stopped for this run (a partner that did not answer), the own copy is all a
+    // generation gets: complete when written, so that older generations still go and node memory stays bounded.
+    ok_ = exchange(step, manifest) || !exchanging_ || silent_;
   } catch (const std::exception& e) {  // the filesystem tier still holds: training goes on
     warn_all("local checkpoint %s not written: %s", name.c_str(), e.what());
     ok_ = false;

@@ -49,8 +49,9 @@ RankPlan plan_rank(const Config& c, const parallel::Topology& topo, Device devic
     m.host.staging += h.staging;
     // What a checkpoint holds of the group (zero 0: its rank 0 writes the whole state): master, exp_avg, exp_avg_sq.
     if (c.ckpt.local_every > 0 && (c.optim.zero != 0 || group_rank == 0)) {
-      // A partner's shard is taken to be the size of the rank's own (the same local rank of a node alike).
-      m.local_buffers += 2 * 3 * sizeof(float) * z.shard_n;
+      // The own copy is written straight into its files (local_storage); what host memory holds besides is the
+      // partner copy as received, taken to be the size of the rank's own (the same local rank of a node alike).
+      m.local_buffers += 3 * sizeof(float) * z.shard_n;
       m.local_storage += 2 * 2 * 3 * sizeof(float) * z.shard_n;
     }
     if (c.optim.zero == 3) shards = z.shard_n;  // one module group (validate)

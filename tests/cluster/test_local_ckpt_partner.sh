@@ -2,7 +2,8 @@
 # The fast checkpoint tier across two nodes of the test cluster (2 ranks each): every rank's local checkpoint has a
 # partner copy in the other node's directory; with node 2's directory gone (its memory lost), a relaunch resumes
 # from node 1's own and partner copies and ends with the losses of a run never interrupted; with a rank's own AND
-# partner copy gone, it says so and resumes from the filesystem checkpoint. Exit 77 where namespaces cannot be made.
+# partner copy gone, it says so and resumes from the filesystem checkpoint; a partner that does not answer stops the
+# partner copies for the run, which goes on, and older generations still go. Exit 77 where namespaces cannot be made.
 source "$(dirname "$0")/../mpi/lib.sh"
 source tests/cluster/lib.sh
 cluster_up 2
@@ -58,4 +59,15 @@ set -e
 expect "warning: [rank 0@node1] local checkpoint step_0000002: a rank it keeps copies of (ranks 2) did not complete the partner exchange within 5 s (dist.timeout_s); no more partner copies in this run, the filesystem checkpoint still holds"
 [ "$(grep -c 'did not complete the partner exchange' "$WORK/log")" -eq 1 ] || { cat "$WORK/log"; exit 1; }
 compare "$WORK/ref" "$WORK/c" 0 0
+echo "== and older generations still go: killed in step 8, each node holds steps 4 and 6 only"
+set +e
+YUANLM_KILL_AT=7 YUANLM_PARTNER_SILENT=2 launch 4 -x YUANLM_KILL_AT -x YUANLM_PARTNER_SILENT bin/yuanlm train \
+  "${TINY[@]}" --data.train="$WORK/corpus/*.h5" --run.dir="$WORK/d" "${args[@]}" --dist.timeout_s=5 >"$WORK/log" 2>&1
+rc=$?
+set -e
+[ "$rc" -ne 0 ] || { cat "$WORK/log"; echo "expected the killed run to fail, got $rc"; exit 1; }
+for n in node1 node2; do
+  [ "$(cd "$SHM/$n" && ls -d step_* | paste -sd' ')" = "step_0000004 step_0000006" ] ||
+    { find "$SHM/$n" -maxdepth 1; echo "$n: not steps 4 and 6 only"; exit 1; }
+done
 echo OK

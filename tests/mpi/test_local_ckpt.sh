@@ -2,8 +2,8 @@
 # SIGKILLed (mpirun and all) after step 7 resumes from node memory at step 6 on another number of ranks, says which
 # tier, step and steps lost, and ends with the losses and weights of a run never interrupted (and a run that is
 # never interrupted has exactly the losses and weights it would have without local checkpoints); a corrupted or
-# truncated local file (CRC-32C in the manifest) is skipped for the generation before it; an unwritable
-# ckpt.local_dir is refused at start.
+# truncated local file (CRC-32C in the manifest) is skipped for the generation before it; the filesystem
+# checkpoints are hashed only when node memory holds nothing newer; an unwritable ckpt.local_dir is refused at start.
 source "$(dirname "$0")/lib.sh"
 make_corpus "$WORK/corpus" 2 4000 64
 # In memory, as by default: a write to disk (fsync'd) could still be going when the job is killed a step later.
@@ -56,6 +56,20 @@ grep -q "skipping local checkpoint $local/step_0000006/rank_00000: $short does n
 grep -q "resume: from node memory (2 own copies, 0 partner copies; written by 2 ranks), step 4; steps lost: 3" "$WORK/log" ||
   { cat "$WORK/log"; exit 1; }
 compare "$WORK/ref" "$WORK/b" 1e-5 1e-5
+
+echo "== run.dir/ckpt older than node memory is not even hashed; without node memory it is, and refused"
+args=("${args[@]/--ckpt.every=0/--ckpt.every=4}")
+killed_run "$WORK/e" 7
+cp -r "$WORK/e" "$WORK/f"  # the same checkpoints in another run.dir: node memory holds none of its own
+for r in e f; do
+  printf 'X' | dd of="$(ls "$WORK/$r/ckpt/step_0000004/"*.safetensors | head -1)" bs=1 seek=200 conv=notrunc status=none
+done
+train 2 "$WORK/e" "${args[@]}" >"$WORK/log" 2>&1 || { cat "$WORK/log"; exit 1; }
+grep -q "resume: from node memory (2 own copies, 0 partner copies; written by 2 ranks), step 6" "$WORK/log" &&
+  ! grep -q "skipping checkpoint" "$WORK/log" || { cat "$WORK/log"; exit 1; }
+compare "$WORK/ref" "$WORK/e" 1e-5 1e-5
+train 2 "$WORK/f" "${args[@]}" >"$WORK/log" 2>&1 || { cat "$WORK/log"; exit 1; }
+grep -q "skipping checkpoint $WORK/f/ckpt/step_0000004: .* does not match" "$WORK/log" || { cat "$WORK/log"; exit 1; }
 
 echo "== an unwritable ckpt.local_dir is refused at start"
 touch "$WORK/file"
