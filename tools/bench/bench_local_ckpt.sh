@@ -3,7 +3,7 @@
 # ckpt.local_every=1 against 0, in the same run, for the tiny deck and gpt-small on the CPU backend, 2 ranks on one
 # node (own copies in /dev/shm; no partner exchange on one node). gpt-small runs at seq_len 128, one sequence per
 # rank, so that a step takes seconds on a laptop-sized machine; the shard written is gpt-small's whole ZeRO-1
-# half (about 750 MB per rank). Tokens/s is the mean over steps 3-N (the first steps warm up, and the first two
+# half (about 750 MB per rank). Tokens/s is the median over steps 3-N (the first steps warm up, and the first two
 # local checkpoints create the files the later ones overwrite in place). What the tier costs is CPU (the one copy of
 # the shard into its mapped tmpfs file with the CRC-32C taken on the way, about 0.13 s per GB on the 2-core VM,
 # 2026-11-27): where the ranks' threads take every core it comes out of the step, and so does any other work's, so
@@ -11,22 +11,32 @@
 source "$(dirname "$0")/../../tests/mpi/lib.sh"
 YUANLM=${YUANLM:-bin/yuanlm}
 echo "local checkpoints every step vs none: tokens/s ratio (goal >= 0.95); $(nproc --all) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
-# bench DECK VOCAB STEPS ARGS...: prints the ratio for DECK (random tokens of its vocabulary).
+# bench DECK VOCAB STEPS ARGS...: prints the ratio for DECK (random tokens of its vocabulary): the median tokens/s
+# of steps 3-STEPS (the first steps warm up) over two runs each way, interleaved (off, on, off, on), so that a
+# drift of the machine's speed (this VM's step times wander by 15% from step to step) falls on both sides alike.
 bench() {
-  local deck=$1 vocab=$2 steps=$3 every tps=()
+  local deck=$1 vocab=$2 steps=$3 every run
   shift 3
   make_corpus "$WORK/corpus" 1 60000 "$vocab"
-  for every in 0 1; do
-    mpirun -np 2 "$YUANLM" train "input/$deck.ini" --data.train="$WORK/corpus/*.h5" --data.val= \
-      --train.device=cpu --train.steps="$steps" --train.log_every="$steps" --ckpt.every=0 \
-      --ckpt.local_every=$every --run.dir="$WORK/$deck-$every" "$@" >"$WORK/log" 2>&1 || { cat "$WORK/log"; exit 1; }
-    tps+=("$($PY -c "import json,sys; s=[json.loads(l) for l in open(sys.argv[1]) if '\"loss\"' in l][2:]
-print(sum(r['tokens_per_s'] for r in s) / len(s))" "$WORK/$deck-$every/metrics.jsonl")")
+  for run in 1 2; do
+    for every in 0 1; do
+      mpirun -np 2 "$YUANLM" train "input/$deck.ini" --data.train="$WORK/corpus/*.h5" --data.val= \
+        --train.device=cpu --train.steps="$steps" --train.log_every="$steps" --ckpt.every=0 \
+        --ckpt.local_every=$every --run.dir="$WORK/$deck-$every-$run" "$@" >"$WORK/log" 2>&1 ||
+        { cat "$WORK/log"; exit 1; }
+    done
   done
   rm -rf "$WORK/corpus"
-  $PY -c "import sys; a, b = float(sys.argv[2]), float(sys.argv[3])
-print(f'{sys.argv[1]:10s}: {a:9.0f} tokens/s without, {b:9.0f} with: {b / a:.3f} ({100 * (1 - b / a):+.1f}% overhead; goal <= 5%)')" \
-    "$deck" "${tps[0]}" "${tps[1]}"
+  $PY - "$deck" "$WORK" <<'PYEOF'
+import json, statistics, sys
+deck, work = sys.argv[1], sys.argv[2]
+def tps(every):
+    return statistics.median(r['tokens_per_s'] for run in (1, 2)
+                             for r in [json.loads(l) for l in open(f'{work}/{deck}-{every}-{run}/metrics.jsonl')
+                                       if '"loss"' in l][2:])
+a, b = tps(0), tps(1)
+print(f'{deck:10s}: {a:9.0f} tokens/s without, {b:9.0f} with: {b / a:.3f} ({100 * (1 - b / a):+.1f}% overhead; goal <= 5%)')
+PYEOF
 }
 bench tiny 4000 20 --train.global_batch=16 --train.micro_batch=8
-bench gpt-small 50304 5 --model.seq_len=128 --train.global_batch=2 --train.micro_batch=1 --optim.warmup_steps=2
+bench gpt-small 50304 12 --model.seq_len=128 --train.global_batch=2 --train.micro_batch=1 --optim.warmup_steps=2
