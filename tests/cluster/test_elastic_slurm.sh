@@ -29,8 +29,8 @@ submit() {
 }
 
 id=$(submit nodata --data.train="$WORK/missing/*.h5")
-wait_jobs 60 "$id"
 out=$WORK/logs/nodata-$id.out
+wait_jobs 120 "$id" || { cat "$out"; exit 1; }
 rc=$(sed -n 's/.*launcher exited \([0-9]*\) after.*/\1/p' "$out")
 { grep -q "every node answers: not a node failure; not relaunched" "$out" && ! grep -q "killing srun" "$out" &&
   [ "$(job_field "$id" JobState)" = FAILED ] && [ "$(job_field "$id" ExitCode)" = "$rc:0" ]; } ||
@@ -51,7 +51,7 @@ ELASTIC_JOB=$!
 kill_at_random $name 2
 elastic_wait $name
 slurm_client scontrol update nodename="node${KILLED[0]}" state=down reason="killed by the test"
-wait_jobs 60 "$id"
+wait_jobs 60 "$id" || { cat "$out"; exit 1; }
 [ "$(job_field "$id" JobState)" = COMPLETED ] && [ "$(job_field "$id" ExitCode)" = 0:0 ] ||
   { cat "$out"; echo "job $id: $(job_field "$id" JobState), exit $(job_field "$id" ExitCode)"; exit 1; }
 grep -q "launcher srun" "$out"
