@@ -1,18 +1,13 @@
 #include "util/crc32c.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <vector>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
-#include "util/error.h"
+#include "util/fs.h"
 
 namespace yuan {
 namespace {
@@ -149,21 +144,9 @@ std::string crc32c_hex(uint32_t crc) {
 }
 
 std::string crc32c_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  YUAN_CHECK(fd >= 0, "%s: cannot open: %s", path.c_str(), std::strerror(errno));
-  std::vector<unsigned char> buf(size_t{1} << 22);
   uint32_t crc = 0;
-  for (;;) {
-    const ssize_t got = ::read(fd, buf.data(), buf.size());
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) {
-      const int err = errno;
-      ::close(fd);
-      YUAN_CHECK(got == 0, "%s: read failed: %s", path.c_str(), std::strerror(err));
-      return crc32c_hex(crc);
-    }
-    crc = crc32c(crc, buf.data(), static_cast<size_t>(got));
-  }
+  read_file_chunks(path, [&](const char* p, size_t n) { crc = crc32c(crc, p, n); });
+  return crc32c_hex(crc);
 }
 
 }  // namespace yuan

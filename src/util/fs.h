@@ -1,4 +1,6 @@
 #pragma once
+#include <cstddef>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -8,6 +10,9 @@ namespace yuan {
 void write_file_atomic(const std::string& path, const std::string& content);
 // The whole of a file; throws Error naming it when it cannot be read.
 std::string read_text(const std::string& path);
+// The bytes of a file, piece after piece (8 MiB at a time), to `use`, for a checksum that need not hold the file;
+// throws Error naming it when it cannot be opened or read.
+void read_file_chunks(const std::string& path, const std::function<void(const char*, size_t)>& use);
 void make_dirs(const std::string& dir);  // mkdir -p; throws naming the directory
 void sync_dir(const std::string& dir);   // fsync a directory, so renames in it are durable
 // The paths matching a glob(3) pattern, sorted (so every rank sees the same order); empty when none match.

@@ -1,15 +1,11 @@
 #include "util/sha256.h"
 
-#include <fcntl.h>
 #include <openssl/evp.h>
-#include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
 #include <memory>
-#include <vector>
 
 #include "util/error.h"
+#include "util/fs.h"
 
 namespace yuan {
 
@@ -24,9 +20,6 @@ std::string hex(const unsigned char* md, unsigned n) {
   }
   return out;
 }
-
-// Files are checkpoint shards of gigabytes: large reads keep the syscalls out of the profile.
-constexpr size_t kBlock = 8 << 20;
 
 }  // namespace
 
@@ -54,25 +47,7 @@ std::string Sha256::hex() {
 
 std::string sha256_file(const std::string& path) {
   Sha256 digest;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  YUAN_CHECK(fd >= 0, "%s: cannot open for checksum: %s", path.c_str(), std::strerror(errno));
-  ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-  std::vector<char> buf(kBlock);
-  int read_errno = 0;
-  try {
-    for (ssize_t n; (n = ::read(fd, buf.data(), buf.size())) != 0;) {
-      if (n > 0) digest.update(buf.data(), static_cast<size_t>(n));
-      else if (errno != EINTR) {
-        read_errno = errno;
-        break;
-      }
-    }
-  } catch (...) {
-    ::close(fd);
-    throw;
-  }
-  ::close(fd);
-  YUAN_CHECK(!read_errno, "%s: read error while computing checksum: %s", path.c_str(), std::strerror(read_errno));
+  read_file_chunks(path, [&](const char* p, size_t n) { digest.update(p, n); });
   return digest.hex();
 }
 
