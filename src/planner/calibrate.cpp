@@ -403,11 +403,7 @@ void calibrate(const std::string& out) {
   const int per = static_cast<int>(mine.size());
   std::vector<double> all(static_cast<size_t>(per) * w.size);
   MPI_CHECK(MPI_Gather(mine.data(), per, MPI_DOUBLE, all.data(), per, MPI_DOUBLE, 0, MPI_COMM_WORLD));
-  constexpr int kIdBytes = 64;
-  std::vector<char> id(kIdBytes, '\0'), ids(static_cast<size_t>(kIdBytes) * w.size);
-  const std::string my_id = boot_id(nodes.names[nodes.node[w.rank]]);
-  std::copy_n(my_id.begin(), std::min<size_t>(my_id.size(), kIdBytes - 1), id.begin());
-  MPI_CHECK(MPI_Gather(id.data(), kIdBytes, MPI_CHAR, ids.data(), kIdBytes, MPI_CHAR, 0, MPI_COMM_WORLD));
+  const std::vector<std::string> ids = parallel::gather_strings(boot_id(nodes.names[nodes.node[w.rank]]));
 
   // The links: two ranks of the first node that has two, and rank 0 with the first rank of node 1.
   PingPong intra, inter;
@@ -425,7 +421,7 @@ void calibrate(const std::string& out) {
   std::vector<std::string> host_ids;
   std::vector<std::vector<int>> host_nodes;
   for (int n = 0; n < nodes.nodes(); n++) {
-    const std::string node_id(&ids[static_cast<size_t>(nodes.ranks_on(n)[0]) * kIdBytes]);
+    const std::string& node_id = ids[static_cast<size_t>(nodes.ranks_on(n)[0])];
     const size_t h = std::find(host_ids.begin(), host_ids.end(), node_id) - host_ids.begin();
     if (h == host_ids.size()) {
       host_ids.push_back(node_id);
