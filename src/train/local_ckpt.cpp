@@ -270,8 +270,7 @@ void LocalTier::save(const TrainState& st, const ZeroOptimizers& opts) {
   for (size_t i = 0; i < saved.size(); i++) {
     ZeroOptimizer& opt = *saved[i];
     MappedShard& f = *slot.files[i];
-    const std::string prefix = shard_file_prefix(f.count);
-    uint32_t crc = crc32c(0, prefix.data(), prefix.size());
+    uint32_t crc = crc32c(0, f.base, f.bytes - 3 * sizeof(float) * f.count);  // the prefix the file was made with
     const float* const src[3] = {opt.master(), opt.exp_avg(), opt.exp_avg_sq()};
     for (int t = 0; t < 3; t++) crc = crc32c_copy(crc, f.tensors + t * f.count, src[t], f.count * sizeof(float));
     files.push_back(shard_entry(opt, files_[i]));
