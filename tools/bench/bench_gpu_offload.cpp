@@ -18,7 +18,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -33,6 +32,7 @@
 #include "program/program.h"
 #include "util/error.h"
 #include "util/log.h"
+#include "util/memory.h"
 #include "util/rng.h"
 #endif
 
@@ -80,14 +80,8 @@ std::vector<float> quick_init(const ParamLayout& layout) {
   return p;
 }
 
-size_t mem_available_bytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  size_t kb = 0;
-  while (in >> key >> kb)
-    if (key == "MemAvailable:") return kb * 1024;
-  return 0;
-}
+// util/memory's reading, which the trainer's memory checks use too (MemAvailable and the cgroup's room).
+size_t mem_available_bytes() { return node_available_memory().available; }
 
 // Host bytes the trainer needs for a model on one rank: the full fp32 init (freed after the optimizer took its
 // shard), the optimizer state, and the pinned bf16 staging of the delayed update.
