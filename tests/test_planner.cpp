@@ -658,6 +658,44 @@ const GPTConfig kYuan47B = {40, 24, 3072, 2048, 53248};
 
 }  // namespace
 
+// This project's runs on one H100 80GB HBM3 of a 16-core VM, 2026-11-27 (docs/BENCHMARKS.md, GPU): the file's
+// GPU figures (its mem_efficiency fitted to these runs' compute times) with that host's, whose AdamW ran at about
+// 110 GB/s (1.31B parameters in 0.378 s, 4.7B in 1.207 s, 30 bytes each). The offload runs' steps hold the
+// transfers and the delayed update's hiding to what was measured; the trainer's gpt-small step was measured 22-26%
+// slower than the model says (about 80 ms a step it does not account for), which its band records.
+TEST(PlannerAnchors, OneH100AsMeasured) {
+  Machine h100 = read_machine("input/machines/h100-sxm.ini");
+  h100.host_mem_bw = 110e9;
+  h100.host_cores = 16;
+  struct Run {
+    const char* what;
+    GPTConfig model;
+    int micro_batch, global_batch;
+    bool recompute, delayed;
+    double measured_s, low, high;  // the band of predicted / measured
+  };
+  const GPTConfig xl = {24, 16, 2048, 1024, 50257};
+  const Run runs[] = {
+      {"bench_gpu_offload gpt-xl, B 16 x 8", xl, 16, 128, false, false, 2.959, 0.9, 1.1},
+      {"the same, delayed update", xl, 16, 128, false, true, 2.699, 0.9, 1.1},
+      {"bench_gpu_offload Yuan-4.7B, B 1 x 16, recompute, delayed", kYuan47B, 1, 16, true, true, 3.332, 0.9, 1.1},
+      {"trainer gpt-small, micro-batch 64", {12, 12, 768, 1024, 50304}, 64, 64, false, false, 0.343, 0.7, 0.85},
+  };
+  for (const Run& r : runs) {
+    Config c = cuda_deck(r.model, r.micro_batch, r.global_batch);
+    c.optim.zero = 0;
+    c.train.recompute = r.recompute;
+    c.optim.delayed_update = r.delayed;
+    const Prediction p = predict(c, 1, 1, h100);
+    ASSERT_TRUE(p.fits) << r.what << ": " << p.short_of;
+    std::printf("%s\n", ratio_line(r.what, p.step_s, r.measured_s, "s").c_str());
+    EXPECT_GT(p.step_s / r.measured_s, r.low) << r.what;
+    EXPECT_LT(p.step_s / r.measured_s, r.high) << r.what;
+  }
+}
+
+// llm.c's kernels (cuBLAS, cuDNN's flash attention) are faster than this project's (gpt-small measured at 0.63 of
+// PyTorch's torch.compile on the same H100), so its ~50% is a ceiling for the model's answer, not a target.
 TEST(PlannerAnchors, LlmcGpt2XlOnOneH100) {
   const Machine h100 = read_machine("input/machines/h100-sxm.ini");
   Config c = cuda_deck({48, 25, 1600, 1024, 50304}, 16, 1024);
@@ -665,8 +703,8 @@ TEST(PlannerAnchors, LlmcGpt2XlOnOneH100) {
   const Prediction p = predict(c, 1, 1, h100);
   ASSERT_TRUE(p.fits) << p.short_of;
   std::printf("%s\n", ratio_line("GPT-2 1.5B, 1 H100, MFU (llm.c)", 100 * p.mfu, 50, "%").c_str());
-  EXPECT_GT(p.mfu / 0.50, 0.9);
-  EXPECT_LT(p.mfu / 0.50, 1.3);
+  EXPECT_GT(p.mfu / 0.50, 0.7);
+  EXPECT_LT(p.mfu / 0.50, 1.0);
 }
 
 TEST(PlannerAnchors, Yuan47BOnOneH100NodeAgainstMegatron) {

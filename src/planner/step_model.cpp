@@ -386,21 +386,24 @@ After after_schedule(const Config& c, const parallel::Topology& topo, int rank, 
   }
   After a;
   a.comm = exposed;
-  // The host AdamW over the shard (every parameter the rank holds at zero 0), then on cuda the transfers: its
-  // gradients down, its weights up as bf16 for the gathers.
-  double optimizer = shard * (kAdamReadWrite + r.weight) / r.host_bw;
-  if (!r.cpu) optimizer += shard * r.weight / pcie_bw;
+  // The host AdamW over the shard (every parameter the rank holds at zero 0); on cuda the transfers around it: the
+  // gradients down, the weights up as bf16 for the gathers.
+  const double adamw = shard * (kAdamReadWrite + r.weight) / r.host_bw;
+  double transfers = r.cpu ? 0 : shard * r.weight / pcie_bw;
   // The gradients go down once after the step's reductions, or (zero 2 and 3 with overlap) every micro-batch
   // beside its backward, each later micro-batch's part then added into the host gradient on the rank's thread
   // (HostGradient::end_micro_batch: two reads and a write of the shard in fp32).
   const bool per_micro = c.optim.zero >= 2 && overlap;
   const double download = r.cpu ? 0 : shard * 4 / pcie_bw;
-  optimizer += per_micro ? 0 : download;
+  transfers += per_micro ? 0 : download;
   const double accumulate = per_micro ? m * std::max(download - backward_compute, 0.0) +
                                             (m - 1) * shard * 3 * 4 / r.host_bw
                                       : 0;
-  // The delayed update runs step t's AdamW beside step t+1's passes; the accumulation is part of the passes.
-  a.optimizer = (c.optim.delayed_update ? std::max(0.0, optimizer - schedule_s) : optimizer) + accumulate;
+  // The delayed update runs step t's AdamW beside step t+1's passes; the transfers stay on the step's path (the
+  // gradients are down before the thread starts, its weights up before the step after next: bench_gpu_offload on
+  // an H100, 2026-11-27, measured them as exposed with the delayed update as without), and so does the
+  // accumulation, part of the passes.
+  a.optimizer = (c.optim.delayed_update ? std::max(0.0, adamw - schedule_s) : adamw) + transfers + accumulate;
   // Before AdamW, and outside the delayed update (the clipping needs it first): the shard's squared gradient norm on
   // the host (ZeroOptimizer::reduce_gradients, ops::sum_squares: one read of the fp32 shard).
   a.optimizer += shard * 4 / r.host_bw;
