@@ -181,7 +181,10 @@ void end_job_for_wait(const char* op, const char* group, int peer, double waited
 void watch_waits(double seconds) {
   YUAN_CHECK(initialized(), "parallel::watch_waits before parallel::init");
   if (world().size == 1) return;
-  serve_liveness();  // collective: the first call comes from every rank at once (main)
+  {
+    StartupDeadline deadline;  // the watchdog is not watching yet
+    serve_liveness();  // collective: the first call comes from every rank at once (main)
+  }
   g_watchdog.start(seconds);
 }
 

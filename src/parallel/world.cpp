@@ -1,10 +1,13 @@
 #include "parallel/world.h"
 
+#include <algorithm>
 #include <cinttypes>
 #include <climits>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <unistd.h>
 #include <vector>
 
 #include "parallel/mpi_check.h"
@@ -23,8 +26,43 @@ volatile std::sig_atomic_t g_stop_signal = 0;
 extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
 }  // namespace
 
+namespace {
+// Written before the alarm is armed: the handler may only write(2) and _exit.
+char g_startup_line[512];
+size_t g_startup_len = 0;
+extern "C" void on_startup_deadline(int) {
+  if (write(STDERR_FILENO, g_startup_line, g_startup_len) < 0) _exit(1);
+  _exit(1);
+}
+}  // namespace
+
+StartupDeadline::StartupDeadline() {
+  const char* env = std::getenv("YUANLM_START_TIMEOUT_S");
+  const int seconds = env && std::atoi(env) > 0 ? std::atoi(env) : static_cast<int>(kDefaultTimeoutSeconds);
+  char host[256] = "?";
+  gethostname(host, sizeof host - 1);
+  // Before MPI_Init the rank is known only from the launcher's environment.
+  const char* rank = nullptr;
+  for (const char* key : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"})
+    if (!rank) rank = std::getenv(key);
+  const int n = std::snprintf(g_startup_line, sizeof g_startup_line,
+                              "error: [rank %s@%s] MPI start-up (MPI_Init and the first collectives over the world) "
+                              "did not finish in %d s (YUANLM_START_TIMEOUT_S): a rank of the job did not start, or "
+                              "its node is gone or cut off; ending\n",
+                              rank ? rank : "?", host, seconds);
+  g_startup_len = n < 0 ? 0 : std::min(static_cast<size_t>(n), sizeof g_startup_line - 1);
+  std::signal(SIGALRM, on_startup_deadline);
+  alarm(static_cast<unsigned>(seconds));
+}
+
+StartupDeadline::~StartupDeadline() {
+  alarm(0);
+  std::signal(SIGALRM, SIG_DFL);
+}
+
 void init(int* argc, char*** argv) {
   if (g_initialized) return;
+  StartupDeadline deadline;
   int already = 0;
   MPI_Initialized(&already);
   if (!already) {

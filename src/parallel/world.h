@@ -23,6 +23,19 @@ struct WorldInfo {
 
 // MPI_Init_thread, asking for MULTIPLE and accepting FUNNELED; sets the process identity for messages.
 void init(int* argc, char*** argv);
+
+// A deadline for start-up's waits, which run before the watchdog does: MPI_Init (its PMIx fence waits for every
+// rank: PMIxTimeout, 300 s by default, under srun; for ever under mpirun) and the first collectives over the world.
+// A node lost while the job starts would otherwise leave the ranks that did start waiting. Past the deadline
+// (YUANLM_START_TIMEOUT_S seconds, default the watchdog's kDefaultTimeoutSeconds) the process writes one line and
+// exits 1, which ends the job under mpirun and srun. One scope at a time; SIGALRM is its own while it lasts.
+class StartupDeadline {
+ public:
+  StartupDeadline();
+  ~StartupDeadline();
+  StartupDeadline(const StartupDeadline&) = delete;
+  StartupDeadline& operator=(const StartupDeadline&) = delete;
+};
 void finalize();
 bool initialized();
 const WorldInfo& world();

@@ -51,3 +51,21 @@ grep "^error:" "$WORK/mpmd.log" || true
 grep -q "^error: \[rank 0@[^]]*\] the ranks run different commands: rank 1@[^ ]* runs 'yuanlm eval', rank 0@[^ ]* \
 runs 'yuanlm train'" "$WORK/mpmd.log" || { echo "the refusal does not name the rank and both commands"; exit 1; }
 [ ! -e "$WORK/mpmd" ] || { echo "the refused training wrote into its run.dir"; exit 1; }
+
+echo "== start-up"
+# Rank 1 stops itself before it starts yuanlm, as a rank whose node went away while the job started: rank 0 waits
+# in MPI_Init's fence, where the watchdog does not run yet; the start-up deadline (YUANLM_START_TIMEOUT_S) ends it.
+start=$(date +%s.%N)
+set +e
+YUANLM_START_TIMEOUT_S=4 timeout 60 mpirun -np 2 -x YUANLM_START_TIMEOUT_S sh -c \
+  '[ "$OMPI_COMM_WORLD_RANK" != 1 ] || kill -STOP $$; exec "$@"' sh bin/yuanlm train "${TINY[@]}" \
+  --data.train="$WORK/corpus/*.h5" --run.dir="$WORK/startup" >"$WORK/startup.log" 2>&1
+rc=$?
+set -e
+took=$($PY -c "import sys; print(round(float(sys.argv[2]) - float(sys.argv[1]), 1))" "$start" "$(date +%s.%N)")
+echo "exit $rc after ${took} s"
+grep "^error:" "$WORK/startup.log" || true
+[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { tail -5 "$WORK/startup.log"; echo "the job did not end by itself"; exit 1; }
+$PY -c "import sys; sys.exit(not float(sys.argv[1]) < 20)" "$took" || { echo "took ${took} s, not < 20 s"; exit 1; }
+grep -Eq "^error: \[rank 0@[^]]+\] MPI start-up \(MPI_Init and the first collectives over the world\) did not finish \
+in 4 s" "$WORK/startup.log" || { cat "$WORK/startup.log"; echo "no start-up line naming the rank and the deadline"; exit 1; }
