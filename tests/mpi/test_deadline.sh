@@ -14,6 +14,17 @@ cleanup() {  # without the fix the job never ends: take down what this test star
 }
 trap cleanup EXIT
 
+# ended LOG RC START LIMIT: the job's exit code and time; it must have ended by itself, within LIMIT seconds.
+ended() {
+  local log=$1 rc=$2 start=$3 limit=$4 took
+  took=$($PY -c "import sys; print(round(float(sys.argv[2]) - float(sys.argv[1]), 1))" "$start" "$(date +%s.%N)")
+  echo "exit $rc after ${took} s"
+  grep "^error:" "$log" || true
+  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { tail -5 "$log"; echo "the job did not end by itself"; exit 1; }
+  $PY -c "import sys; sys.exit(not float(sys.argv[1]) < float(sys.argv[2]))" "$took" "$limit" ||
+    { echo "took ${took} s, not < $limit s"; exit 1; }
+}
+
 (exec timeout 60 mpirun -np 2 bin/yuanlm train "${TINY[@]}" --data.train="$WORK/corpus/*.h5" --run.dir="$run" \
   --train.steps=100000 --train.global_batch=8 --train.micro_batch=4 --ckpt.every=0 --dist.timeout_s=5 \
   >"$WORK/stopped.log" 2>&1) &
@@ -28,11 +39,7 @@ set +e
 wait "$job"
 rc=$?
 set -e
-took=$($PY -c "import sys; print(round(float(sys.argv[2]) - float(sys.argv[1]), 1))" "$start" "$(date +%s.%N)")
-echo "exit $rc after ${took} s"
-grep "^error:" "$WORK/stopped.log" || true
-[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { tail -5 "$WORK/stopped.log"; echo "the job did not end by itself"; exit 1; }
-$PY -c "import sys; sys.exit(not float(sys.argv[1]) < 15)" "$took" || { echo "took ${took} s, not < 15 s"; exit 1; }
+ended "$WORK/stopped.log" "$rc" "$start" 15
 [ "$(grep -c '^error:' "$WORK/stopped.log")" -eq 1 ] || { echo "not one error line"; exit 1; }
 grep -Eq "^error: \[rank [01]@[^]]+\] no progress for 5 s: waiting in [a-z_]+ on group .*dist.timeout_s 5" \
   "$WORK/stopped.log" || { echo "the line does not name the rank, host, operation and group"; exit 1; }
@@ -62,10 +69,6 @@ YUANLM_START_TIMEOUT_S=4 timeout 60 mpirun -np 2 -x YUANLM_START_TIMEOUT_S sh -c
   --data.train="$WORK/corpus/*.h5" --run.dir="$WORK/startup" >"$WORK/startup.log" 2>&1
 rc=$?
 set -e
-took=$($PY -c "import sys; print(round(float(sys.argv[2]) - float(sys.argv[1]), 1))" "$start" "$(date +%s.%N)")
-echo "exit $rc after ${took} s"
-grep "^error:" "$WORK/startup.log" || true
-[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { tail -5 "$WORK/startup.log"; echo "the job did not end by itself"; exit 1; }
-$PY -c "import sys; sys.exit(not float(sys.argv[1]) < 20)" "$took" || { echo "took ${took} s, not < 20 s"; exit 1; }
+ended "$WORK/startup.log" "$rc" "$start" 20
 grep -Eq "^error: \[rank 0@[^]]+\] MPI start-up \(MPI_Init and the first collectives over the world\) did not finish \
 in 4 s" "$WORK/startup.log" || { cat "$WORK/startup.log"; echo "no start-up line naming the rank and the deadline"; exit 1; }
