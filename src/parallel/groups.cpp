@@ -2,6 +2,7 @@
 
 #include <climits>
 
+#include "parallel/watchdog.h"
 #include "parallel/world.h"
 #ifdef YUAN_CUDA
 #include "parallel/nccl.h"
@@ -42,6 +43,7 @@ namespace {
 std::unique_ptr<ProcessGroup> split(const std::vector<int>& mine, const std::string& name) {
   MPI_Comm comm = MPI_COMM_NULL;
   // The smallest member names the group: unique, and the same on every member.
+  Waiting wait("comm_split", "world");
   MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, mine.front(), world().rank, &comm));
   return std::make_unique<ProcessGroup>(comm, name, mine);
 }
@@ -61,6 +63,7 @@ ProcessGroups::ProcessGroups(const Topology& topology) : topology_(topology), ra
     const std::vector<int> members = topology_.holders(g.first, me.tp_rank);
     const bool in = topology_.holds(rank_, g.first);
     MPI_Comm comm = MPI_COMM_NULL;
+    Waiting wait("comm_split", "world");
     MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, in ? g.first * topology_.tp_size() + me.tp_rank : MPI_UNDEFINED,
                              rank_, &comm));
     if (!in) continue;

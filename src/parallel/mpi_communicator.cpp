@@ -52,7 +52,10 @@ class MpiCommunicator final : public Communicator {
         owned_(duplicate) {
     YUAN_CHECK(max_count_ >= 1 && max_count_ <= static_cast<size_t>(INT_MAX), "MPI communicator: bad chunk %zu",
                max_count_);
-    if (duplicate) MPI_CHECK(MPI_Comm_dup(group.comm(), &comm_));
+    if (duplicate) {
+      Waiting wait("comm_dup", label_.c_str());
+      MPI_CHECK(MPI_Comm_dup(group.comm(), &comm_));
+    }
   }
   ~MpiCommunicator() override {
     if (owned_) MPI_Comm_free(&comm_);

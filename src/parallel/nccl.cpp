@@ -10,7 +10,10 @@ std::unique_ptr<Communicator> make_nccl_communicator(const ProcessGroup& group, 
                                                      double timeout_s) {
   NcclId id{};
   if (group.rank() == 0) id = nccl_unique_id();
-  MPI_CHECK(MPI_Bcast(id.data(), static_cast<int>(id.size()), MPI_BYTE, 0, group.comm()));
+  {
+    Waiting wait("nccl_id_broadcast", group.name().c_str());
+    MPI_CHECK(MPI_Bcast(id.data(), static_cast<int>(id.size()), MPI_BYTE, 0, group.comm()));
+  }
   return yuan::make_nccl_communicator(
       group.rank(), group.size(), id, producer, timeout_s, group.name(),
       [group = group.name(), timeout_s](const char* op, double waited) {

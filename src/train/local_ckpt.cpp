@@ -148,13 +148,19 @@ LocalTier::LocalTier(const Config& cfg, const ZeroOptimizers& opts)
     if (partner_rank(nodes, r) == w.rank) senders_.push_back(r);
   if (partner_ >= 0)
     partner_label_ = strf("rank %d on %s", partner_, nodes.label(nodes.node[partner_]).c_str());
-  MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
+  {
+    parallel::Waiting wait("comm_dup", "world");
+    MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
+  }
   if (const char* hook = std::getenv("YUANLM_PARTNER_SILENT")) silent_ = std::atoi(hook) == w.rank;
 
   // What every rank keeps, so that each checks its node's directory for its ranks and their partners' copies.
   std::vector<unsigned long long> all(w.size);
   unsigned long long mine = own_bytes(opts);
-  MPI_CHECK(MPI_Allgather(&mine, 1, MPI_UNSIGNED_LONG_LONG, all.data(), 1, MPI_UNSIGNED_LONG_LONG, comm_));
+  {
+    parallel::Waiting wait("local checkpoint sizes", "world");
+    MPI_CHECK(MPI_Allgather(&mine, 1, MPI_UNSIGNED_LONG_LONG, all.data(), 1, MPI_UNSIGNED_LONG_LONG, comm_));
+  }
   const size_t need = local_storage_needed(nodes, std::vector<size_t>(all.begin(), all.end()), w.node);
   std::string problem;
   try {
@@ -680,7 +686,10 @@ TrainState load_local(const Config& cfg, const json& assign, ZeroOptimizers& opt
     mine.push_back(t);
   }
   MPI_Comm comm;
-  MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm));
+  {
+    parallel::Waiting wait("comm_dup", "world");
+    MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm));
+  }
   std::vector<MPI_Request> reqs;
   std::vector<std::vector<float>> out(w.size), in;
   std::vector<int> from_holder;

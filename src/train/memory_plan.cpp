@@ -10,6 +10,7 @@
 #include "parallel/layout.h"
 #include "parallel/mpi_check.h"
 #include "parallel/schedule.h"
+#include "parallel/watchdog.h"
 #include "parallel/world.h"
 #include "util/memory.h"
 
@@ -129,7 +130,10 @@ Parts device_parts(const RankMemory& m) {
 // The sum of `p` over the ranks of `comm`, and their number.
 Parts sum_over(MPI_Comm comm, const Parts& p, int* ranks) {
   Parts sum = {};
-  MPI_CHECK(MPI_Allreduce(p.data(), sum.data(), kParts, MPI_UNSIGNED_LONG_LONG, MPI_SUM, comm));
+  {
+    parallel::Waiting wait("memory_check", "node");
+    MPI_CHECK(MPI_Allreduce(p.data(), sum.data(), kParts, MPI_UNSIGNED_LONG_LONG, MPI_SUM, comm));
+  }
   MPI_CHECK(MPI_Comm_size(comm, ranks));
   return sum;
 }
@@ -158,7 +162,10 @@ void check_node_memory(const RankMemory& mine, int device_index, const std::stri
   // ones too, so that no rank waits in a split the others skip). The node's figures are read once all of its ranks
   // have arrived (the sums), before any of them allocates.
   MPI_Comm node = parallel::node_comm(), device;
-  MPI_CHECK(MPI_Comm_split(node, std::max(device_index, 0), w.rank, &device));
+  {
+    parallel::Waiting wait("comm_split", "node");
+    MPI_CHECK(MPI_Comm_split(node, std::max(device_index, 0), w.rank, &device));
+  }
   int node_ranks = 0, device_ranks = 0;
   const Parts host = sum_over(node, host_parts(mine), &node_ranks);
   const Parts dev = sum_over(device, device_parts(mine), &device_ranks);
