@@ -1,57 +1,87 @@
 #!/usr/bin/env bash
-# `make bench-gpu` on a GPU machine: the CUDA kernel tests, our training throughput (bin/bench_gpu_train) and the
-# PyTorch peer (tools/bench/gpt_torch.py) on the same GPU, at the same micro-batch, then ours / PyTorch per
-# config; before them the ZeRO-Offload benchmark (bin/bench_gpu_offload, docs/OFFLOAD.md). The whole log also
-# goes to $OUT/bench_gpu.log when OUT is set (the device tool's output folder), else to build/bench_gpu.log.
-# Extra arguments go to bench_gpu_train (--steps N, --recompute).
-#
-# bin/test_cuda and bin/bench_gpu_* link only the core and CUDA objects (no MPI, HDF5 or Boost), so they build
-# and run on a bare GPU machine with the CUDA toolkit, GoogleTest for the tests, and PyTorch for the peer.
+# `make bench-gpu` on a GPU machine, and what a session lent a GPU for a few minutes runs in one call (with the kit
+# of env/device-kit.sh sourced first): each stage below under a time limit of its own, in the order of what it is
+# worth, so that the limits' sum (about 17 minutes) or a shorter lease cuts the least useful ones. Each stage's
+# log goes to its own file in $OUT when OUT is set (the device tool's output folder, whose files come back even
+# when the call runs out of time; at most 8), else to build/bench-gpu/:
+#   env.txt      the GPU, driver, host, and which binaries are there
+#   correct.log  bin/test_cuda; tests/mpi/test_gpu_loss_curve.sh (the demo's GPU loss curve against the CPU's);
+#                compute-sanitizer's memcheck over 3 training steps with evaluation and a checkpoint
+#   train.txt    bin/bench_gpu_train (GPT program + GPU AdamW: tokens/s, MFU)
+#   trainer.txt  yuanlm train gpt-small on random tokens, micro-batch 32 x 2 and 64, and the metrics' per-step split
+#                (compute_s, optim_s, ...) of its last steps: the trainer's step beside the planner's prediction
+#   offload.txt  bin/bench_gpu_offload (ZeRO-Offload: step breakdown, MFU; gpt-xl, Yuan-4.7B)
+#   torch.txt    the PyTorch peer (tools/bench/gpt_torch.py, torch.compile) at bench_gpu_train's micro-batches,
+#                then ours / PyTorch per config
+# Extra arguments go to bench_gpu_train (--steps N, --recompute). Exit status: non-zero when a check failed.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-log=${OUT:-build}/bench_gpu.log
-mkdir -p "$(dirname "$log")" build
-exec > >(tee "$log") 2>&1
-echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)"
+out=${OUT:-build/bench-gpu}
+mkdir -p "$out"
+scratch=$(mktemp -d /tmp/yuanlm-bench-gpu.XXXXXX)  # run directories and the corpus: not among $OUT's files
+trap 'rm -rf "$scratch"' EXIT
 status=0
+t0=$(date +%s)
+# stage LIMIT_S FILE TITLE CMD...: CMD under `timeout LIMIT_S`, its output appended to FILE; a failure or a
+# timeout marks the run failed and says so in FILE.
+stage() {
+  local limit=$1 file=$out/$2 title=$3 rc
+  shift 3
+  echo "== $title (at +$(($(date +%s) - t0)) s, limit $limit s)" | tee -a "$file"
+  timeout -k 5 "$limit" "$@" >>"$file" 2>&1
+  rc=$?
+  [ "$rc" -eq 77 ] && { echo "== $title: skipped" | tee -a "$file"; return; }
+  [ "$rc" -eq 0 ] || { status=1; echo "== $title: exit $rc$([ "$rc" -eq 124 ] && echo ' (time limit)')" | tee -a "$file"; }
+}
+have() { [ -x "bin/$1" ] || { echo "bin/$1 not built (make bin/$1)" | tee -a "$out/env.txt"; return 1; }; }
 
-echo "== bin/test_cuda"
-if [ -x bin/test_cuda ]; then
-  bin/test_cuda --gtest_brief=1 || status=1
-else
-  echo "bin/test_cuda not built (make bin/test_cuda)"; status=1
-fi
+PY=${PY:-/usr/bin/python3}  # with h5py (Debian's here; the kit's env.sh names the GPU machine's)
+nvidia-smi -L >/dev/null 2>&1 || { echo "run_bench_gpu: no GPU (nvidia-smi -L fails), nothing to measure"; exit 0; }
+{
+  date -u +%Y-%m-%dT%H:%MZ
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
+  echo "host: $(nproc) cores, $(free -g | awk '/^Mem:/ {print $2}') GiB"
+  ls bin/
+  command -v mpirun compute-sanitizer python3
+} >"$out/env.txt" 2>&1
 
-echo "== bin/bench_gpu_offload (ZeRO-Offload: step breakdown, MFU, yuan-4.7b, largest model)"
-if [ -x bin/bench_gpu_offload ]; then
-  bin/bench_gpu_offload | tee build/bench_gpu_offload.txt || status=1
-else
-  echo "bin/bench_gpu_offload not built (make bin/bench_gpu_offload)"; status=1
+if have test_cuda; then stage 150 correct.log "bin/test_cuda" bin/test_cuda --gtest_brief=1; fi
+if have yuanlm; then
+  stage 150 correct.log "tests/mpi/test_gpu_loss_curve.sh" bash tests/mpi/test_gpu_loss_curve.sh
+  if command -v compute-sanitizer >/dev/null; then
+    stage 120 correct.log "compute-sanitizer memcheck, 3 training steps" env OMPI_ALLOW_RUN_AS_ROOT=1 \
+      OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 1 compute-sanitizer --tool memcheck --error-exitcode 9 \
+      bin/yuanlm train input/tiny.ini --train.device=cuda --train.steps=3 --train.global_batch=8 \
+      --train.log_every=1 --train.eval_every=0 --run.dir="$scratch/sanitizer"
+  fi
 fi
-
-echo "== bin/bench_gpu_train $*"
-if [ ! -x bin/bench_gpu_train ]; then
-  echo "bin/bench_gpu_train not built (make bin/bench_gpu_train)"
-  exit 1
+if have bench_gpu_train; then stage 200 train.txt "bin/bench_gpu_train $*" bin/bench_gpu_train "$@"; fi
+if have yuanlm; then
+  stage 60 trainer.txt "a random-token corpus for gpt-small" "$PY" tools/bench/random_corpus.py "$scratch/corpus"
+  for mb in 32 64; do
+    stage 90 trainer.txt "yuanlm train gpt-small, micro-batch $mb, global batch 64" env OMPI_ALLOW_RUN_AS_ROOT=1 \
+      OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 1 bin/yuanlm train input/gpt-small.ini \
+      --data.train="$scratch/corpus/*.h5" --data.val= --train.device=cuda --train.steps=12 \
+      --train.global_batch=64 --train.micro_batch=$mb --train.log_every=1 --train.eval_every=0 --optim.zero=0 \
+      --run.dir="$scratch/trainer$mb"
+    tail -4 "$scratch/trainer$mb/metrics.jsonl" >>"$out/trainer.txt" 2>&1
+  done
 fi
-bin/bench_gpu_train "$@" | tee build/bench_gpu_ours.txt || status=1
-configs=$(python3 -c '
+if have bench_gpu_offload; then
+  stage 150 offload.txt "bin/bench_gpu_offload --only xl" bin/bench_gpu_offload --only xl
+  stage 180 offload.txt "bin/bench_gpu_offload --only yuan" bin/bench_gpu_offload --only yuan
+fi
+results=$(python3 -c '
 import json, sys
-print(json.dumps([json.loads(l[len("RESULT "):]) for l in open("build/bench_gpu_ours.txt") if l.startswith("RESULT ")]))')
-if [ "$configs" = "[]" ]; then
-  echo "no results from bin/bench_gpu_train"
-  exit 1
-fi
-
-echo "== PyTorch peer (tools/bench/gpt_torch.py)"
-python3 tools/bench/gpt_torch.py --configs "$configs" | tee build/bench_gpu_torch.txt || status=1
-
-echo "== ours / PyTorch (tokens/s, same GPU)"
-python3 - <<'PY'
-import json
-ours = {r["name"]: r for r in (json.loads(l[len("RESULT "):]) for l in open("build/bench_gpu_ours.txt")
-                               if l.startswith("RESULT "))}
-torch = {r["name"]: r for r in (json.loads(l) for l in open("build/bench_gpu_torch.txt") if l.startswith("{"))}
+print(json.dumps([json.loads(l[len("RESULT "):]) for l in open(sys.argv[1]) if l.startswith("RESULT ")]))
+' "$out/train.txt" 2>/dev/null || echo "[]")
+if [ "$results" != "[]" ]; then
+  stage 300 torch.txt "PyTorch peer (tools/bench/gpt_torch.py)" python3 tools/bench/gpt_torch.py --configs "$results"
+  python3 - "$out/train.txt" "$out/torch.txt" <<'PY' | tee -a "$out/torch.txt"
+import json, sys
+rows = lambda path, prefix: [json.loads(l[len(prefix):]) for l in open(path) if l.startswith(prefix)]
+ours = {r["name"]: r for r in rows(sys.argv[1], "RESULT ")}
+torch = {r["name"]: r for r in rows(sys.argv[2], "{")}
 print(f"{'config':<14}{'B':>4}{'ours tok/s':>14}{'MFU':>7}{'torch B':>9}{'torch tok/s':>14}{'ratio':>8}")
 for name, o in ours.items():
     t = torch.get(name, {})
@@ -59,4 +89,6 @@ for name, o in ours.items():
     ratio = f"{o['tokens_per_s'] / tt:.2f}" if tt else "n/a"
     print(f"{name:<14}{o['B']:>4}{o['tokens_per_s']:>14.0f}{o['mfu']:>7.3f}{t.get('B', 0):>9}{tt:>14.0f}{ratio:>8}")
 PY
+fi
+echo "== done at +$(($(date +%s) - t0)) s, status $status" | tee -a "$out/env.txt"
 exit $status
