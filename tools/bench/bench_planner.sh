@@ -17,12 +17,14 @@
 # So the benchmark runs ROUNDS rounds (env BENCH_ROUNDS, default 3); each round calibrates again and then runs every
 # layout, in an order rotated by one each round, each layout predicted with its own round's calibration. A layout's
 # figures are the medians over the rounds of its measured and of its predicted times, and the table shows their
-# spread (lowest-highest over the rounds) beside them, so that a reader sees how much of an error is the machine.
+# spread (lowest-highest over the rounds) beside them, so that a reader sees how much of an error is the machine;
+# each round prints its errors and the share of the VM's cpu that other work took while its one-node layouts ran.
 source "$(dirname "$0")/../../tests/mpi/lib.sh"
 export OMPI_MCA_mpi_yield_when_idle=1  # a rank waiting in MPI yields its core: ranks may outnumber the cores
 export OMPI_MCA_mca_base_env_list=OMP_NUM_THREADS  # to the ranks mpirun starts on other nodes, too
 ROUNDS=${BENCH_ROUNDS:-3}
-[[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "bench_planner: BENCH_ROUNDS=$ROUNDS: give a whole number of rounds, 1 or more"; exit 1; }
+[[ $ROUNDS =~ ^[1-9][0-9]*$ ]] ||
+  { echo "bench_planner: BENCH_ROUNDS=$ROUNDS: give a whole number of rounds, 1 or more"; exit 1; }
 L=4 C=128 T=128 V=4096 G=8 steps=12 skip=3
 make_corpus "$WORK/corpus" 1 60000 $V
 model=(--model.n_layer=$L --model.n_head=4 --model.n_embd=$C --model.seq_len=$T --model.vocab_size=$V
@@ -100,18 +102,23 @@ PYEOF
 # cpu_use NAME: into the array NAME, /proc/stat's jiffies the hypervisor gave to others while this VM wanted its
 # cores (steal), the VM's busy jiffies, and all; then the cpu time of this script's finished children (bash's
 # `times`, run in this shell, not in a subshell of its own), in jiffies. Busy minus ours is what the VM's other work
-# took from the round: the layouts shared the cores with it.
+# took meanwhile: the layouts shared the cores with it. Taken over the one-node part of a round only: the ranks on
+# the test cluster's nodes, started through its rsh agent, are not charged to this shell's `times` (a 2-node
+# training on the idle VM read as 46% other work).
 cpu_use() {
   times >"$WORK/times"
   local -n use=$1
-  read -r -a use <<<"$(awk '/^cpu /{print $9, $2 + $3 + $4 + $7 + $8 + $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9}' /proc/stat)"
-  use+=("$(tail -1 "$WORK/times" | awk -v hz="$(getconf CLK_TCK)" '{gsub(/[ms]/, " "); print int(hz * ($1 * 60 + $2 + $3 * 60 + $4))}')")
+  read -r -a use <<<"$(awk '/^cpu /{print $9, $2 + $3 + $4 + $7 + $8 + $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9}' \
+    /proc/stat)"
+  # `times`' second line: the children's user and system time, as "0m1.234s 0m0.567s"
+  use+=("$(tail -1 "$WORK/times" |
+    awk -v hz="$(getconf CLK_TCK)" '{gsub(/[ms]/, " "); print int(hz * ($1 * 60 + $2 + $3 * 60 + $4))}')")
 }
 for ((round = 1; round <= ROUNDS; round++)); do
-  cpu_use before
   echo "== round $round of $ROUNDS, load average $(cut -d' ' -f1-3 /proc/loadavg)" \
     "(name ranks nodes; measured step, compute, comm s; predicted step, compute, comm s; no loops s)"
   for nodes in "${node_counts[@]}"; do
+    if [ "$nodes" = 1 ]; then cpu_use before; fi
     calibrate "$nodes" "$WORK/machine-$nodes.ini"
     chosen=()
     for l in "${layouts[@]}"; do
@@ -123,11 +130,13 @@ for ((round = 1; round <= ROUNDS; round++)); do
       # shellcheck disable=SC2086
       run_layout "$round" "$WORK/machine-$nodes.ini" "$name" "$np" "$n" $args | sed 's/^/  /'
     done
+    if [ "$nodes" = 1 ]; then
+      cpu_use after
+      all=$((after[2] - before[2] + 1))
+      echo "  of the VM's cpu time while the one-node layouts ran: steal $(((after[0] - before[0]) * 100 / all))%," \
+        "other work than this benchmark's $(((after[1] - before[1] - after[3] + before[3]) * 100 / all))%"
+    fi
   done
-  cpu_use after
-  all=$((after[2] - before[2] + 1))
-  echo "  of the VM's cpu time in the round: steal $(((after[0] - before[0]) * 100 / all))%, other work than this" \
-    "benchmark's $(((after[1] - before[1] - after[3] + before[3]) * 100 / all))%"
 done
 echo "== calibrated machine files of the last round"
 for nodes in "${node_counts[@]}"; do
