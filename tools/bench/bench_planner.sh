@@ -152,8 +152,8 @@ for r in raw:
     by_round.setdefault(r[0], []).append(r)
 print("per round (each layout against its round's calibration):")
 for rnd, rs in by_round.items():
-    errs = [abs(float(r[8]) / float(r[4]) - 1) for r in rs]
-    bias = statistics.median(float(r[8]) / float(r[4]) - 1 for r in rs)
+    errs = [abs(float(r[7]) / float(r[4]) - 1) for r in rs]
+    bias = statistics.median(float(r[7]) / float(r[4]) - 1 for r in rs)
     print(f"  round {rnd}: median error {100 * statistics.median(errs):.0f}%, worst {100 * max(errs):.0f}%, "
           f"median signed error {100 * bias:+.0f}%")
 # A layout's figures: the medians over the rounds; spreads: lowest and highest over the rounds.
