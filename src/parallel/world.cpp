@@ -24,14 +24,12 @@ bool g_initialized = false;
 bool g_owns_mpi = false;  // false when the embedding program initialised MPI itself
 volatile std::sig_atomic_t g_stop_signal = 0;
 extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
-}  // namespace
 
-namespace {
-// Written before the alarm is armed: the handler may only write(2) and _exit.
+// StartupDeadline's line, written before the alarm is armed: the handler may only write(2) and _exit.
 char g_startup_line[512];
 size_t g_startup_len = 0;
 extern "C" void on_startup_deadline(int) {
-  if (write(STDERR_FILENO, g_startup_line, g_startup_len) < 0) _exit(1);
+  [[maybe_unused]] const ssize_t written = write(STDERR_FILENO, g_startup_line, g_startup_len);
   _exit(1);
 }
 }  // namespace
