@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make bench-gpu` on a GPU machine, and what a session lent a GPU for a few minutes runs in one call (with the kit
+# `make bench-gpu` on a GPU machine, and the one call to make on a GPU machine lent for a few minutes (with the kit
 # of env/device-kit.sh sourced first): each stage below under a time limit of its own, in the order of what it is
 # worth, so that the limits' sum (about 17 minutes) or a shorter lease cuts the least useful ones. Each stage's
 # log goes to its own file in $OUT when OUT is set (the device tool's output folder, whose files come back even
