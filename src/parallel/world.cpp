@@ -36,7 +36,8 @@ extern "C" void on_startup_deadline(int) {
 
 StartupDeadline::StartupDeadline() {
   const char* env = std::getenv("YUANLM_START_TIMEOUT_S");
-  const int seconds = env && std::atoi(env) > 0 ? std::atoi(env) : static_cast<int>(kDefaultTimeoutSeconds);
+  const int asked = env ? std::atoi(env) : 0;
+  const int seconds = asked > 0 ? asked : static_cast<int>(kDefaultTimeoutSeconds);
   char host[256] = "?";
   gethostname(host, sizeof host - 1);
   // Before MPI_Init the rank is known only from the launcher's environment.

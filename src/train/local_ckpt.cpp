@@ -20,10 +20,10 @@
 
 #include "parallel/watchdog.h"
 #include "parallel/world.h"
+#include "util/crc32c.h"
 #include "util/error.h"
 #include "util/fs.h"
 #include "util/json.h"
-#include "util/crc32c.h"
 #include "util/log.h"
 #include "util/memory.h"
 #include "util/safetensors.h"

@@ -127,11 +127,11 @@ Parts device_parts(const RankMemory& m) {
   return p;
 }
 
-// The sum of `p` over the ranks of `comm`, and their number.
-Parts sum_over(MPI_Comm comm, const Parts& p, int* ranks) {
+// The sum of `p` over the ranks of `comm` (`group` names it to the watchdog), and their number.
+Parts sum_over(MPI_Comm comm, const char* group, const Parts& p, int* ranks) {
   Parts sum = {};
   {
-    parallel::Waiting wait("memory_check", "node");
+    parallel::Waiting wait("memory_check", group);
     MPI_CHECK(MPI_Allreduce(p.data(), sum.data(), kParts, MPI_UNSIGNED_LONG_LONG, MPI_SUM, comm));
   }
   MPI_CHECK(MPI_Comm_size(comm, ranks));
@@ -167,8 +167,8 @@ void check_node_memory(const RankMemory& mine, int device_index, const std::stri
     MPI_CHECK(MPI_Comm_split(node, std::max(device_index, 0), w.rank, &device));
   }
   int node_ranks = 0, device_ranks = 0;
-  const Parts host = sum_over(node, host_parts(mine), &node_ranks);
-  const Parts dev = sum_over(device, device_parts(mine), &device_ranks);
+  const Parts host = sum_over(node, "node", host_parts(mine), &node_ranks);
+  const Parts dev = sum_over(device, "device", device_parts(mine), &device_ranks);
   MPI_CHECK(MPI_Comm_free(&device));
   const NodeMemory avail = node_available_memory();
   const std::string where = parallel::node_map().label(w.node);
