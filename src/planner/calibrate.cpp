@@ -24,6 +24,7 @@
 #include "ops/adamw.h"
 #include "ops/reference_ops.h"
 #include "parallel/mpi_check.h"
+#include "parallel/watchdog.h"
 #include "parallel/world.h"
 #include "planner/machine.h"
 #include "util/fs.h"
@@ -83,6 +84,10 @@ constexpr size_t kSmall = 8, kLarge = 4 << 20;
 // first call that faults the buffers in and loads the library's kernels. The median, as the trainer's step time is
 // read (metrics step_s): what the node gives its ranks with whatever else shares its cores (the ranks of the node
 // run theirs at the same time: that sharing is measured too); the fastest would be what an idle node gives.
+// A rank that has its repetitions goes on calling `f`, untimed, until every rank has: the ranks that share a
+// node's cores (or a vCPU's sibling, or its memory) must share them for the whole of every rank's measurement, as
+// they do for a whole step, or the last to finish runs its last repetitions on a freed core and the node's sum of
+// rates comes out high (by 20-30% with 4 ranks on 2 cores, 5-10% with 2, on the 2-core VM of docs/PLANNER.md).
 template <typename F>
 double seconds_per_call(F&& f) {
   f();
@@ -95,6 +100,16 @@ double seconds_per_call(F&& f) {
     t0 = now_seconds();
     for (int i = 0; i < calls; i++) f();
     reps.push_back((now_seconds() - t0) / calls);
+  }
+  {
+    parallel::Waiting wait("calibration company", "world");
+    MPI_Request everyone;
+    MPI_CHECK(MPI_Ibarrier(MPI_COMM_WORLD, &everyone));
+    for (int done = 0;;) {
+      MPI_CHECK(MPI_Test(&everyone, &done, MPI_STATUS_IGNORE));
+      if (done) break;
+      f();
+    }
   }
   std::nth_element(reps.begin(), reps.begin() + kReps / 2, reps.end());
   return reps[kReps / 2];
