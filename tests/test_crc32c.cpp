@@ -37,11 +37,17 @@ TEST(Crc32c, EveryPathAgreesWithTheTableInPiecesAndCopies) {
       EXPECT_EQ(crc32c(0, b.data() + start, n), want) << start << " " << n;
       const size_t half = n / 2;
       EXPECT_EQ(crc32c(crc32c(0, b.data() + start, half), b.data() + start + half, n - half), want);
-      std::vector<unsigned char> dst(n + 8, 0xAB);
-      EXPECT_EQ(crc32c_copy(0, dst.data() + 1, b.data() + start, n), want);
-      EXPECT_TRUE(std::equal(b.begin() + start, b.begin() + start + n, dst.begin() + 1));
-      EXPECT_EQ(dst[0], 0xAB);
-      EXPECT_EQ(dst[n + 1], 0xAB);
+      // The copy's destination at every offset from a 32-byte boundary that its paths tell apart.
+      std::vector<unsigned char> buf(n + 96, 0xAB);
+      unsigned char* const line = buf.data() + (32 - reinterpret_cast<uintptr_t>(buf.data()) % 32) % 32;
+      for (size_t off : {0, 1, 8, 24, 31}) {
+        unsigned char* const dst = line + off + 1;  // a guard byte before it
+        std::fill(buf.begin(), buf.end(), 0xAB);
+        EXPECT_EQ(crc32c_copy(0, dst, b.data() + start, n), want) << start << " " << n << " " << off;
+        EXPECT_TRUE(std::equal(b.begin() + start, b.begin() + start + n, dst)) << start << " " << n << " " << off;
+        EXPECT_EQ(dst[-1], 0xAB);
+        EXPECT_EQ(dst[n], 0xAB);
+      }
     }
   std::printf("crc32c here: %s\n", crc32c_hardware() ? "the crc32 instruction" : "the table");
 }
