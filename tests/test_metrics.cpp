@@ -26,6 +26,7 @@ StepMetrics figures() {
   m.comm_s = 0.03;
   m.optim_s = 0.02;
   m.optim_background_s = 0;
+  m.local_ckpt_s = 0.04;
   m.eta_s = 62;
   m.tokens = 40960;
   m.peak_host_bytes = 1 << 20;
@@ -70,13 +71,14 @@ TEST(StepMetrics, RecordKeysInTheirOrder) {
   const std::vector<std::string> plain = {"step",      "loss",       "lr",      "grad_norm",          "tokens_per_s",
                                           "mfu",       "step_s",     "data_s",  "compute_s",          "comm_s",
                                           "wait_max_s", "slowest_rank", "straggler_s", "all_wait_s",
-                                          "optim_s",   "optim_background_s",    "skipped",            "tokens",
+                                          "optim_s",   "optim_background_s",    "local_ckpt_s", "skipped", "tokens",
                                           "peak_host_bytes", "base_host_bytes", "comm_bytes"};
   const nlohmann::ordered_json j = nlohmann::ordered_json::parse(step_record(m).str());
   EXPECT_EQ(keys(j), plain);
   EXPECT_EQ(j["step"], 10);
   EXPECT_EQ(j["skipped"], 0);
   EXPECT_EQ(j["tokens"], 40960);
+  EXPECT_EQ(j["local_ckpt_s"], 0.04);
   EXPECT_EQ(j["comm_bytes"], nlohmann::ordered_json::object());
   // Pipelined: the bubble and each stage's busy share last.
   m.bubble = 0.25;

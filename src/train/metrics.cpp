@@ -119,6 +119,7 @@ JsonLine step_record(const StepMetrics& m) {
       .add("all_wait_s", m.all_wait_s)
       .add("optim_s", m.optim_s)
       .add("optim_background_s", m.optim_background_s)
+      .add("local_ckpt_s", m.local_ckpt_s)
       .add("skipped", static_cast<long long>(m.skipped))
       .add("tokens", m.tokens)
       .add("peak_host_bytes", static_cast<long long>(m.peak_host_bytes))

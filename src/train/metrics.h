@@ -48,6 +48,10 @@ struct StepMetrics {
   double loss = 0, lr = 0, grad_norm = 0;
   double tokens_per_s = 0, mfu = 0;
   double step_s = 0, data_s = 0, compute_s = 0, comm_s = 0, optim_s = 0, optim_background_s = 0;
+  // The fast tier's checkpoint after the step (ckpt.local_every), on this rank: the copy into node memory the step's
+  // thread makes, and its wait for the previous one's write; 0 after a step with none. Not in step_s: tokens_per_s
+  // and MFU stay the step's own, the ETA counts it.
+  double local_ckpt_s = 0;
   double wait_max_s = 0;  // this rank's longest wait in the step (parallel/watchdog.h)
   // The rank whose own work (the step less its waits) took longest, where it runs, and what it cost the step: its
   // work beyond the middle rank's, which the others spend waiting for it (rank 0's figures; elsewhere rank 0 at 0).

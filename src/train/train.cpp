@@ -198,7 +198,6 @@ class Trainer {
       count_bad_steps(m);
       if (parallel::agreed_stop_signal()) return stop_for_requeue();
       maybe_checkpoint(m.step);
-      maybe_local_checkpoint(m.step);
       if (!maybe_evaluate(m.step)) return stop_for_requeue();
     }
     if (!evaluate(c.train.steps)) return stop_for_requeue();
@@ -352,9 +351,6 @@ class Trainer {
     if (m.step == profile_last) replica_.backend->profiler(false);
     state_.step = m.step;
     state_.next_sample += static_cast<uint64_t>(c.train.global_batch);
-    if (step > first_step_) timed_ += m.step_s;  // the first step pays for warm-up
-    const double per_step = step > first_step_ ? timed_ / (step - first_step_) : m.step_s;
-    m.eta_s = per_step * (c.train.steps - m.step);
     m.tokens_per_s = tokens_per_step() / m.step_s;
     m.mfu = m.tokens_per_s * flops_per_token_ / (peak_.flops * world_.size);
     m.grad_norm = st.grad_norm;
@@ -374,6 +370,11 @@ class Trainer {
     m.peak_host_bytes = host_peak_rss_bytes();
     m.base_host_bytes = base_host_bytes_;
     m.traffic_end = groups_.traffic();
+    // The fast tier's copy is part of every step it is taken after, for the ETA; its waits are not the step's.
+    m.local_ckpt_s = maybe_local_checkpoint(m.step);
+    if (step > first_step_) timed_ += m.step_s + m.local_ckpt_s;  // the first step pays for warm-up
+    const double per_step = step > first_step_ ? timed_ / (step - first_step_) : m.step_s + m.local_ckpt_s;
+    m.eta_s = per_step * (c.train.steps - m.step);
     return m;
   }
 
@@ -441,11 +442,14 @@ class Trainer {
   }
 
   // After `done` steps, every ckpt.local_every but the last (run() checkpoints it to run.dir/ckpt). A delayed update
-  // lands first, as for run.dir/ckpt's checkpoints: the snapshot holds the state after the step.
-  void maybe_local_checkpoint(int done) {
-    if (!local_ || done % cfg_.ckpt.local_every != 0 || done == cfg_.train.steps) return;
+  // lands first, as for run.dir/ckpt's checkpoints: the snapshot holds the state after the step. Returns the seconds
+  // it took this thread.
+  double maybe_local_checkpoint(int done) {
+    if (!local_ || done % cfg_.ckpt.local_every != 0 || done == cfg_.train.steps) return 0;
+    const double t0 = now_seconds();
     replica_.opts->drain();
     local_->save(state_, *replica_.opts);
+    return now_seconds() - t0;
   }
 
   // After `done` steps, every train.eval_every; run() evaluates the last step. False: a stop signal ended it.
