@@ -87,7 +87,8 @@ constexpr size_t kSmall = 8, kLarge = 4 << 20;
 // A rank that has its repetitions goes on calling `f`, untimed, until every rank has: the ranks that share a
 // node's cores (or a vCPU's sibling, or its memory) must share them for the whole of every rank's measurement, as
 // they do for a whole step, or the last to finish runs its last repetitions on a freed core and the node's sum of
-// rates comes out high (by 20-30% with 4 ranks on 2 cores, 5-10% with 2, on the 2-core VM of docs/PLANNER.md).
+// rates comes out high (4 ranks on the 2-core VM read 1.20 x the GEMM rate of 2 ranks without this, 1.05 x with it;
+// docs/BENCHMARKS.md, 2026-11-27).
 template <typename F>
 double seconds_per_call(F&& f) {
   f();
