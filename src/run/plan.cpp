@@ -94,9 +94,8 @@ void print_layout(const Config& c, int world, bool json, const parallel::NodeMap
                               {"activations", m.on_device.activations}, {"buffers", m.on_device.buffers},
                               {"total", m.on_device.total()}}},
             {"host_bytes", {{"optimizer", m.host.optimizer}, {"staging", m.host.staging}, {"data", m.data},
-                            {"local_buffers", m.local_buffers}, {"local_storage", m.local_storage},
-                            {"total", m.host.optimizer + m.host.staging + m.data + m.local_buffers +
-                                          m.local_storage}}},
+                            {"local_storage", m.local_storage},
+                            {"total", m.host.optimizer + m.host.staging + m.data + m.local_storage}}},
             {"rank_bytes", m.total()}};
         if (nodes) {
           std::vector<int> on;
@@ -122,10 +121,10 @@ void print_layout(const Config& c, int world, bool json, const parallel::NodeMap
           format_bytes(m.host.staging).c_str(), format_bytes(m.data).c_str(),
           device == Device::Cpu ? strf("; the rank's host memory %s", format_bytes(m.total()).c_str()).c_str()
                                 : "");
-      if (m.local_buffers > 0)
-        say("      local checkpoints (ckpt.local_every): a partner copy in transit %s in host memory (none on one node), "
-            "node-local storage %s (own + partner shards, two generations; in memory under /dev/shm)",
-            format_bytes(m.local_buffers).c_str(), format_bytes(m.local_storage).c_str());
+      if (m.local_storage > 0)
+        say("      local checkpoints (ckpt.local_every): node-local storage %s (own + partner shards, two generations; "
+            "in memory under /dev/shm, copied and received into with no buffer besides)",
+            format_bytes(m.local_storage).c_str());
     }
   }
   if (!nodes) return;

@@ -84,23 +84,6 @@ void publish(const std::string& tmp, const std::string& final_dir, const std::st
   fs::rename(tmp, final_dir);
 }
 
-// A partner's copy as received: its shard files out of `data` (the three tensors of each file one after another, in
-// the manifest's order; the manifest holds their checksums), into `parent`/`name` through a .tmp_ directory.
-void write_partner_copy(const std::string& parent, const std::string& name, const std::string& manifest,
-                        const std::vector<const float*>& data) {
-  const std::string tmp = parent + "/.tmp_" + name;
-  make_dirs(parent);
-  fs::remove_all(tmp);
-  make_dirs(tmp);
-  const json m = json::parse(manifest);
-  for (size_t i = 0; i < m["files"].size(); i++) {
-    const size_t count = m["files"][i]["count"].get<size_t>();
-    const float* const tensors[3] = {data[i], data[i] + count, data[i] + 2 * count};
-    write_shard_file(tmp + "/" + m["files"][i]["name"].get<std::string>(), count, tensors);
-  }
-  publish(tmp, parent + "/" + name, manifest);
-}
-
 // The bytes a rank's own copy takes (its shard files; the headers are small).
 size_t own_bytes(const ZeroOptimizers& opts) {
   size_t n = 0;
@@ -207,7 +190,7 @@ LocalTier::~LocalTier() {
 // into a file mapped before, 0.6 s into a new mapping of the same tmpfs pages and 1.5 s into new pages.
 struct LocalTier::MappedShard {
   MappedShard(const std::string& path, size_t count, const std::string& prefix)
-      : count(count), bytes(prefix.size() + 3 * sizeof(float) * count) {
+      : name(path.substr(path.rfind('/') + 1)), count(count), bytes(prefix.size() + 3 * sizeof(float) * count) {
     const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     YUAN_CHECK(fd >= 0, "%s: cannot create: %s", path.c_str(), std::strerror(errno));
     // Reserved, not just sized: a store into a tmpfs page that cannot be allocated would be a SIGBUS.
@@ -224,11 +207,37 @@ struct LocalTier::MappedShard {
   MappedShard(const MappedShard&) = delete;
   MappedShard& operator=(const MappedShard&) = delete;
 
-  const size_t count;  // values per tensor
+  const std::string name;  // in its directory
+  const size_t count;       // values per tensor
   const size_t bytes;
   void* base = MAP_FAILED;
   float* tensors = nullptr;  // master, exp_avg, exp_avg_sq, one after another
 };
+
+void LocalTier::Slot::sync() const {
+  for (const auto& f : files)
+    YUAN_CHECK(::msync(f->base, f->bytes, MS_SYNC) == 0, "%s: msync failed: %s", dir.c_str(), std::strerror(errno));
+}
+
+// Before generation `name` is written: the partner copies this rank keeps of the generation before the previous
+// are renamed into this generation's .tmp_ directories when that generation is being dropped (the previous one is
+// complete everywhere), so that the exchange receives straight into their pages; else they are let go (their
+// files stay, as they may hold the last complete generation, until a later generation drops them).
+void LocalTier::take_partner_files(const std::string& name, bool drop) {
+  std::vector<Slot>& slots = partner_slots_[1 - last_];
+  for (size_t i = 0; i < slots.size(); i++) {
+    Slot& s = slots[i];
+    if (!drop || !exchanging_ || s.dir.empty() || !fs::exists(s.dir)) {
+      s = Slot();
+      continue;
+    }
+    const std::string parent = dir_ + "/partner/" + name, tmp = parent + "/.tmp_" + rank_dir_name(senders_[i]);
+    make_dirs(parent);
+    fs::remove_all(tmp);
+    fs::rename(s.dir, tmp);
+    s.dir = tmp;
+  }
+}
 
 void LocalTier::save(const TrainState& st, const ZeroOptimizers& opts) {
   if (writer_.joinable()) writer_.join();  // the only wait the step has: the previous write still going
@@ -255,10 +264,12 @@ void LocalTier::save(const TrainState& st, const ZeroOptimizers& opts) {
                                                            shard_file_prefix(saved[i]->shard_size())));
     }
     slot.dir = tmp;
+    take_partner_files(name, drop);
   } catch (const std::exception& e) {
     problem = e.what();
     slot.files.clear();
     slot.dir.clear();
+    partner_slots_[1 - last_].clear();
   }
   if (drop) parallel::barrier();
   if (drop && parallel::world().local_rank == 0) drop_older(previous_, name);
@@ -306,9 +317,7 @@ void LocalTier::write(int64_t step, const std::string& manifest) {
   const std::string name = step_dir_name(step);
   Slot& slot = slots_[last_];
   try {
-    for (const auto& f : slot.files)
-      YUAN_CHECK(::msync(f->base, f->bytes, MS_SYNC) == 0, "%s: msync failed: %s", slot.dir.c_str(),
-                 std::strerror(errno));
+    slot.sync();
     const std::string final_dir = dir_ + "/" + name + "/" + rank_dir_name(rank_);
     publish(slot.dir, final_dir, manifest);
     slot.dir = final_dir;
@@ -370,31 +379,47 @@ bool LocalTier::exchange(int64_t step, const std::string& manifest) {
   }
   if (!wait_until(recvs, deadline)) return lost_sender();
   // The floats come as the sender posted them, one run of messages per saved optimizer (a file of the manifest):
-  // the receives must be cut the same way, or a message would land in a receive sized for another.
-  received_.resize(senders_.size());  // kept from one exchange to the next: fresh pages cost page faults each time
-  std::vector<std::vector<float>>& data = received_;
-  std::vector<std::vector<const float*>> at(senders_.size());
+  // the receives must be cut the same way, or a message would land in a receive sized for another. Each copy goes
+  // straight into mapped files: those take_partner_files renamed into place where they fit, else new ones.
+  std::vector<Slot>& slots = partner_slots_[last_];
+  slots.resize(senders_.size());
+  const std::string parent = dir_ + "/partner/" + step_dir_name(step);
   recvs.clear();
   for (size_t i = 0; i < senders_.size(); i++) {
-    allocating(heads[i][1] * sizeof(float), "a partner copy", [&] { data[i].resize(heads[i][1]); });
     const json m = json::parse(texts[i]);
-    size_t pos = 0;
-    for (const json& f : m["files"]) {
-      const size_t n = 3 * f["count"].get<size_t>();
-      YUAN_CHECK(pos + n <= data[i].size(),
-                 "local checkpoint %s: rank %d's copy holds %zu values, its manifest lists more",
-                 step_dir_name(step).c_str(), senders_[i], data[i].size());
-      at[i].push_back(data[i].data() + pos);
-      post_floats(false, data[i].data() + pos, n, senders_[i], tag + 2, comm_, recvs);
-      pos += n;
+    size_t total = 0;
+    for (const json& f : m["files"]) total += 3 * f["count"].get<size_t>();
+    YUAN_CHECK(total == heads[i][1], "local checkpoint %s: rank %d's copy holds %llu values, its manifest lists %zu",
+               step_dir_name(step).c_str(), senders_[i], heads[i][1], total);
+    Slot& s = slots[i];
+    const std::string tmp = parent + "/.tmp_" + rank_dir_name(senders_[i]);
+    bool fits = s.dir == tmp && s.files.size() == m["files"].size();
+    for (size_t f = 0; fits && f < s.files.size(); f++)
+      fits = s.files[f]->name == m["files"][f]["name"].get<std::string>() &&
+             s.files[f]->count == m["files"][f]["count"].get<size_t>();
+    if (!fits) {
+      s = Slot();
+      make_dirs(parent);
+      fs::remove_all(tmp);
+      make_dirs(tmp);
+      s.dir = tmp;
+      for (const json& f : m["files"]) {
+        const size_t count = f["count"].get<size_t>();
+        s.files.push_back(std::make_unique<MappedShard>(tmp + "/" + f["name"].get<std::string>(), count,
+                                                        shard_file_prefix(count)));
+      }
     }
-    YUAN_CHECK(pos == data[i].size(), "local checkpoint %s: rank %d's copy holds %zu values, its manifest lists %zu",
-               step_dir_name(step).c_str(), senders_[i], data[i].size(), pos);
+    for (const auto& f : s.files) post_floats(false, f->tensors, 3 * f->count, senders_[i], tag + 2, comm_, recvs);
   }
   if (!wait_until(recvs, deadline)) return lost_sender();
   if (!wait_until(sends, deadline)) return fail("its partner, " + partner_label_);
-  for (size_t i = 0; i < senders_.size(); i++)
-    write_partner_copy(dir_ + "/partner/" + step_dir_name(step), rank_dir_name(senders_[i]), texts[i], at[i]);
+  for (size_t i = 0; i < senders_.size(); i++) {
+    Slot& s = slots[i];
+    s.sync();
+    const std::string final_dir = parent + "/" + rank_dir_name(senders_[i]);
+    publish(s.dir, final_dir, texts[i]);
+    s.dir = final_dir;
+  }
   return true;
 }
 
@@ -412,6 +437,7 @@ void LocalTier::drop_older(const std::string& keep, const std::string& next) con
 void LocalTier::finish() {
   if (writer_.joinable()) writer_.join();
   for (Slot& slot : slots_) slot.files.clear();  // their pages go with the files below
+  for (std::vector<Slot>& slots : partner_slots_) slots.clear();
   parallel::barrier();  // no rank of the node is still writing
   if (parallel::world().local_rank != 0) return;
   drop_older("", "");

@@ -17,7 +17,7 @@
 namespace yuan {
 
 size_t RankMemory::host_bytes() const {
-  return host.optimizer + host.staging + data + local_buffers + local_storage +
+  return host.optimizer + host.staging + data + local_storage +
          (device == Device::Cpu ? on_device.total() : 0);
 }
 
@@ -50,9 +50,8 @@ RankPlan plan_rank(const Config& c, const parallel::Topology& topo, Device devic
     m.host.staging += h.staging;
     // What a checkpoint holds of the group (zero 0: its rank 0 writes the whole state): master, exp_avg, exp_avg_sq.
     if (c.ckpt.local_every > 0 && (c.optim.zero != 0 || group_rank == 0)) {
-      // The own copy is written straight into its files (local_storage); what host memory holds besides is the
-      // partner copy as received, taken to be the size of the rank's own (the same local rank of a node alike).
-      m.local_buffers += 3 * sizeof(float) * z.shard_n;
+      // Two generations of the own copy and of the partner copy, the latter taken to be the size of the own (the
+      // same local rank of a node alike).
       m.local_storage += 2 * 2 * 3 * sizeof(float) * z.shard_n;
     }
     if (c.optim.zero == 3) shards = z.shard_n;  // one module group (validate)
@@ -112,7 +111,7 @@ Parts host_parts(const RankMemory& m) {
   p[kOptimizer] = m.host.optimizer;
   p[kStaging] = m.host.staging;
   p[kData] = m.data;
-  p[kLocal] = m.local_buffers + m.local_storage;
+  p[kLocal] = m.local_storage;
   p[kMargin] = kRankMemoryMargin;
   return p;
 }

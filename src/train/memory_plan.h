@@ -22,13 +22,13 @@ struct RankMemory {
   MemoryPlan on_device;         // working weights, fp32 gradients, activations, buffers
   ZeroHostMemory host;          // optimizer state and its transfer staging (host)
   size_t data = 0;              // the loaders' buffers (host)
-  // ckpt.local_every > 0 (train/local_ckpt.h): the snapshot of the rank's shards and a partner's copy in transit
-  // (host), and the node-local storage of two generations of both (/dev/shm by default: host memory too).
-  size_t local_buffers = 0, local_storage = 0;
+  // ckpt.local_every > 0 (train/local_ckpt.h): the node-local storage of two generations of the rank's shards and of
+  // the partner copy it keeps (/dev/shm by default: host memory too), copied and received straight into its files.
+  size_t local_storage = 0;
   size_t host_bytes() const;    // everything in host memory
   size_t device_bytes() const;  // everything in device memory (0 on the cpu backend)
   size_t total() const {
-    return on_device.total() + host.optimizer + host.staging + data + local_buffers + local_storage;
+    return on_device.total() + host.optimizer + host.staging + data + local_storage;
   }
 };
 
