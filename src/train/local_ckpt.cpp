@@ -184,10 +184,11 @@ LocalTier::~LocalTier() {
   if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 
-// A shard file of the own copy, mapped: the tensors are copied into it (checksummed on the way) by the training
-// thread, and sent to the partner from it. It stays mapped from one generation to the one after the next, which
-// overwrites it in place, so the copy costs no page faults: on the 2-core VM (2026-11-27) 750 MB cost 0.10 s of CPU
-// into a file mapped before, 0.6 s into a new mapping of the same tmpfs pages and 1.5 s into new pages.
+// A shard file of a copy, mapped: of the own copy, whose tensors the training thread copies into it (checksummed on
+// the way) and which is sent to the partner from it; or of a partner's copy, received into it. It stays mapped from
+// one generation to the one after the next, which overwrites it in place, so the copy costs no page faults: on the
+// 2-core VM (2026-11-27) 750 MB cost 0.10 s of CPU into a file mapped before, 0.6 s into a new mapping of the same
+// tmpfs pages and 1.5 s into new pages.
 struct LocalTier::MappedShard {
   MappedShard(const std::string& path, size_t count, const std::string& prefix)
       : name(path.substr(path.rfind('/') + 1)), count(count), bytes(prefix.size() + 3 * sizeof(float) * count) {
