@@ -80,6 +80,18 @@ constexpr int kReps = 7;               // repetitions; the median is the figure
 constexpr double kLinkSeconds = 0.5;  // each ping-pong size
 constexpr size_t kSmall = 8, kLarge = 4 << 20;
 
+// A barrier over the world that runs `meanwhile` until every rank has reached it.
+template <typename F>
+void barrier_doing(F&& meanwhile) {
+  MPI_Request everyone;
+  MPI_CHECK(MPI_Ibarrier(MPI_COMM_WORLD, &everyone));
+  for (int done = 0;;) {
+    MPI_CHECK(MPI_Test(&everyone, &done, MPI_STATUS_IGNORE));
+    if (done) return;
+    meanwhile();
+  }
+}
+
 // Seconds per call of `f`: the median of kReps repetitions of as many calls as fill about kRepSeconds, after a
 // first call that faults the buffers in and loads the library's kernels. The median, as the trainer's step time is
 // read (metrics step_s): what the node gives its ranks with whatever else shares its cores (the ranks of the node
@@ -104,13 +116,7 @@ double seconds_per_call(F&& f) {
   }
   {
     parallel::Waiting wait("calibration company", "world");
-    MPI_Request everyone;
-    MPI_CHECK(MPI_Ibarrier(MPI_COMM_WORLD, &everyone));
-    for (int done = 0;;) {
-      MPI_CHECK(MPI_Test(&everyone, &done, MPI_STATUS_IGNORE));
-      if (done) break;
-      f();
-    }
+    barrier_doing(f);
   }
   std::nth_element(reps.begin(), reps.begin() + kReps / 2, reps.end());
   return reps[kReps / 2];
@@ -252,13 +258,7 @@ GemmFit fit_gemm(const std::vector<double>& flops, const std::vector<double>& se
 // Ranks outside a ping-pong wait for it here without spinning on a core that it needs: ranks may outnumber a
 // node's cores, and the test cluster's nodes share one machine's.
 void quiet_barrier() {
-  MPI_Request r;
-  MPI_CHECK(MPI_Ibarrier(MPI_COMM_WORLD, &r));
-  for (int done = 0;;) {
-    MPI_CHECK(MPI_Test(&r, &done, MPI_STATUS_IGNORE));
-    if (done) return;
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
+  barrier_doing([] { std::this_thread::sleep_for(std::chrono::microseconds(200)); });
 }
 
 // The link between world ranks a and b, on every rank (they wait quietly meanwhile).

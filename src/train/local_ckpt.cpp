@@ -190,6 +190,7 @@ LocalTier::~LocalTier() {
 // 2-core VM (2026-11-27) 750 MB cost 0.10 s of CPU into a file mapped before, 0.6 s into a new mapping of the same
 // tmpfs pages and 1.5 s into new pages.
 struct LocalTier::MappedShard {
+  MappedShard(const std::string& path, size_t count) : MappedShard(path, count, shard_file_prefix(count)) {}
   MappedShard(const std::string& path, size_t count, const std::string& prefix)
       : name(path.substr(path.rfind('/') + 1)), count(count), bytes(prefix.size() + 3 * sizeof(float) * count) {
     const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -214,6 +215,14 @@ struct LocalTier::MappedShard {
   void* base = MAP_FAILED;
   float* tensors = nullptr;  // master, exp_avg, exp_avg_sq, one after another
 };
+
+void LocalTier::Slot::create(const std::string& at, const std::vector<std::pair<std::string, size_t>>& shards) {
+  files.clear();
+  fs::remove_all(at);
+  make_dirs(at);
+  dir = at;
+  for (const auto& [file, count] : shards) files.push_back(std::make_unique<MappedShard>(at + "/" + file, count));
+}
 
 void LocalTier::Slot::sync() const {
   for (const auto& f : files)
@@ -258,11 +267,9 @@ void LocalTier::save(const TrainState& st, const ZeroOptimizers& opts) {
     if (drop && !slot.dir.empty()) {
       fs::rename(slot.dir, tmp);
     } else {  // the generation in the slot (if any) may be the last complete one: new files
-      slot.files.clear();
-      make_dirs(tmp);
-      for (size_t i = 0; i < saved.size(); i++)
-        slot.files.push_back(std::make_unique<MappedShard>(tmp + "/" + files_[i], saved[i]->shard_size(),
-                                                           shard_file_prefix(saved[i]->shard_size())));
+      std::vector<std::pair<std::string, size_t>> shards;
+      for (size_t i = 0; i < saved.size(); i++) shards.emplace_back(files_[i], saved[i]->shard_size());
+      slot.create(tmp, shards);
     }
     slot.dir = tmp;
     take_partner_files(name, drop);
@@ -399,16 +406,9 @@ bool LocalTier::exchange(int64_t step, const std::string& manifest) {
       fits = s.files[f]->name == m["files"][f]["name"].get<std::string>() &&
              s.files[f]->count == m["files"][f]["count"].get<size_t>();
     if (!fits) {
-      s = Slot();
-      make_dirs(parent);
-      fs::remove_all(tmp);
-      make_dirs(tmp);
-      s.dir = tmp;
-      for (const json& f : m["files"]) {
-        const size_t count = f["count"].get<size_t>();
-        s.files.push_back(std::make_unique<MappedShard>(tmp + "/" + f["name"].get<std::string>(), count,
-                                                        shard_file_prefix(count)));
-      }
+      std::vector<std::pair<std::string, size_t>> shards;
+      for (const json& f : m["files"]) shards.emplace_back(f["name"].get<std::string>(), f["count"].get<size_t>());
+      s.create(tmp, shards);
     }
     for (const auto& f : s.files) post_floats(false, f->tensors, 3 * f->count, senders_[i], tag + 2, comm_, recvs);
   }

@@ -24,6 +24,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "config/config.h"
@@ -83,7 +84,9 @@ class LocalTier {
   struct Slot {
     std::string dir;  // where its files are: this rank's .tmp_ directory while written, then the generation's
     std::vector<std::unique_ptr<MappedShard>> files;  // by saved optimizer
-    void sync() const;                                // msync of every file (for the manifest that follows)
+    // New files for `shards` (name, values per tensor) in the emptied directory `at`, which becomes dir.
+    void create(const std::string& at, const std::vector<std::pair<std::string, size_t>>& shards);
+    void sync() const;  // msync of every file (for the manifest that follows)
   };
   Slot slots_[2];
   int last_ = 1;  // the slot written last
