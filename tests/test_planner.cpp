@@ -490,6 +490,31 @@ TEST(PlannerCollectives, GroupLinks) {
   EXPECT_EQ(group_link(wide, {0, 1, 2, 3, 4, 5, 6, 7}, 4).bandwidth, 30e9);
 }
 
+TEST(PlannerCollectives, CpuNodesShareOnePort) {
+  // A cpu node's ranks reach other nodes through its one interface (MPI over TCP): however many of a group's
+  // members a node holds, their crossing runs at [link.inter]'s bandwidth.
+  const Machine m = cpu_node(64);
+  EXPECT_EQ(group_link(m, {0, 4, 8}, 4).bandwidth, 10e9);
+  EXPECT_EQ(group_link(m, {0, 1, 4, 5}, 4).bandwidth, 10e9);
+  EXPECT_EQ(group_link(m, {0, 1, 2, 3, 4, 5, 6, 7}, 4).bandwidth, 10e9);
+  EXPECT_EQ(group_link(m, {0, 1, 2, 3}, 4).bandwidth, 100e9);
+}
+
+TEST(PlannerPredict, CpuRanksMoveTheirOwnBytes) {
+  // On a cpu host the ranks copy their messages' bytes with their own cores: 4 data-parallel ranks reducing at once
+  // on 2 cores get half a link each, twice the bandwidth term of 4 cores; with a core a rank, the link as measured.
+  Config c = tiny_deck();
+  c.train.micro_batch = 4;
+  Machine m = cpu_node(64);
+  m.intra.latency_s = 0;  // the bandwidth term alone
+  m.host_cores = 4;
+  const double own = predict(c, 4, 4, m).split.comm;
+  m.host_cores = 2;
+  EXPECT_NEAR(predict(c, 4, 4, m).split.comm, 2 * own, 1e-9 * own);
+  m.host_cores = 8;
+  EXPECT_NEAR(predict(c, 4, 4, m).split.comm, own, 1e-9 * own);
+}
+
 TEST(PlannerPredict, CudaKernelInputs) {
   // The inputs of the cuda kernels' rates, each moving the compute by what it prices: a block's 7 forward and 17
   // backward kernel launches, and its attention's 2 + 7 GEMM-like products (causal 2 N T C FLOPs each pair) at

@@ -35,8 +35,9 @@ LinkClass group_link(const Machine& m, const std::vector<int>& ranks, int ranks_
   if (on_node.size() <= 1) return m.intra;
   // A ring (or tree) over nodes crosses each node boundary once per channel, and the libraries spread their
   // channels over the node's network ports: the group's members on a node share their ports' bandwidth (the
-  // other ranks of the node use theirs for their own groups at the same time).
-  int members = ranks_per_node;
+  // other ranks of the node use theirs for their own groups at the same time). A cpu node's ranks share its one
+  // port (Open MPI's TCP over the node's interface): the crossing runs at the link's bandwidth whatever the members.
+  int members = m.cpu() ? 1 : ranks_per_node;
   for (const auto& [node, n] : on_node) members = std::min(members, n);
   return {m.inter.latency_s, std::min(m.intra.bandwidth, members * m.inter.bandwidth)};
 }
@@ -241,11 +242,20 @@ double linear_backward_s(const Rates& r, double tokens, double in, double out) {
 // three (delta, kv, q) and two layernorm backwards.
 constexpr double kBlockKernelsForward = 7, kBlockKernelsBackward = 4 * 3 + 3 + 2;
 
-// The links the job's groups run on (group_link), for the job's placement.
+// The links the job's groups run on (group_link), for the job's placement. On a cpu host the ranks move their
+// messages' bytes with their own cores (Open MPI's shared-memory copies, TCP's copies in the kernel): a link's
+// calibrated bandwidth is what a pair gets with a core each (plan --calibrate's ping-pong, the other ranks idle), and
+// where the host's ranks outnumber its cores and all move bytes at once, as in the step's reductions, each gets
+// `cpu_share` of it (the test cluster's 4 ranks on the VM's 2 cores: half).
 struct Links {
   const Machine& m;
   int per_node;
-  LinkClass of(const std::vector<int>& ranks) const { return group_link(m, ranks, per_node); }
+  double cpu_share = 1;  // cpu: min(1, the host's cores / its ranks)
+  LinkClass of(const std::vector<int>& ranks) const {
+    LinkClass link = group_link(m, ranks, per_node);
+    link.bandwidth *= cpu_share;
+    return link;
+  }
 };
 
 // Forward and backward of one micro-batch of `range` on one tensor rank of `tp` (N = B T tokens).
@@ -454,7 +464,7 @@ Prediction predict(const Config& c, int world, int ranks_per_node, const Machine
   r.act = static_cast<double>(dtype_size(tensor_formats(device).activations));
   r.weights = tensor_formats(device).weights;
   r.weight = static_cast<double>(dtype_size(r.weights));
-  const Links links{m, ranks_per_node};
+  const Links links{m, ranks_per_node, m.cpu() ? std::min(1.0, static_cast<double>(m.host_cores) / on_host) : 1.0};
   const parallel::ScheduleKind kind = parallel::parse_schedule(c.parallel.schedule);
   const int T = topo.tp_size();
 

@@ -15,7 +15,8 @@
 //   comm      alpha-beta per link class (a group crossing nodes runs at [link.inter], group_link): ring
 //             reduce-scatter and all-gather, ring or tree all-reduce, whichever is faster (as NCCL's tuner and
 //             Open MPI's decision rules choose), send/recv; tensor-parallel all-reduces sit inside each pass,
-//             pipeline sends between
+//             pipeline sends between; on a cpu host whose ranks outnumber its cores, each link at the share of a
+//             core its rank gets (the ranks copy their messages' bytes themselves)
 //   schedule  every pipeline's 1F1B or GPipe order (parallel/schedule.h) simulated with those pass times, so the
 //             bubble comes out of the simulation; the step waits for the slowest pipeline. Where a cpu host's ranks
 //             want more cores than it has, all its pipelines are simulated together, sharing the cores among the
@@ -57,7 +58,8 @@ double gemm_wave_efficiency(int sms, double m, double n);
 
 // The link a group of `ranks` (world ranks, `ranks_per_node` consecutive ones on each node) runs at: [link.intra]
 // inside one node; across nodes, [link.inter]'s latency and its bandwidth times the group's fewest members on a
-// node (they share their ports: a ring crosses each node boundary once per channel), at most [link.intra]'s.
+// node (they share their ports: a ring crosses each node boundary once per channel), at most [link.intra]'s; a cpu
+// node has one port, so its groups cross at [link.inter]'s bandwidth.
 LinkClass group_link(const Machine& m, const std::vector<int>& ranks, int ranks_per_node);
 
 // One pass of one micro-batch on a stage: its compute, and the communication inside it (tensor parallelism).
