@@ -14,7 +14,7 @@
 # A shared VM's speed wanders by tens of percent over seconds to minutes (on the 2-core dev VM, 2026-11-27: the same
 # layout 146-317 ms a step within one 40-step run, the calibrated GEMM rate 0.85-1.43e11 FLOP/s from one
 # calibration to the next). One calibration followed by a minute of layouts then compares two different machines.
-# So the benchmark runs ROUNDS rounds (env BENCH_ROUNDS, default 3); each round calibrates again and then runs every
+# So the benchmark runs ROUNDS rounds (env BENCH_ROUNDS, default 5); each round calibrates again and then runs every
 # layout, in an order rotated by one each round, each layout predicted with its own round's calibration. A layout's
 # figures are the medians over the rounds of its measured and of its predicted times, and the table shows their
 # spread (lowest-highest over the rounds) beside them, so that a reader sees how much of an error is the machine;
@@ -22,7 +22,7 @@
 source "$(dirname "$0")/../../tests/mpi/lib.sh"
 export OMPI_MCA_mpi_yield_when_idle=1  # a rank waiting in MPI yields its core: ranks may outnumber the cores
 export OMPI_MCA_mca_base_env_list=OMP_NUM_THREADS  # to the ranks mpirun starts on other nodes, too
-ROUNDS=${BENCH_ROUNDS:-3}
+ROUNDS=${BENCH_ROUNDS:-5}
 [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] ||
   { echo "bench_planner: BENCH_ROUNDS=$ROUNDS: give a whole number of rounds, 1 or more"; exit 1; }
 L=4 C=128 T=128 V=4096 G=8 steps=12 skip=3
