@@ -224,6 +224,12 @@ void LocalTier::Slot::create(const std::string& at, const std::vector<std::pair<
   for (const auto& [file, count] : shards) files.push_back(std::make_unique<MappedShard>(at + "/" + file, count));
 }
 
+void LocalTier::Slot::move_to(const std::string& at) {
+  fs::remove_all(at);
+  fs::rename(dir, at);
+  dir = at;
+}
+
 void LocalTier::Slot::sync() const {
   for (const auto& f : files)
     YUAN_CHECK(::msync(f->base, f->bytes, MS_SYNC) == 0, "%s: msync failed: %s", dir.c_str(), std::strerror(errno));
@@ -243,9 +249,7 @@ void LocalTier::take_partner_files(const std::string& name, bool drop) {
     }
     const std::string parent = dir_ + "/partner/" + name, tmp = parent + "/.tmp_" + rank_dir_name(senders_[i]);
     make_dirs(parent);
-    fs::remove_all(tmp);
-    fs::rename(s.dir, tmp);
-    s.dir = tmp;
+    s.move_to(tmp);
   }
 }
 
@@ -263,15 +267,13 @@ void LocalTier::save(const TrainState& st, const ZeroOptimizers& opts) {
   std::string problem;
   try {
     make_dirs(dir_ + "/" + name);
-    fs::remove_all(tmp);
     if (drop && !slot.dir.empty()) {
-      fs::rename(slot.dir, tmp);
+      slot.move_to(tmp);
     } else {  // the generation in the slot (if any) may be the last complete one: new files
       std::vector<std::pair<std::string, size_t>> shards;
       for (size_t i = 0; i < saved.size(); i++) shards.emplace_back(files_[i], saved[i]->shard_size());
       slot.create(tmp, shards);
     }
-    slot.dir = tmp;
     take_partner_files(name, drop);
   } catch (const std::exception& e) {
     problem = e.what();

@@ -86,6 +86,8 @@ class LocalTier {
     std::vector<std::unique_ptr<MappedShard>> files;  // by saved optimizer
     // New files for `shards` (name, values per tensor) in the emptied directory `at`, which becomes dir.
     void create(const std::string& at, const std::vector<std::pair<std::string, size_t>>& shards);
+    // Its directory renamed to `at` (emptied first), its files still mapped: a later generation's .tmp_ directory.
+    void move_to(const std::string& at);
     void sync() const;  // msync of every file (for the manifest that follows)
   };
   Slot slots_[2];

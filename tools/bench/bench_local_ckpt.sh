@@ -8,8 +8,9 @@
 #
 # Every figure compares steps of one run with each other, never one run with another: on the 2-core VM, whose speed
 # moves by up to 1.35 x from second to second, two runs of one build read 0.78-1.20 of each other, made one after the
-# other or side by side on its two cores (docs/BENCHMARKS.md, 2026-11-27), and a 5% goal cannot be told from that. Over steps after the first two
-# (they warm up, and the first two local checkpoints make the files the later ones overwrite in place):
+# other or side by side on its two cores (docs/BENCHMARKS.md, 2026-11-27), and a 5% goal cannot be told from that.
+# Over steps after the first two (they warm up, and the first two local checkpoints make the files the later ones
+# overwrite in place):
 #  - the copy, in the same steps: with ckpt.local_every=1 on one node (2 ranks, ZeRO-1: each half the state), the
 #    share of each step and its checkpoint that the checkpoint took on the training thread (metrics local_ckpt_s: the
 #    copy, and any wait for the previous checkpoint's write; against step_s + local_ckpt_s; the median);
