@@ -9,14 +9,19 @@ args=(--train.steps=1000 --train.global_batch=8 --train.micro_batch=4 --ckpt.eve
 
 train 2 "$run" "${args[@]}" --optim.lr=3e-3 >"$WORK/first.log" 2>&1 &
 first=$!
-sleep 1.5
-# The first must hold the lock by now; on a loaded machine its start-up may take longer: wait for its holder line.
-for _ in $(seq 100); do [ -s "$run/.lock" ] && break; sleep 0.1; done
+# Once the first holds the lock (its holder line written), its ranks are stopped while the second tries the
+# directory: on a fast machine 1000 tiny steps end within the second's start-up (2026-11-28: "nothing to do: the
+# checkpoint is at step 1000"), and a stopped process still holds its lock. They go on once the second has ended.
+for _ in $(seq 300); do [ -s "$run/.lock" ] && break; sleep 0.05; done
+[ -s "$run/.lock" ] || { cat "$WORK/first.log"; echo "the first run wrote no lock in 15 s"; exit 1; }
+ranks=$(pgrep -f -- "^bin/yuanlm train .*--run.dir=$run ")
+kill -STOP $ranks
 start=$(date +%s)
 set +e
 timeout 60 bash -c "$(declare -p TINY WORK); $(declare -f launch train); train 2 '$run' ${args[*]} --optim.lr=1e-2" \
   >"$WORK/second.log" 2>&1
 rc=$?
+kill -CONT $ranks
 wait "$first"
 rc_first=$?
 set -e
