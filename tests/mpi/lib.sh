@@ -37,6 +37,9 @@ TINY=(--optim.eps=1e-5 --model.n_layer=2 --model.n_head=2 --model.n_embd=32 --mo
       --train.device=cpu --train.seed=5 --train.log_every=5 --optim.lr=3e-3 --optim.warmup_steps=2
       --optim.min_lr=3e-4 --optim.grad_clip=1.0)
 
+# procs PROGRAM: the pids of this test's processes running PROGRAM (their command lines name $WORK).
+procs() { pgrep -f "^([^ ]*/)?$1 .*$WORK/" || true; }
+
 # launch NP CMD...: CMD on NP ranks; tests/cluster/lib.sh redefines it to spread the ranks over its nodes.
 launch() {
   local np=$1

@@ -6,10 +6,9 @@
 source "$(dirname "$0")/lib.sh"
 make_corpus "$WORK/corpus" 2 4000 64
 run="$WORK/stopped"
-ranks() { pgrep -f "^bin/yuanlm .*$WORK/" || true; }
 cleanup() {  # without the fix the job never ends: take down what this test started
   local p
-  for p in $(ranks); do kill -KILL "$p" 2>/dev/null || true; done
+  for p in $(procs bin/yuanlm); do kill -KILL "$p" 2>/dev/null || true; done
   rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -31,7 +30,7 @@ ended() {
 job=$!
 for _ in $(seq 300); do [ -f "$run/metrics.jsonl" ] && [ "$(grep -c '"loss"' "$run/metrics.jsonl")" -ge 3 ] && break
   sleep 0.1; done
-victim=$(ranks | tail -1)
+victim=$(procs bin/yuanlm | tail -1)
 [ -n "$victim" ] || { cat "$WORK/stopped.log"; echo "no rank to stop"; exit 1; }
 kill -STOP "$victim"
 start=$(date +%s.%N)
@@ -44,7 +43,7 @@ ended "$WORK/stopped.log" "$rc" "$start" 15
 grep -Eq "^error: \[rank [01]@[^]]+\] no progress for 5 s: waiting in [a-z_]+ on group .*dist.timeout_s 5" \
   "$WORK/stopped.log" || { echo "the line does not name the rank, host, operation and group"; exit 1; }
 sleep 1
-[ -z "$(ranks)" ] || { echo "ranks left behind: $(ranks)"; exit 1; }
+[ -z "$(procs bin/yuanlm)" ] || { echo "ranks left behind: $(procs bin/yuanlm)"; exit 1; }
 
 echo "== mpmd"
 set +e

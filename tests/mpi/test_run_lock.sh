@@ -14,7 +14,8 @@ first=$!
 # checkpoint is at step 1000"), and a stopped process still holds its lock. They go on once the second has ended.
 for _ in $(seq 300); do [ -s "$run/.lock" ] && break; sleep 0.05; done
 [ -s "$run/.lock" ] || { cat "$WORK/first.log"; echo "the first run wrote no lock in 15 s"; exit 1; }
-ranks=$(pgrep -f -- "^bin/yuanlm train .*--run.dir=$run ")
+ranks=$(procs bin/yuanlm)
+[ -n "$ranks" ] || { cat "$WORK/first.log"; echo "the first run's ranks are gone before the second started"; exit 1; }
 kill -STOP $ranks
 start=$(date +%s)
 set +e

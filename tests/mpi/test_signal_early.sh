@@ -21,10 +21,9 @@ with h5py.File(sys.argv[1], "w") as f:
 PYEOF
 run="$WORK/run"
 args=(--train.global_batch=8 --train.micro_batch=4 --ckpt.every=0)
-ranks() { pgrep -f "^([^ ]*/)?$1 .*$WORK/" || true; }  # NAME: this test's processes
 cleanup() {  # without the fix a rank may ignore SIGTERM for ever: take down what this test started
   local p
-  for p in $(ranks bin/yuanlm) $(ranks mpirun); do kill -KILL "$p" 2>/dev/null || true; done
+  for p in $(procs bin/yuanlm) $(procs mpirun); do kill -KILL "$p" 2>/dev/null || true; done
   [ -n "${KEEP:-}" ] || rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -37,9 +36,9 @@ term_when_caught() {
   local p n ok
   for _ in $(seq 600); do
     n=0 ok=1
-    for p in $(ranks bin/yuanlm); do n=$((n + 1)); catches_term "$p" || ok=0; done
+    for p in $(procs bin/yuanlm); do n=$((n + 1)); catches_term "$p" || ok=0; done
     if [ "$n" -eq "$1" ] && [ "$ok" = 1 ]; then
-      for p in $(ranks bin/yuanlm); do kill -TERM "$p"; done
+      for p in $(procs bin/yuanlm); do kill -TERM "$p"; done
       return 0
     fi
     sleep 0.02
