@@ -45,7 +45,7 @@ TEST(LocalTier, StorageIsTwoGenerationsOfOwnAndKeptShards) {
   EXPECT_EQ(local_storage_needed(parallel::NodeMap::blocks(1, 2), {10, 20}, 0), 2u * 30);
 }
 
-TEST(LocalTier, TheDefaultDirectoryIsPerRunDirAndHostExpands) {
+TEST(LocalTier, EveryJobHasADirectoryOfItsOwnAndHostExpands) {
   Config a, b;
   a.run.dir = "/scratch/runs/x";
   b.run.dir = "/scratch/runs/x/";  // the same directory
@@ -55,8 +55,11 @@ TEST(LocalTier, TheDefaultDirectoryIsPerRunDirAndHostExpands) {
   EXPECT_EQ(resolve_local_dir(b, "n2"), dir);
   b.run.dir = "/scratch/runs/y";
   EXPECT_NE(resolve_local_dir(b, "n1"), dir);
-  a.ckpt.local_dir = "/local/%h/ckpt-%h";
-  EXPECT_EQ(resolve_local_dir(a, "node7"), "/local/node7/ckpt-node7");
+  // A ckpt.local_dir given to two jobs (a site default, a copied deck) holds a directory for each.
+  a.ckpt.local_dir = b.ckpt.local_dir = "/local/%h/ckpt-%h/";
+  const std::string job = dir.substr(dir.rfind('/'));
+  EXPECT_EQ(resolve_local_dir(a, "node7"), "/local/node7/ckpt-node7" + job);
+  EXPECT_NE(resolve_local_dir(b, "node7"), resolve_local_dir(a, "node7"));
 }
 
 TEST(LocalTier, AShardFileIsItsPrefixThenTheTensorsAndTheCrcOfBoth) {

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <nlohmann/json.hpp>
@@ -141,10 +143,11 @@ std::string verify(const std::string& dir, int rank, int world) {
 struct Listed {
   std::string name;
   int64_t run = 0, step = 0;
+  bool unreadable = false;  // its state.json cannot be read: no reader can use it, nor tell its run
 };
 
 // The step_* directories under `root`, newest first by (run, step). The run comes from state.json; one that
-// cannot be read counts as run 0, the oldest (a reader verifying it reports why).
+// cannot be read counts as run 0, the oldest, and is marked unreadable.
 std::vector<Listed> list_checkpoints(const std::string& root) {
   std::vector<Listed> out;
   if (!fs::is_directory(root)) return out;
@@ -159,6 +162,7 @@ std::vector<Listed> list_checkpoints(const std::string& root) {
       const json t = json::parse(read_text(e.path().string() + "/state.json"));
       if (t.is_object() && t.contains("run") && t["run"].is_number_unsigned()) l.run = t["run"].get<int64_t>();
     } catch (const std::exception&) {
+      l.unreadable = true;
     }
     out.push_back(l);
   }
@@ -432,21 +436,63 @@ std::string save_checkpoint(const Config& cfg, const TrainState& st, ZeroOptimiz
   return final_dir;
 }
 
+namespace {
+
+// The lines of run.dir/runs.jsonl that are records, and the highest run among them; a line torn by a crash, or
+// anything else, says nothing.
+std::vector<std::string> read_runs(const std::string& run_dir, int64_t* highest) {
+  std::vector<std::string> out;
+  *highest = 0;
+  std::ifstream in(run_dir + "/runs.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const json rec = json::parse(line, nullptr, false);
+    if (!rec.is_object() || !rec.contains("run") || !rec["run"].is_number_integer()) continue;
+    *highest = std::max(*highest, rec["run"].get<int64_t>());
+    out.push_back(line);
+  }
+  return out;
+}
+
+}  // namespace
+
+void record_run(const std::string& run_dir, int64_t run, int64_t step, const std::string& from) {
+  const parallel::WorldInfo& w = parallel::world();
+  const std::time_t now = std::time(nullptr);
+  char started[32];
+  std::strftime(started, sizeof started, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  ordered_json rec = {{"run", run}, {"started", started}, {"host", w.host}, {"world", w.size}};
+  if (const char* job = std::getenv("SLURM_JOB_ID")) rec["slurm_job"] = job;
+  rec["step"] = step;
+  rec["from"] = from;
+  std::string text;
+  int64_t highest = 0;
+  for (const std::string& line : read_runs(run_dir, &highest)) text += line + "\n";
+  write_file_atomic(run_dir + "/runs.jsonl", text + rec.dump() + "\n");
+}
+
 ResumeChoice choose_resume(const Config& cfg) {
   const parallel::WorldInfo& w = parallel::world();
   const std::string root = cfg.run.dir + "/ckpt";
-  // Ranks may see different directory listings on a lagging filesystem: rank 0's list decides.
+  // Ranks may see different directory listings on a lagging filesystem: rank 0's list decides. Its first line is
+  // the highest run recorded in run.dir/runs.jsonl.
   std::string joined;
-  if (w.rank == 0)
+  if (w.rank == 0) {
+    int64_t recorded = 0;
+    read_runs(cfg.run.dir, &recorded);
+    joined = strf("%lld\n", static_cast<long long>(recorded));
     for (const Listed& l : list_checkpoints(root))
-      joined += strf("%lld %lld %s\n", static_cast<long long>(l.run), static_cast<long long>(l.step), l.name.c_str());
+      joined += strf("%lld %lld %s %d\n", static_cast<long long>(l.run), static_cast<long long>(l.step),
+                     l.name.c_str(), l.unreadable);
+  }
   joined = parallel::broadcast_string(joined, 0);
-  std::vector<Listed> listed;
   std::istringstream in(joined);
-  for (Listed l; in >> l.run >> l.step >> l.name;) listed.push_back(l);
+  int64_t recorded = 0;
+  in >> recorded;
+  std::vector<Listed> listed;
+  for (Listed l; in >> l.run >> l.step >> l.name >> l.unreadable;) listed.push_back(l);
 
   ResumeChoice choice;
-  if (!listed.empty()) choice.run = listed.front().run + 1;
+  choice.run = std::max(recorded, listed.empty() ? int64_t{0} : listed.front().run) + 1;
   if (cfg.ckpt.resume == "none") {
     if (!listed.empty())
       throw Error(strf("run.dir %s already holds checkpoints (the newest is %s/%s) and ckpt.resume=none would start "
@@ -462,7 +508,20 @@ ResumeChoice choose_resume(const Config& cfg) {
     choice.dir = cfg.ckpt.resume;
     return choice;
   }
-  for (const Listed& l : listed) choice.candidates.push_back({root + "/" + l.name, l.run, l.step});
+  for (const Listed& l : listed) {
+    const std::string dir = root + "/" + l.name;
+    if (!l.unreadable) {
+      choice.candidates.push_back({dir, l.run, l.step});
+      continue;
+    }
+    // Named like every other checkpoint that fails, though it cannot even be ordered among them.
+    std::error_code ec;
+    const auto bytes = fs::file_size(dir + "/state.json", ec);
+    warn("skipping checkpoint %s: %s", dir.c_str(),
+         ec ? strf("%s/state.json cannot be read: %s", dir.c_str(), ec.message().c_str()).c_str()
+         : bytes == 0 ? strf("%s/state.json is empty (0 bytes)", dir.c_str()).c_str()
+                      : strf("%s/state.json is not JSON", dir.c_str()).c_str());
+  }
   return choice;
 }
 

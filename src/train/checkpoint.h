@@ -14,9 +14,11 @@
 // Every reader (resume, eval, sample, export) checks a checkpoint before it uses it: state.json's own checksum,
 // that its optimizer shards hold every value of the model exactly once, and every file's checksum.
 //
-// A "run" is one launch of `yuanlm train` on run.dir, numbered 1 + the highest run among the checkpoints there.
-// Rotation and auto-resume order checkpoints by (run, step): a run resumed from an older checkpoint writes lower
-// step numbers than the timeline it abandoned, and is still the newest.
+// A "run" is one launch of `yuanlm train` on run.dir, numbered 1 + the highest run recorded in run.dir/runs.jsonl
+// (a line per launch that started training: record_run) and among the checkpoints of both tiers, node memory's
+// included. Rotation and auto-resume order checkpoints by (run, step): a run resumed from an older checkpoint, or
+// started over, writes lower step numbers than the timeline it abandoned, and is still the newest, even against
+// node-memory checkpoints of that timeline on nodes this launch does not have.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -52,10 +54,14 @@ struct ResumeChoice {
     int64_t run = 0, step = 0;  // the run that wrote it and its step
   };
   std::string dir;  // a checkpoint directory given as ckpt.resume, verified ("" otherwise)
-  int64_t run = 1;  // this launch's run number, for the checkpoints it writes
+  int64_t run = 1;  // this launch's run number, for the checkpoints it writes, as run.dir alone sets it
   std::vector<Candidate> candidates;  // ckpt.resume=auto: run.dir/ckpt's, newest first, unverified
 };
 ResumeChoice choose_resume(const Config& cfg);
+// Rank 0, once this launch starts training in `run_dir`: appends its record to run_dir/runs.jsonl (rewritten whole,
+// atomically): {"run", "started", "host", "world", "slurm_job" (under SLURM), "step": where it starts, "from": what
+// it resumed}.
+void record_run(const std::string& run_dir, int64_t run, int64_t step, const std::string& from);
 // Collective: "" when checkpoint `dir` verifies (each rank hashing its share of the files), else the lowest
 // failing rank's reason.
 std::string checkpoint_problem(const std::string& dir);

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <csignal>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -94,11 +95,11 @@ size_t own_bytes(const ZeroOptimizers& opts) {
 }  // namespace
 
 std::string resolve_local_dir(const Config& cfg, const std::string& host) {
-  std::string dir = cfg.ckpt.local_dir;
-  if (dir.empty()) return "/dev/shm/yuanlm-" + sha256_hex(absolute_run_dir(cfg)).substr(0, 16);
+  std::string dir = cfg.ckpt.local_dir.empty() ? "/dev/shm" : cfg.ckpt.local_dir;
   for (size_t at = dir.find("%h"); at != std::string::npos; at = dir.find("%h", at + host.size()))
     dir.replace(at, 2, host);
-  return dir;
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  return dir + "/yuanlm-" + sha256_hex(absolute_run_dir(cfg)).substr(0, 16);
 }
 
 int partner_rank(const parallel::NodeMap& nodes, int rank) {
@@ -136,6 +137,7 @@ LocalTier::LocalTier(const Config& cfg, const ZeroOptimizers& opts)
     MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
   }
   if (const char* hook = std::getenv("YUANLM_PARTNER_SILENT")) silent_ = std::atoi(hook) == w.rank;
+  if (const char* hook = std::getenv("YUANLM_KILL_AFTER_SEAL"); hook && w.rank == 0) kill_after_seal_ = std::atoll(hook);
 
   // What every rank keeps, so that each checks its node's directory for its ranks and their partners' copies.
   std::vector<unsigned long long> all(w.size);
@@ -318,9 +320,17 @@ void LocalTier::save(const TrainState& st, const ZeroOptimizers& opts) {
                     {"partners", partners_},
                     {"files", files}};
   m["sha256"] = json_checksum(json::parse(m.dump()));
-  std::string manifest = m.dump(2) + "\n";
-  if (w.thread_multiple) writer_ = std::thread([this, step = st.step, manifest] { write(step, manifest); });
-  else write(st.step, manifest);
+  pending_.emplace(st.step, m.dump(2) + "\n");
+}
+
+void LocalTier::seal() {
+  if (!pending_) return;
+  auto [step, manifest] = std::move(*pending_);
+  pending_.reset();
+  if (parallel::world().thread_multiple)
+    writer_ = std::thread([this, step = step, manifest = std::move(manifest)] { write(step, manifest); });
+  else
+    write(step, manifest);
 }
 
 void LocalTier::write(int64_t step, const std::string& manifest) {
@@ -331,6 +341,7 @@ void LocalTier::write(int64_t step, const std::string& manifest) {
     const std::string final_dir = dir_ + "/" + name + "/" + rank_dir_name(rank_);
     publish(slot.dir, final_dir, manifest);
     slot.dir = final_dir;
+    if (step == kill_after_seal_) std::raise(SIGKILL);
     // Once partner copies have stopped for this run (a partner that did not answer), the own copy is all a
     // generation gets: complete when written, so that older generations still go and node memory stays bounded.
     ok_ = exchange(step, manifest) || !exchanging_ || silent_;
@@ -439,14 +450,17 @@ void LocalTier::drop_older(const std::string& keep, const std::string& next) con
 
 void LocalTier::finish() {
   if (writer_.joinable()) writer_.join();
-  for (Slot& slot : slots_) slot.files.clear();  // their pages go with the files below
+  pending_.reset();
+  for (Slot& slot : slots_) slot.files.clear();  // their pages go with the files
   for (std::vector<Slot>& slots : partner_slots_) slots.clear();
+}
+
+void remove_local_checkpoints(const Config& cfg) {
   parallel::barrier();  // no rank of the node is still writing
-  if (parallel::world().local_rank != 0) return;
-  drop_older("", "");
+  const parallel::WorldInfo& w = parallel::world();
+  if (w.local_rank != 0) return;
   std::error_code ec;
-  fs::remove(dir_ + "/partner", ec);
-  fs::remove(dir_, ec);  // only when empty: the directory may be the user's
+  fs::remove_all(resolve_local_dir(cfg, w.host), ec);  // the job's own: ckpt.local_dir may hold other jobs'
 }
 
 namespace {
@@ -536,6 +550,16 @@ class Chooser {
     }
   }
   int64_t max_run() const { return max_run_; }
+  // The newest generation held, complete or not, with where one of its copies is ("" when none).
+  std::string newest() const {
+    for (const Generation& g : gens_)
+      for (const auto& [rank, held] : g.copies)
+        if (!held.empty())
+          return strf("%s of run %lld, in %s on %s", step_dir_name(g.step).c_str(), static_cast<long long>(g.run),
+                      fs::path(held.front().path).parent_path().c_str(),
+                      parallel::world_hosts()[held.front().holder].c_str());
+    return "";
+  }
 
   // The next round: {"final": true, "assign": [...]} to load the generation assigned, {"final": true, "fs": DIR}
   // to load a filesystem checkpoint, {"final": true} to start from initialisation; {"final": false, "assign":
@@ -765,24 +789,35 @@ TrainState load_local(const Config& cfg, const json& assign, ZeroOptimizers& opt
 
 }  // namespace
 
-TrainState resume_best_tier(const Config& cfg, const ResumeChoice& fs_choice, ZeroOptimizers& opts, int64_t* run) {
+TrainState resume_best_tier(const Config& cfg, const ResumeChoice& fs_choice, ZeroOptimizers& opts, int64_t* run,
+                            std::string* from) {
   const parallel::WorldInfo& w = parallel::world();
-  *run = fs_choice.run;
   std::string fs_dir = fs_choice.dir;  // the filesystem checkpoint to load, if the fast tier has nothing newer
   json final = {{"assign", json::array()}};
-  if (cfg.ckpt.resume == "auto") {
-    const std::string dir = resolve_local_dir(cfg, w.host);
-    std::string listing = "[]";
-    if (w.local_rank == 0) {
-      try {
-        listing = list_node(cfg, dir, w.rank).dump();
-      } catch (const std::exception& e) {  // an unreadable directory holds nothing to resume from
-        warn_all("local checkpoints in %s not looked at: %s", dir.c_str(), e.what());
-      }
+  // Node memory is listed whatever ckpt.resume says: its runs number this launch, and its checkpoints of this
+  // run.dir refuse ckpt.resume=none as run.dir/ckpt's do.
+  const std::string dir = resolve_local_dir(cfg, w.host);
+  std::string listing = "[]";
+  if (w.local_rank == 0) {
+    try {
+      listing = list_node(cfg, dir, w.rank).dump();
+    } catch (const std::exception& e) {  // an unreadable directory holds nothing to resume from
+      warn_all("local checkpoints in %s not looked at: %s", dir.c_str(), e.what());
     }
-    const std::vector<std::string> listings = parallel::gather_strings(listing);
-    std::unique_ptr<Chooser> chooser;
-    if (w.rank == 0) chooser = std::make_unique<Chooser>(listings, fs_choice.candidates);
+  }
+  const std::vector<std::string> listings = parallel::gather_strings(listing);
+  std::unique_ptr<Chooser> chooser;
+  if (w.rank == 0) chooser = std::make_unique<Chooser>(listings, fs_choice.candidates);
+  if (cfg.ckpt.resume == "none") {
+    const std::string held = parallel::broadcast_string(chooser ? chooser->newest() : "", 0);
+    if (!held.empty())
+      throw Error(strf("run.dir %s: node memory holds its checkpoints (the newest is %s) and ckpt.resume=none would "
+                       "start over in it, truncating its metrics.jsonl: continue with ckpt.resume=auto, start from a "
+                       "checkpoint with ckpt.resume=DIR, or give another run.dir",
+                       cfg.run.dir.c_str(), held.c_str()),
+                  true);
+  }
+  if (cfg.ckpt.resume == "auto") {
     for (;;) {
       const json round = json::parse(parallel::broadcast_string(chooser ? chooser->next().dump() : "", 0));
       if (round["final"].get<bool>()) {
@@ -798,33 +833,39 @@ TrainState resume_best_tier(const Config& cfg, const ResumeChoice& fs_choice, Ze
       const std::vector<std::string> verdicts = parallel::gather_strings(verify_mine(round["assign"], w.rank));
       if (chooser) chooser->verdicts(verdicts);
     }
-    const int64_t local_max = static_cast<int64_t>(
-        parallel::allreduce_max(chooser ? static_cast<double>(chooser->max_run()) : 0.0));
-    *run = std::max(*run, local_max + 1);
   }
+  const int64_t local_max =
+      static_cast<int64_t>(parallel::allreduce_max(chooser ? static_cast<double>(chooser->max_run()) : 0.0));
+  *run = std::max(fs_choice.run, local_max + 1);
   const int64_t reached = w.rank == 0 ? last_logged_step(cfg.run.dir + "/metrics.jsonl") : -1;
   const json assign = final.value("assign", json::array());
   TrainState st;
-  std::string tier;
   if (!assign.empty()) {
     st = load_local(cfg, assign, opts);
     int own = 0;
     for (const json& a : assign) own += a["own"].get<bool>();
     const int world = assign.front()["manifest"]["world"].get<int>();
-    tier = strf("node memory (%d own %s, %d partner %s; written by %d ranks%s)", own, own == 1 ? "copy" : "copies",
-                world - own, world - own == 1 ? "copy" : "copies", world,
-                world != w.size ? strf(", optimizer state re-cut for %d", w.size).c_str() : "");
+    *from = strf("node memory (%d own %s, %d partner %s; written by %d %s%s)", own, own == 1 ? "copy" : "copies",
+                 world - own, world - own == 1 ? "copy" : "copies", world, world == 1 ? "rank" : "ranks",
+                 world != w.size ? strf(", optimizer state re-cut for %d", w.size).c_str() : "");
   } else if (!fs_dir.empty()) {
     st = load_checkpoint(fs_dir, cfg, opts);
-    tier = "the filesystem checkpoint " + fs_dir;
+    *from = "the filesystem checkpoint " + fs_dir;
   } else {
+    *from = "";
     return st;
   }
-  say("resume: from %s, step %lld%s", tier.c_str(), static_cast<long long>(st.step),
+  const auto step = [](int64_t s) { return static_cast<long long>(s); };
+  say("resume: from %s, step %lld%s", from->c_str(), step(st.step),
       reached >= 0 ? strf("; steps lost: %lld (the previous run logged step %lld)",
-                          static_cast<long long>(std::max<int64_t>(0, reached - st.step)),
-                          static_cast<long long>(reached)).c_str()
+                          step(std::max<int64_t>(0, reached - st.step)), step(reached)).c_str()
                    : "");
+  // A step's record is written before any checkpoint of it is sealed (Trainer::run), so this is a log that lost
+  // lines after it was written: said, since metrics.jsonl will never hold them.
+  if (reached >= 0 && reached < st.step)
+    warn("run.dir/metrics.jsonl ends at step %lld, before the checkpoint's step %lld: steps %lld-%lld have no record "
+         "there",
+         step(reached), step(st.step), step(reached + 1), step(st.step));
   return st;
 }
 

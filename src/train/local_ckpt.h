@@ -1,7 +1,8 @@
 // The fast checkpoint tier: every ckpt.local_every steps each rank snapshots its optimizer shards and a thread of
 // its own writes them to node-local memory (ckpt.local_dir, /dev/shm by default) and sends a copy to a partner rank
 // on the next node, which keeps it in its own node's directory, so that one lost node never takes both copies
-// (LLNL SCR's partner scheme; GEMINI's CPU-memory checkpoints). The layout of a node's directory:
+// (LLNL SCR's partner scheme; GEMINI's CPU-memory checkpoints). The layout of the job's directory on a node
+// (resolve_local_dir):
 //   step_NNNNNNN/rank_RRRRR/            rank R's own copy: manifest.json + its optim_*.safetensors
 //   partner/step_NNNNNNN/rank_RRRRR/    the copy this node keeps for rank R of another node
 // The shard files are those of run.dir/ckpt (train/checkpoint.h); manifest.json holds what state.json holds for
@@ -16,12 +17,15 @@
 // held by some node, checksums verified, wins over run.dir/ckpt's newest when it is newer; its holders send each new
 // rank the slices of the model its new shards need, re-cut for any world size like load_checkpoint.
 //
-// Test hook (tests/cluster/test_local_ckpt_partner.sh): YUANLM_PARTNER_SILENT=RANK makes that rank take no part in
-// the partner exchanges, like a rank whose node stopped answering, so that the ranks it exchanges with time out.
+// Test hooks: YUANLM_PARTNER_SILENT=RANK makes that rank take no part in the partner exchanges, like a rank whose
+// node stopped answering, so that the ranks it exchanges with time out (tests/cluster/test_local_ckpt_partner.sh);
+// YUANLM_KILL_AFTER_SEAL=STEP SIGKILLs rank 0 once its own copy of that step is sealed
+// (tests/mpi/test_local_ckpt_runs.sh).
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -35,8 +39,10 @@
 
 namespace yuan {
 
-// ckpt.local_dir for a rank on host `host`: "" is /dev/shm/yuanlm-<16 hex digits of the sha256 of the absolute
-// run.dir> (the same for every relaunch of a job, another for every job); "%h" expands to `host`.
+// The job's directory in ckpt.local_dir for a rank on host `host`: <ckpt.local_dir>/yuanlm-<16 hex digits of the
+// sha256 of the absolute run.dir>, the same for every relaunch of a job and another for every job, so that jobs given
+// one ckpt.local_dir (a site default, a copied deck) never see, replace or remove each other's checkpoints; "" is
+// /dev/shm; "%h" expands to `host`.
 std::string resolve_local_dir(const Config& cfg, const std::string& host);
 
 // The rank that keeps `rank`'s partner copy: the same local rank (modulo the node's ranks) on the next node; -1 on
@@ -57,9 +63,13 @@ class LocalTier {
   LocalTier& operator=(const LocalTier&) = delete;
 
   // Collective, after `st.step` steps, with no update in flight: waits for the previous write if it is still going,
-  // drops older generations once it is complete everywhere, snapshots the shards and starts writing them.
+  // drops older generations once it is complete everywhere and snapshots the shards into their files.
   void save(const TrainState& st, const ZeroOptimizers& opts);
-  // Collective, when the run finished all its steps (run.dir/ckpt holds the last): removes the node's checkpoints.
+  // After save, once the step's record is in run.dir/metrics.jsonl: starts sealing the snapshot (the manifest and
+  // the rename, then the partner exchange), so that no checkpoint is ever resumed from whose step has no record.
+  void seal();
+  // When the run finished all its steps: waits for the write in flight and lets go of the files, before
+  // remove_local_checkpoints.
   void finish();
 
  private:
@@ -99,16 +109,24 @@ class LocalTier {
   std::thread writer_;
   bool ok_ = true;                // the last write completed, both copies
   bool silent_ = false;           // YUANLM_PARTNER_SILENT names this rank
+  int64_t kill_after_seal_ = -1;  // YUANLM_KILL_AFTER_SEAL, on rank 0
   bool exchanging_ = true;        // false after a partner did not answer in time: own copies only from then on
   std::string previous_;          // the directory name of the generation written last ("" before the first)
+  std::optional<std::pair<int64_t, std::string>> pending_;  // a snapshot's step and manifest, saved, not yet sealed
 };
 
 // Collective, before this launch writes anything, in place of load_checkpoint: with ckpt.resume=auto the newest that
 // verifies of the local tier's complete checkpoints and `fs`'s candidates (choose_resume's; a filesystem checkpoint
 // is hashed only when no local one is newer), else `fs.dir`, loaded; says which tier, which step and how many steps
 // were lost against run.dir/metrics.jsonl. A newer local checkpoint that lacks a shard is named with the nodes its
-// copies were on, and skipped; a checkpoint that does not verify is named and skipped. Sets `run` to this launch's
-// run number.
-TrainState resume_best_tier(const Config& cfg, const ResumeChoice& fs, ZeroOptimizers& opts, int64_t* run);
+// copies were on, and skipped; a checkpoint that does not verify is named and skipped. With ckpt.resume=none, node
+// memory holding checkpoints of this run.dir is refused (a collective Error), as choose_resume refuses run.dir/ckpt's.
+// Sets `run` to this launch's run number (above every run of both tiers) and `from` to what it resumed ("": nothing).
+TrainState resume_best_tier(const Config& cfg, const ResumeChoice& fs, ZeroOptimizers& opts, int64_t* run,
+                            std::string* from);
+
+// Collective, when a run finished all its steps (run.dir/ckpt holds the last): each node's first rank removes the
+// job's directory in node memory, whether or not this launch wrote local checkpoints (older launches' may be there).
+void remove_local_checkpoints(const Config& cfg);
 
 }  // namespace yuan

@@ -166,7 +166,8 @@ class Trainer {
                                             place_.stage, stages_, cfg.train.micro_batch);
     tokenizer_ = find_tokenizer_for(cfg.data.train);
     int64_t run = 1;
-    state_ = resume_best_tier(cfg, choose_resume(cfg), *replica_.opts, &run);
+    std::string from;
+    state_ = resume_best_tier(cfg, choose_resume(cfg), *replica_.opts, &run, &from);
     state_.run = run;
     if (cfg.ckpt.local_every > 0) local_ = std::make_unique<LocalTier>(cfg, *replica_.opts);
     open_loaders();
@@ -175,6 +176,7 @@ class Trainer {
     if (world_.rank == 0) {
       make_dirs(cfg.run.dir);
       write_file_atomic(cfg.run.dir + "/config.ini", cfg.to_ini());
+      record_run(cfg.run.dir, state_.run, state_.step, from);
       truncate_metrics(cfg.run.dir + "/metrics.jsonl", state_.step);
       metrics_ = std::make_unique<MetricsLog>(cfg.run.dir + "/metrics.jsonl");
     }
@@ -195,6 +197,7 @@ class Trainer {
     for (int step = static_cast<int>(first_step_); step < c.train.steps; step++) {
       StepMetrics m = run_step(step);
       log_step(m);
+      if (local_) local_->seal();  // the step's record first: no checkpoint is resumed from whose step has none
       count_bad_steps(m);
       if (parallel::agreed_stop_signal()) return stop_for_requeue();
       maybe_checkpoint(m.step);
@@ -202,7 +205,8 @@ class Trainer {
     }
     if (!evaluate(c.train.steps)) return stop_for_requeue();
     checkpoint();
-    if (local_) local_->finish();  // run.dir/ckpt holds the last step
+    if (local_) local_->finish();
+    remove_local_checkpoints(cfg_);  // run.dir/ckpt holds the last step
     const double elapsed = now_seconds() - start;
     const int steps = c.train.steps - static_cast<int>(first_step_);
     say("done: %d steps in %s, %.0f tokens/s average", steps, format_duration(elapsed).c_str(),

@@ -35,7 +35,8 @@ killed_run "$WORK/a"
 # Rank r's partner is the same local rank on the next node: 0 <-> 2, 1 <-> 3.
 for copy in node1/step_0000006/rank_00000 node1/partner/step_0000006/rank_00002 node1/partner/step_0000006/rank_00003 \
             node2/step_0000006/rank_00003 node2/partner/step_0000006/rank_00000; do
-  [ -f "$SHM/$copy/manifest.json" ] || { find "$SHM"; echo "no $copy"; exit 1; }
+  path=$(local_job "$SHM/${copy%%/*}" "$WORK/a")/${copy#*/}
+  [ -f "$path/manifest.json" ] || { find "$SHM"; echo "no $path"; exit 1; }
 done
 rm -rf "$SHM/node2"
 train 4 "$WORK/a" "${args[@]}" >"$WORK/log" 2>&1 || { cat "$WORK/log"; exit 1; }
@@ -44,7 +45,8 @@ compare "$WORK/ref" "$WORK/a" 1e-5 1e-5
 
 echo "== rank 2's own and partner copies lost: the filesystem checkpoint"
 killed_run "$WORK/b" --ckpt.every=4
-rm -rf "$SHM/node2/step_0000006/rank_00002" "$SHM/node1/partner/step_0000006/rank_00002"
+rm -rf "$(local_job "$SHM/node2" "$WORK/b")/step_0000006/rank_00002" \
+  "$(local_job "$SHM/node1" "$WORK/b")/partner/step_0000006/rank_00002"
 train 4 "$WORK/b" "${args[@]}" --ckpt.every=4 >"$WORK/log" 2>&1 || { cat "$WORK/log"; exit 1; }
 expect "local checkpoint step_0000006 of run 1 is incomplete: rank 2's shard is on no live node (its own copy was on node2, its partner copy on node1)"
 expect "resume: from the filesystem checkpoint $WORK/b/ckpt/step_0000004, step 4; steps lost: 3"
@@ -67,7 +69,8 @@ rc=$?
 set -e
 [ "$rc" -ne 0 ] || { cat "$WORK/log"; echo "expected the killed run to fail, got $rc"; exit 1; }
 for n in node1 node2; do
-  [ "$(cd "$SHM/$n" && ls -d step_* | paste -sd' ')" = "step_0000004 step_0000006" ] ||
-    { find "$SHM/$n" -maxdepth 1; echo "$n: not steps 4 and 6 only"; exit 1; }
+  dir=$(local_job "$SHM/$n" "$WORK/d")
+  [ "$(cd "$dir" && ls -d step_* | paste -sd' ')" = "step_0000004 step_0000006" ] ||
+    { find "$dir" -maxdepth 1; echo "$n: not steps 4 and 6 only"; exit 1; }
 done
 echo OK

@@ -37,6 +37,10 @@ TINY=(--optim.eps=1e-5 --model.n_layer=2 --model.n_head=2 --model.n_embd=32 --mo
       --train.device=cpu --train.seed=5 --train.log_every=5 --optim.lr=3e-3 --optim.warmup_steps=2
       --optim.min_lr=3e-4 --optim.grad_clip=1.0)
 
+# local_job DIR RUNDIR: the directory in ckpt.local_dir DIR that holds run.dir RUNDIR's node-memory checkpoints
+# (train/local_ckpt.h: resolve_local_dir).
+local_job() { echo "$1/yuanlm-$(printf %s "$(realpath -ms "$2")" | sha256sum | cut -c1-16)"; }
+
 # procs PROGRAM: the pids of this test's processes running PROGRAM (their command lines name $WORK).
 procs() { pgrep -f "^([^ ]*/)?$1 .*$WORK/" || true; }
 

@@ -7,7 +7,7 @@
 #   a flipped byte in an optimizer shard: eval, export, sample and ckpt.resume=DIR refuse with one line naming the
 #   file; a state.json missing a shard's entry, with an edited offset or count, or any other edit: refused naming
 #   the checkpoint and what is wrong, and auto-resume skips it for the one before; one without its own sha256 (an
-#   older checkpoint) is read with a warning;
+#   older checkpoint) is read with a warning; an empty or unparsable state.json is named and skipped by auto-resume;
 #   shards made by another tokenizer than the checkpoint's: resuming and eval refuse, naming both.
 source "$(dirname "$0")/lib.sh"
 make_corpus "$WORK/corpus" 2 4000 64
@@ -98,6 +98,17 @@ ok train 2 "$R" "${small[@]}" --train.steps=30
 grep -F "warning: skipping checkpoint $(ck 28): checkpoint $(ck 28): state.json does not match its own sha256" \
   "$WORK/log"
 grep -F "resumed from $(ck 26)" "$WORK/log"
+
+echo "== an empty or unparsable state.json: auto-resume names it and takes the one before"
+Z=$WORK/Z
+ok train 2 "$Z" "${small[@]}" --train.steps=6 --ckpt.every=2
+: >"$(ck 6 "$Z")/state.json"
+printf '{"step": ' >"$(ck 4 "$Z")/state.json"
+ok train 2 "$Z" "${small[@]}" --train.steps=8 --ckpt.every=2
+for want in "skipping checkpoint $(ck 6 "$Z"): $(ck 6 "$Z")/state.json is empty (0 bytes)" \
+            "skipping checkpoint $(ck 4 "$Z"): $(ck 4 "$Z")/state.json is not JSON" "resumed from $(ck 2 "$Z")"; do
+  grep -qF -- "$want" "$WORK/log" || { cat "$WORK/log"; echo "no '$want'"; exit 1; }
+done
 
 echo "== shards of another tokenizer"
 # tok_corpus DIR NAME: the corpus as `yuanlm prep` would label it, made by a tokenizer file holding NAME

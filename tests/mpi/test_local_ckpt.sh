@@ -11,7 +11,7 @@ SHM=$(mktemp -d /dev/shm/yuanlm-test.XXXXXX)
 trap 'umount "$SHM/small" 2>/dev/null; rm -rf "$WORK" "$SHM"' EXIT
 args=(--train.steps=12 --train.global_batch=12 --train.micro_batch=2 --ckpt.every=0 --ckpt.local_every=2
       --ckpt.local_dir="$SHM/%h")
-local="$SHM/$(hostname)"
+node="$SHM/$(hostname)"  # this host's ckpt.local_dir: a directory of each job's under it
 train 2 "$WORK/ref" --train.steps=12 --train.global_batch=12 --train.micro_batch=2 >"$WORK/log" 2>&1 ||
   { cat "$WORK/log"; exit 1; }
 
@@ -28,10 +28,12 @@ killed_run() {
 echo "== the snapshots leave the numerics alone"
 train 2 "$WORK/same" "${args[@]}" >"$WORK/log" 2>&1 || { cat "$WORK/log"; exit 1; }
 compare "$WORK/ref" "$WORK/same" 0 0
+local=$(local_job "$node" "$WORK/same")
 [ ! -e "$local" ] || { echo "a run that finished left $local"; ls -R "$local"; exit 1; }
 
 echo "== local checkpoints written and rotated; killed in step 8, resumed on 3 ranks"
 killed_run "$WORK/a" 7
+local=$(local_job "$node" "$WORK/a")
 # Generations 4 and 6 are kept: 6 is the newest, 4 the newest known complete everywhere when 6 was started.
 [ "$(cd "$local" && ls -d step_*)" = "$(printf 'step_0000004\nstep_0000006')" ] || { ls -R "$local"; exit 1; }
 ls "$local/step_0000006/rank_00000/manifest.json" "$local/step_0000006/rank_00001/optim_00001_000.safetensors" >/dev/null
@@ -42,6 +44,7 @@ compare "$WORK/ref" "$WORK/a" 1e-5 1e-5
 
 echo "== a corrupted or truncated local file is skipped for the generation before it"
 killed_run "$WORK/b" 7
+local=$(local_job "$node" "$WORK/b")
 grep -q '"crc32c": "[0-9a-f]\{8\}"' "$local/step_0000006/rank_00000/manifest.json" ||
   { cat "$local/step_0000006/rank_00000/manifest.json"; exit 1; }
 file="$local/step_0000006/rank_00001/optim_00001_000.safetensors"
@@ -77,7 +80,7 @@ set +e
 train 2 "$WORK/c" "${args[@]}" --ckpt.local_dir="$WORK/file/local" >"$WORK/log" 2>&1
 rc=$?
 set -e
-[ "$rc" -ne 0 ] && grep -q "^error: .*ckpt.local_dir $WORK/file/local is not writable" "$WORK/log" ||
+[ "$rc" -ne 0 ] && grep -q "^error: .*ckpt.local_dir $WORK/file/local/yuanlm-[0-9a-f]\{16\} is not writable" "$WORK/log" ||
   { cat "$WORK/log"; echo "rc $rc"; exit 1; }
 
 echo "== a ckpt.local_dir with too little space is refused at start, naming the bytes needed"
@@ -88,7 +91,7 @@ if mount -t tmpfs -o size=64k tmpfs "$SHM/small" 2>"$WORK/mount.log"; then
   rc=$?
   set -e
   # Two generations of both ranks' shards (3 x 14016 floats each, and a header allowance): 2 x 2 x 172288 bytes.
-  [ "$rc" -ne 0 ] && grep -q "^error: .*ckpt.local_dir $SHM/small has [0-9.]* KiB free, and the local checkpoints of node 0 ($(hostname)) need 689152 bytes" "$WORK/log" ||
+  [ "$rc" -ne 0 ] && grep -q "^error: .*ckpt.local_dir $SHM/small/yuanlm-[0-9a-f]\{16\} has [0-9.]* KiB free, and the local checkpoints of node 0 ($(hostname)) need 689152 bytes" "$WORK/log" ||
     { cat "$WORK/log"; echo "rc $rc"; exit 1; }
 else
   echo "(not checked: no tmpfs can be mounted here: $(cat "$WORK/mount.log"))"
