@@ -289,6 +289,38 @@ TEST(ConfigValidate, Ranges) {
   }
 }
 
+TEST(ConfigValidate, DeadlinesThatWouldOverflowAreRefused) {
+  // In nanoseconds, 1e12 s is past int64: the deadline would land in the past and end the job at once.
+  for (double s : {1e12, 1e300, 30 * 86400 + 1.0})
+    for (const char* key : {"dist.timeout_s", "dist.nccl_timeout_s"}) {
+      const std::string msg = validate_error([&](Config& c) {
+        (std::string(key) == "dist.timeout_s" ? c.dist.timeout_s : c.dist.nccl_timeout_s) = s;
+      });
+      EXPECT_EQ(msg.rfind(std::string(key) + " must be <= 2592000 s (30 days", 0), 0u) << msg;
+    }
+  EXPECT_EQ(validate_error([](Config& c) { c.dist.timeout_s = 30 * 86400; }), "");
+  EXPECT_EQ(validate_error([](Config& c) { c.profile.steps = "3:5", c.train.steps = 4; }),
+            "profile.steps 3:5 ends after train.steps (4): the profile would never be closed");
+}
+
+TEST(ConfigValidate, KeysThatUndoEachOtherAreSaidOnce) {
+  auto warnings = [](const std::function<void(Config&)>& edit) {
+    Config c = valid();
+    edit(c);
+    ::testing::internal::CaptureStderr();
+    yuan::parallel::validate(c, 2);
+    return ::testing::internal::GetCapturedStderr();
+  };
+  EXPECT_EQ(warnings([](Config& c) { c.train.steps = 6, c.optim.warmup_steps = 6; }), "");
+  EXPECT_NE(warnings([](Config& c) { c.train.steps = 6, c.optim.warmup_steps = 1000; })
+                .find("optim.warmup_steps (1000) > train.steps (6): the learning rate never reaches optim.lr (0.0006); "
+                      "the last step's is 3.6e-06"),
+            std::string::npos);
+  EXPECT_NE(warnings([](Config& c) { c.train.steps = 6, c.ckpt.local_every = 6; })
+                .find("ckpt.local_every (6) >= train.steps (6): no node-memory checkpoint is ever written"),
+            std::string::npos);
+}
+
 TEST(ConfigValidate, DivisibilityNamesBothKeys) {
   EXPECT_EQ(validate_error([](Config& c) { c.model.n_embd = 768, c.model.n_head = 10; }),
             "model.n_embd (768) must be divisible by model.n_head (10)");

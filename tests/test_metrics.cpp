@@ -2,6 +2,7 @@
 // tests read the object's keys, so their names and order are pinned here, as is the step line users grep.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -64,6 +65,10 @@ TEST(StepMetrics, StepLineAsUsersReadIt) {
                           "250 ms/step | bubble 25% | all ranks waiting 80% | ETA 1m02s");
   m.all_wait_s = 0.18;
   EXPECT_EQ(step_line(m).find("waiting"), std::string::npos);
+  // An MFU the trainer could not trust (it read over 100%) is not shown, nor written as a number.
+  m.mfu = NAN;
+  EXPECT_NE(step_line(m).find("| MFU ? |"), std::string::npos) << step_line(m);
+  EXPECT_TRUE(nlohmann::json::parse(step_record(m).str())["mfu"].is_null());
 }
 
 TEST(StepMetrics, RecordKeysInTheirOrder) {

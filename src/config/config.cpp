@@ -94,13 +94,13 @@ std::vector<Field> fields(Config& c) {
       {"ckpt.keep", &c.ckpt.keep, "newest checkpoints kept in run.dir/ckpt"},
       {"ckpt.resume", &c.ckpt.resume,
        "auto: continue from the newest valid checkpoint in run.dir/ckpt, by run then step; none: start fresh (refused "
-       "when run.dir/ckpt holds checkpoints); or a checkpoint dir"},
+       "when run.dir/ckpt or node memory holds checkpoints of the run.dir); or a checkpoint dir"},
       {"ckpt.local_every", &c.ckpt.local_every,
        "steps between checkpoints in node memory (ckpt.local_dir), each rank's with a copy on a partner rank of the "
        "next node; written in the background, resumed from when newer than run.dir/ckpt's; 0: off"},
       {"ckpt.local_dir", &c.ckpt.local_dir,
-       "node-local directory of those checkpoints; %h expands to the host name; empty: /dev/shm/yuanlm-<16 hex "
-       "digits of the sha256 of the absolute run.dir>"},
+       "node-local directory of those checkpoints (%h expands to the host name; empty: /dev/shm); each job keeps "
+       "them in its own yuanlm-<16 hex digits of the sha256 of the absolute run.dir> under it"},
       {"profile.steps", &c.profile.steps,
        "A:B brackets steps A..B with cudaProfilerStart/Stop and NVTX phase ranges (nsys/ncu "
        "--profile-from-start off); empty: off"},
@@ -276,6 +276,15 @@ void at_least(const char* key, double v, double lo) {
 }
 void above(const char* key, double v, double lo) {
   if (!(v > lo)) throw Error(strf("%s must be > %g (got %.10g)", key, lo, v), true);
+}
+// A deadline key: above 0, and at most 30 days, longer than any batch job. Far larger values would overflow the
+// clocks the deadlines are kept in (int64 nanoseconds end at 292 years) into a deadline already past.
+void deadline(const char* key, double seconds) {
+  above(key, seconds, 0);
+  constexpr double kMaxSeconds = 30 * 86400;
+  if (seconds > kMaxSeconds)
+    throw Error(strf("%s must be <= %.0f s (30 days: longer than any batch job; got %g)", key, kMaxSeconds, seconds),
+                true);
 }
 
 }  // namespace
@@ -461,6 +470,11 @@ void validate_model_data_train(const Config& c) {
   at_least("train.max_bad_steps", c.train.max_bad_steps, 1);
 }
 
+void validate_dist(const Config& c) {
+  deadline("dist.nccl_timeout_s", c.dist.nccl_timeout_s);
+  deadline("dist.timeout_s", c.dist.timeout_s);
+}
+
 void validate_optim_run(const Config& c) {
   const OptimConfig& o = c.optim;
   above("optim.lr", o.lr, 0);
@@ -475,8 +489,7 @@ void validate_optim_run(const Config& c) {
   at_least("optim.grad_clip", o.grad_clip, 0);
   if (o.zero < 0 || o.zero > 3) throw Error(strf("optim.zero must be 0, 1, 2 or 3 (got %d)", o.zero), true);
   above("optim.bucket_mb", o.bucket_mb, 0);
-  above("dist.nccl_timeout_s", c.dist.nccl_timeout_s, 0);
-  above("dist.timeout_s", c.dist.timeout_s, 0);
+  validate_dist(c);
 
   if (c.run.dir.empty()) throw Error("run.dir must not be empty", true);
   at_least("ckpt.every", c.ckpt.every, 0);
@@ -488,7 +501,21 @@ void validate_optim_run(const Config& c) {
     char end = 0;
     if (std::sscanf(c.profile.steps.c_str(), "%d:%d%c", &a, &b, &end) != 2 || a < 1 || b < a)
       throw Error(strf("profile.steps must be A:B with 1 <= A <= B (got '%s')", c.profile.steps.c_str()), true);
+    if (b > c.train.steps)
+      throw Error(strf("profile.steps %s ends after train.steps (%d): the profile would never be closed",
+                       c.profile.steps.c_str(), c.train.steps),
+                  true);
   }
+
+  // Values each valid alone that together undo what they ask for: said once, at start.
+  if (o.warmup_steps > c.train.steps)
+    warn("optim.warmup_steps (%d) > train.steps (%d): the learning rate never reaches optim.lr (%g); the last step's "
+         "is %.3g",
+         o.warmup_steps, c.train.steps, o.lr, o.lr * c.train.steps / o.warmup_steps);
+  if (c.ckpt.local_every >= c.train.steps)
+    warn("ckpt.local_every (%d) >= train.steps (%d): no node-memory checkpoint is ever written (the last step's goes "
+         "to run.dir/ckpt)",
+         c.ckpt.local_every, c.train.steps);
 }
 
 }  // namespace yuan

@@ -83,7 +83,7 @@ struct CkptConfig {
   int keep = 3;                 // newest checkpoints kept
   std::string resume = "auto";  // auto: newest valid one in run.dir/ckpt | none | a checkpoint directory
   int local_every = 0;          // steps between checkpoints in node memory with a partner copy (0: off)
-  std::string local_dir;        // their directory; "": /dev/shm/yuanlm-<sha256 of run.dir>; %h: the host name
+  std::string local_dir;        // where they go ("": /dev/shm; %h: the host name), in the job's yuanlm-<sha256> there
 };
 
 struct Config {
@@ -111,7 +111,8 @@ std::string ini_difference(const std::string& ini_a, const std::string& name_a, 
 // (train.device, a backend's name, between the two; the [parallel] layout against the world after), so that a deck
 // with several bad keys is told about the same one first wherever a check lives.
 void validate_model_data_train(const Config& c);
-void validate_optim_run(const Config& c);
+void validate_optim_run(const Config& c);  // calls validate_dist
+void validate_dist(const Config& c);        // the deadline keys alone, for commands that take no model
 
 struct ConfigOption {
   std::string key;  // "section.key"

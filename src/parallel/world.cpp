@@ -35,9 +35,15 @@ extern "C" void on_startup_deadline(int) {
 }  // namespace
 
 StartupDeadline::StartupDeadline() {
+  // Whole seconds up to 30 days, as the deadline keys (config.cpp); anything else is the default, said below.
   const char* env = std::getenv("YUANLM_START_TIMEOUT_S");
-  const int asked = env ? std::atoi(env) : 0;
-  const int seconds = asked > 0 ? asked : static_cast<int>(kDefaultTimeoutSeconds);
+  char* end = nullptr;
+  const double asked = env ? std::strtod(env, &end) : 0;
+  const bool valid = env && end != env && *end == '\0' && asked >= 1 && asked <= 30 * 86400;
+  const int seconds = valid ? static_cast<int>(asked) : static_cast<int>(kDefaultTimeoutSeconds);
+  if (env && !valid)
+    std::fprintf(stderr, "warning: YUANLM_START_TIMEOUT_S=%s is not a number of seconds in [1, 2592000]: using %d\n",
+                 env, seconds);
   char host[256] = "?";
   gethostname(host, sizeof host - 1);
   // Before MPI_Init the rank is known only from the launcher's environment.

@@ -12,6 +12,8 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <omp.h>
@@ -37,6 +39,7 @@ double round_trip(MPI_Comm comm, int a, int b, size_t bytes, double seconds) {
   int rank = 0;
   MPI_CHECK(MPI_Comm_rank(comm, &rank));
   if (rank != a && rank != b) return 0;
+  parallel::Waiting wait("ping-pong", "world", rank == a ? b : a);
   std::vector<char> buf(std::max<size_t>(bytes, 1));
   const int n = static_cast<int>(bytes);
   constexpr int kGo = 1, kLast = 2;
@@ -79,6 +82,14 @@ constexpr double kRepSeconds = 0.015;  // one timed repetition of an op
 constexpr int kReps = 7;               // repetitions; the median is the figure
 constexpr double kLinkSeconds = 0.5;  // each ping-pong size
 constexpr size_t kSmall = 8, kLarge = 4 << 20;
+
+// Each part of the measurement is said as it starts, on rank 0. Test hook (tests/mpi/test_calibrate.sh):
+// YUANLM_CALIBRATE_STOP=RANK:PART stops that rank (SIGSTOP) as PART starts, as a rank whose node stopped answering.
+void begin(const char* part) {
+  static const std::string stop = std::getenv("YUANLM_CALIBRATE_STOP") ? std::getenv("YUANLM_CALIBRATE_STOP") : "";
+  say("calibrate: %s", part);
+  if (stop == strf("%d:%s", parallel::world().rank, part)) std::raise(SIGSTOP);
+}
 
 // A barrier over the world that runs `meanwhile` until every rank has reached it.
 template <typename F>
@@ -258,6 +269,7 @@ GemmFit fit_gemm(const std::vector<double>& flops, const std::vector<double>& se
 // Ranks outside a ping-pong wait for it here without spinning on a core that it needs: ranks may outnumber a
 // node's cores, and the test cluster's nodes share one machine's.
 void quiet_barrier() {
+  parallel::Waiting wait("link measurement", "world");
   barrier_doing([] { std::this_thread::sleep_for(std::chrono::microseconds(200)); });
 }
 
@@ -266,6 +278,7 @@ PingPong measure_link(int a, int b) {
   PingPong p = ping_pong(MPI_COMM_WORLD, a, b, kSmall, kLarge, kLinkSeconds);
   quiet_barrier();
   double v[2] = {p.latency_s, p.bandwidth};
+  parallel::Waiting wait("link figures", "world", a);
   MPI_CHECK(MPI_Bcast(v, 2, MPI_DOUBLE, a, MPI_COMM_WORLD));
   return {v[0], v[1]};
 }
@@ -406,9 +419,13 @@ void calibrate(const std::string& out) {
       w.size == 1 ? "" : "s", nodes.nodes(), nodes.nodes() == 1 ? "" : "s");
 
   auto backend = make_backend(Device::Cpu, BackendSpec{1, false, kWidth});
+  begin("gemms");
   std::vector<double> mine = time_gemms(*backend);
+  begin("memory-bound ops");
   mine.push_back(time_memory_ops(*backend));
+  begin("adamw");
   mine.push_back(time_adamw());
+  begin("loops");
   const LoopRates loops = time_cpu_loops();
   mine.insert(mine.end(), {loops.attention, loops.gelu, loops.softmax});
   backend.reset();
@@ -416,9 +433,13 @@ void calibrate(const std::string& out) {
   const NodeMemory mem = node_available_memory();
   mine.push_back(static_cast<double>(sysconf(_SC_NPROCESSORS_ONLN)));
   mine.push_back(static_cast<double>(mem.available));
+  begin("figures");
   const int per = static_cast<int>(mine.size());
   std::vector<double> all(static_cast<size_t>(per) * w.size);
-  MPI_CHECK(MPI_Gather(mine.data(), per, MPI_DOUBLE, all.data(), per, MPI_DOUBLE, 0, MPI_COMM_WORLD));
+  {
+    parallel::Waiting wait("calibration figures", "world");
+    MPI_CHECK(MPI_Gather(mine.data(), per, MPI_DOUBLE, all.data(), per, MPI_DOUBLE, 0, MPI_COMM_WORLD));
+  }
   const std::vector<std::string> ids = parallel::gather_strings(boot_id(nodes.names[nodes.node[w.rank]]));
 
   // The links: two ranks of the first node that has two, and rank 0 with the first rank of node 1.
@@ -427,6 +448,7 @@ void calibrate(const std::string& out) {
   for (int n = 0; n < nodes.nodes() && intra_pair.first < 0; n++)
     if (nodes.ranks_on(n).size() >= 2) intra_pair = {nodes.ranks_on(n)[0], nodes.ranks_on(n)[1]};
   if (nodes.nodes() >= 2) inter_pair = {0, nodes.ranks_on(1)[0]};
+  begin("links");
   if (intra_pair.first >= 0) intra = measure_link(intra_pair.first, intra_pair.second);
   if (inter_pair.first >= 0) inter = measure_link(inter_pair.first, inter_pair.second);
   if (w.rank != 0) return;

@@ -19,6 +19,7 @@
 #include "parallel/layout.h"
 #include "parallel/nodes.h"
 #include "parallel/schedule.h"
+#include "parallel/watchdog.h"
 #include "planner/calibrate.h"
 #include "planner/machine.h"
 #include "planner/replan.h"
@@ -327,6 +328,8 @@ int plan_main(const std::vector<std::string>& args) {
   po::variables_map vm;
   if (!parse_config(args, "plan", cfg, &own, &vm)) return 0;
   if (calibrate) {
+    validate_dist(cfg);
+    parallel::watch_waits(cfg.dist.timeout_s);  // every wait of the measurement, the ping-pongs' included
     planner::calibrate(out);
     return 0;
   }

@@ -80,8 +80,9 @@ std::string step_line(const StepMetrics& m) {
       m.all_wait_s > 0.75 * m.step_s ? strf(" | all ranks waiting %.0f%%", 100 * m.all_wait_s / m.step_s) : "";
   const std::string stalled =
       m.stall ? strf(" | stalled %.1f s in %s on group %s", m.stall->seconds, m.stall->op, m.stall->group) : "";
-  return strf("step %6d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | MFU %.1f%% | %.0f ms/step%s%s%s%s | ETA %s",
-              m.step, m.steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, 100 * m.mfu, 1000 * m.step_s,
+  const std::string mfu = std::isfinite(m.mfu) ? strf("%.1f%%", 100 * m.mfu) : "?";
+  return strf("step %6d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | MFU %s | %.0f ms/step%s%s%s%s | ETA %s",
+              m.step, m.steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, mfu.c_str(), 1000 * m.step_s,
               m.bubble ? strf(" | bubble %.0f%%", 100 * *m.bubble).c_str() : "", straggler.c_str(), all_wait.c_str(),
               stalled.c_str(), format_duration(m.eta_s).c_str());
 }

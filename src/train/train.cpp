@@ -357,6 +357,14 @@ class Trainer {
     state_.next_sample += static_cast<uint64_t>(c.train.global_batch);
     m.tokens_per_s = tokens_per_step() / m.step_s;
     m.mfu = m.tokens_per_s * flops_per_token_ / (peak_.flops * world_.size);
+    if (!(m.mfu <= 1)) {  // a figure that cannot be true is not shown: the peak was not what the ranks have
+      if (!mfu_refused_)
+        warn("step %d: MFU would read %.0f%% against the peak measured at start (%.4g TFLOP/s per rank, %s): that peak "
+             "is below what the steps reach; MFU is not shown from here on",
+             m.step, 100 * m.mfu, peak_.flops / 1e12, peak_.source.c_str());
+      mfu_refused_ = true;
+    }
+    if (mfu_refused_) m.mfu = NAN;
     m.grad_norm = st.grad_norm;
     m.data_s = data_wait_;
     m.compute_s = t_compute - t0 - data_wait_;
@@ -531,6 +539,7 @@ class Trainer {
   size_t n_params_ = 0;
   double flops_per_token_ = 0;
   PeakFlops peak_;
+  bool mfu_refused_ = false;  // a step's MFU read over 100%: the peak is not trusted for the rest of the run
   std::string tokenizer_;
   TrainState state_;
   int64_t first_step_ = 0, saved_step_ = 0;  // where this run started; the newest step in a checkpoint

@@ -63,9 +63,10 @@ void write_file_atomic(const std::string& path, const std::string& content) {
 
 std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  YUAN_CHECK(in, "cannot read '%s'", path.c_str());
+  YUAN_CHECK(in, "cannot read '%s': %s", path.c_str(), std::strerror(errno));
   std::stringstream ss;
   ss << in.rdbuf();
+  YUAN_CHECK(!in.bad(), "cannot read '%s': %s", path.c_str(), std::strerror(errno));
   return ss.str();
 }
 

@@ -48,4 +48,29 @@ if bin/yuanlm plan "${TINY[@]}" --out "$WORK/m2.ini" >"$WORK/log" 2>&1; then
   exit 1
 fi
 expect_in "$WORK/log" "^error: .*plan: --out names the machine file that --calibrate writes; add --calibrate"
+echo "== a rank stopped in each part of the measurement: the job ends at the deadline, naming the wait"
+cleanup() {  # a job that does not end by itself: take down what this test started
+  local p
+  for p in $(procs bin/yuanlm); do kill -KILL "$p" 2>/dev/null || true; done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+# Rank 1 stops in every part; rank 0 in the links too, where it is the one sending.
+for stop in 1:gemms "1:memory-bound ops" 1:adamw 1:loops 1:figures 1:links 0:links; do
+  start=$(date +%s)
+  set +e
+  YUANLM_CALIBRATE_STOP=$stop timeout 120 mpirun -np 2 -x YUANLM_CALIBRATE_STOP bin/yuanlm plan --calibrate \
+    --dist.timeout_s=3 --out "$WORK/stopped.ini" >"$WORK/log" 2>&1
+  rc=$?
+  set -e
+  took=$(($(date +%s) - start))
+  echo "stopped rank ${stop%%:*} in '${stop#*:}': exit $rc after $took s"
+  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { cat "$WORK/log"; echo "the job did not end by itself"; exit 1; }
+  expect_in "$WORK/log" "calibrate: ${stop#*:}"
+  [ "$(grep -c '^error:' "$WORK/log")" -eq 1 ] || { cat "$WORK/log"; echo "not one error line"; exit 1; }
+  expect_in "$WORK/log" "^error: \[rank $((1 - ${stop%%:*}))@[^]]+\] no progress for 3 s: waiting in [a-z -]+ on group world.*dist.timeout_s 3"
+  sleep 1
+  [ -z "$(procs bin/yuanlm)" ] || { echo "ranks left behind: $(procs bin/yuanlm)"; exit 1; }
+  [ ! -e "$WORK/stopped.ini" ] || { echo "a machine file was written"; exit 1; }
+done
 echo "test_calibrate: OK"
