@@ -110,6 +110,14 @@ TEST_F(Prep, ReadsFortuneJsonlAndTextDocuments) {
   std::string t = file("t.txt", "one\n\ntwo\nthree\n\n\n");
   EXPECT_EQ(docs_of(t, yuan::InputFormat::Auto), (std::vector<std::string>{"one", "two", "three"}));
   EXPECT_EQ(docs_of(t, yuan::InputFormat::Text, true), (std::vector<std::string>{"one", "two\nthree"}));
+  // Whitespace alone is no document, in any format.
+  std::string ws = file("ws.txt", "  \n\n \t\n");
+  EXPECT_EQ(docs_of(ws, yuan::InputFormat::Text), std::vector<std::string>{});
+  EXPECT_EQ(docs_of(ws, yuan::InputFormat::Text, true), std::vector<std::string>{});
+  std::string ws_fortune = file("ws_fortunes", "\n \t\n%\n  \n%\nreal\n%\n");
+  EXPECT_EQ(docs_of(ws_fortune, yuan::InputFormat::Fortune), std::vector<std::string>{"real"});
+  std::string ws_jsonl = file("ws.jsonl", "{\"text\": \" \\n\\t\"}\n{\"text\": \"z\"}\n");
+  EXPECT_EQ(docs_of(ws_jsonl, yuan::InputFormat::Auto), std::vector<std::string>{"z"});
   std::string sniffed = file("records", "{\"text\": \"a\"}\n");
   EXPECT_EQ(yuan::expand_inputs({sniffed}, yuan::InputFormat::Auto)[0].format, yuan::InputFormat::Jsonl);
 
@@ -290,6 +298,7 @@ TEST_F(Prep, AFailedPrepLeavesThePreviousCorpusAsItWas) {
   const std::string binary = file("blob.gz", std::string("\x1f\x8b\x08\x00", 4));
   const std::string bad_json = file("bad.jsonl", "{\"text\": \"a\"}\n{oops\n");
   const std::string cjk = file("cjk.txt", distinct_cjk(3000));
+  const std::string blank = file("blank.txt", "  \n\n \t\n");
   const auto names = entries();
   const std::string tok = out + "/tokenizer.model";
   const std::vector<std::vector<std::string>> failures = {
@@ -299,6 +308,8 @@ TEST_F(Prep, AFailedPrepLeavesThePreviousCorpusAsItWas) {
       {"--input", in[0], bad_json, "--tokenizer", tok, "--out", out},
       {"--input", in[2], "--tokenizer", tok, "--val-docs", "1000", "--out", out},
       {"--input", cjk, "--train-tokenizer", "--vocab-size", "300", "--out", out},
+      {"--input", blank, "--tokenizer", tok, "--out", out},
+      {"--input", blank, "--train-tokenizer", "--vocab-size", "300", "--out", out},
   };
   for (const auto& args : failures) {
     const std::string e = error_of(args);

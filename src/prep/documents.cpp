@@ -72,7 +72,10 @@ bool Documents::next(std::string& doc) {
       line_no_ = 0;
       offset_ = 0;
     }
-    if (next_in_file(doc)) return true;
+    // Whitespace alone is no document: it would only add an end-of-text and a few space tokens, and input of
+    // nothing else would replace a corpus with such "documents".
+    while (next_in_file(doc))
+      if (doc.find_first_not_of(" \t\n\v\f\r") != std::string::npos) return true;
     YUAN_CHECK(!in_.bad(), "%s: read error", files_[file_].path.c_str());
   }
   return false;

@@ -34,7 +34,7 @@ size_t find_invalid_utf8(std::string_view s);
 class Documents {
  public:
   Documents(const std::vector<InputFile>& files, bool blank_separated);
-  // The next non-empty document of all files in order; false after the last.
+  // The next document of all files in order that holds more than whitespace; false after the last.
   bool next(std::string& doc);
   size_t file_index() const { return file_; }  // the file the last document came from
 

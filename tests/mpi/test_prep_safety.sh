@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `yuanlm prep` never loses the corpus it replaces (issue 21, data-loss case 1): a prep that fails (a missing
 # tokenizer, input that is not text) or is killed leaves the previous corpus in --out byte for byte as it was, and
-# nothing beside it; input that is not UTF-8 text is refused naming the file and byte offset; a successful prep
-# replaces the corpus whole, with no shard of the old one left.
+# nothing beside it; input that is not UTF-8 text is refused naming the file and byte offset, input of whitespace
+# alone as holding no documents; a successful prep replaces the corpus whole, with no shard of the old one left.
 source "$(dirname "$0")/lib.sh"
 
 # text FILE LINES: seeded sentences of English and Chinese words, a document per line.
@@ -57,6 +57,12 @@ refused "$WORK/readme.gz: not UTF-8 text: an invalid sequence at byte offset 1 \
   --input "$WORK/text.txt" "$WORK/readme.gz" --tokenizer "$X/tokenizer.model" --out "$X"
 refused "/bin/true: not UTF-8 text: a NUL byte at byte offset [0-9]+ " \
   --input /bin/true --train-tokenizer --vocab-size 400 --out "$X"
+# Whitespace alone is no document: such input is refused as empty input is, not made a corpus of blank documents.
+printf '  \n\n \t\n' >"$WORK/blank.txt"
+refused "prep: the input \($WORK/blank.txt \.\.\.\) holds no documents" \
+  --input "$WORK/blank.txt" --tokenizer "$X/tokenizer.model" --out "$X"
+refused "prep: $WORK/blank.txt: no text to train the tokenizer on" \
+  --input "$WORK/blank.txt" --train-tokenizer --vocab-size 400 --out "$X"
 
 # Killed (kill -9) while writing the new corpus: X unchanged; the next prep removes what it left, saying so.
 text "$WORK/big.txt" 300000
@@ -92,3 +98,4 @@ for f, s in listed.items():
     assert sha(f) == s, f
 print("ok: re-prep replaced the corpus whole:", sorted(files))
 PYEOF
+echo OK
