@@ -9,6 +9,7 @@
 
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "util/error.h"
@@ -23,6 +24,11 @@ inline std::recursive_mutex& hdf5_mutex() {
 class Hdf5Lock {
  public:
   Hdf5Lock() : lock_(hdf5_mutex()) {
+    // A file whose close failed (a full disk) is left half torn down by HDF5 1.10, and the library's exit handler,
+    // closing it again, crashes the process after the error was reported. Every file is closed by its Hid
+    // before exit, so the handler has nothing to do. It must be declined before the library initialises.
+    static const bool no_exit_handler = (H5dont_atexit(), true);
+    (void)no_exit_handler;
     // HDF5 prints its error stack to stderr on every failure unless told not to, per thread in thread-safe
     // builds; failures must surface once, as the Error below.
     static thread_local bool quiet = (H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr), true);
@@ -59,24 +65,45 @@ class Hid {
   herr_t (*close_)(hid_t) = nullptr;
 };
 
-// HDF5's reason for the last failure on this thread: the outermost description (what the API call could not
-// do) and the innermost one (why: "file signature not found", "truncated file: eof = ...").
+// HDF5's reason for the last failure on this thread, on one line: the outermost description (what the API call
+// could not do), the innermost one (why: "file signature not found", "truncated file: eof = ...") and, where a
+// system call failed, the operating system's reason ("No space left on device").
 inline std::string hdf5_error_message() {
-  struct Ends {
-    std::string inner, outer;
-  } ends;
+  struct Walk {
+    std::string inner, outer, os;
+  } walk;
   H5Ewalk2(
       H5E_DEFAULT, H5E_WALK_UPWARD,
       [](unsigned n, const H5E_error2_t* e, void* data) -> herr_t {
-        auto* ends = static_cast<Ends*>(data);
-        if (n == 0) ends->inner = e->desc ? e->desc : "";
-        ends->outer = e->desc ? e->desc : "";
+        auto* w = static_cast<Walk*>(data);
+        std::string desc = e->desc ? e->desc : "";
+        // A failed system call reads "file write failed: time = <ctime(3), which ends in a newline>, filename =
+        // ..., errno = 28, error message = 'No space left on device', buf = 0x..., ...": its first words and the
+        // reason say it all, the file is in the caller's context.
+        constexpr std::string_view tag = "error message = '";
+        if (const size_t at = desc.find(tag); at != std::string::npos) {
+          const size_t from = at + tag.size();
+          if (w->os.empty()) w->os = desc.substr(from, desc.find('\'', from) - from);
+          desc = desc.substr(0, desc.find_first_of(":,"));
+        }
+        if (n == 0) w->inner = desc;
+        w->outer = desc;
         return 0;
       },
-      &ends);
+      &walk);
   H5Eclear2(H5E_DEFAULT);
-  if (ends.inner.empty()) return "no HDF5 error message";
-  return ends.outer == ends.inner ? ends.inner : ends.outer + ": " + ends.inner;
+  std::string msg;
+  auto add = [&msg](const std::string& part) {
+    if (!part.empty()) msg += (msg.empty() ? "" : ": ") + part;
+  };
+  add(walk.outer);
+  if (walk.inner != walk.outer) add(walk.inner);
+  add(walk.os);
+  if (msg.empty()) return "no HDF5 error message";
+  // An error is one line wherever HDF5's descriptions came from.
+  for (char& c : msg)
+    if (static_cast<unsigned char>(c) < 0x20) c = ' ';
+  return msg;
 }
 
 template <typename T, typename Context>

@@ -1,5 +1,7 @@
 #include "prep/documents.h"
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -33,7 +35,7 @@ InputFormat resolve_input_format(const std::string& path, InputFormat f) {
   if (ends(".jsonl") || ends(".json") || ends(".ndjson")) return InputFormat::Jsonl;
   if (ends(".txt")) return InputFormat::Text;
   std::ifstream in(path);
-  YUAN_CHECK(in, "%s: cannot open input", path.c_str());
+  YUAN_CHECK(in, "%s: cannot open input: %s", path.c_str(), std::strerror(errno));
   std::string line;
   bool first = true;
   for (size_t bytes = 0; bytes < (1 << 16) && std::getline(in, line); bytes += line.size() + 1) {
@@ -67,7 +69,7 @@ bool Documents::next(std::string& doc) {
   for (; file_ < files_.size(); file_++, open_ = false) {
     if (!open_) {
       in_ = std::ifstream(files_[file_].path, std::ios::binary);
-      YUAN_CHECK(in_, "%s: cannot open input", files_[file_].path.c_str());
+      YUAN_CHECK(in_, "%s: cannot open input: %s", files_[file_].path.c_str(), std::strerror(errno));
       open_ = true;
       line_no_ = 0;
       offset_ = 0;
@@ -76,7 +78,7 @@ bool Documents::next(std::string& doc) {
     // nothing else would replace a corpus with such "documents".
     while (next_in_file(doc))
       if (doc.find_first_not_of(" \t\n\v\f\r") != std::string::npos) return true;
-    YUAN_CHECK(!in_.bad(), "%s: read error", files_[file_].path.c_str());
+    YUAN_CHECK(!in_.bad(), "%s: read error: %s", files_[file_].path.c_str(), std::strerror(errno));
   }
   return false;
 }

@@ -264,10 +264,8 @@ int prep_main(const std::vector<std::string>& args) {
            tok->vocab_size());
   } else {
     const std::string copy = out.dir() + "/tokenizer" + fs::path(o.tokenizer).extension().string();
-    std::error_code ec;
-    fs::copy_file(o.tokenizer, copy, ec);
-    YUAN_CHECK(!ec, "prep: cannot copy tokenizer %s to %s: %s", o.tokenizer.c_str(), copy.c_str(),
-               ec.message().c_str());
+    // Not fs::copy_file: libstdc++ reports a short sendfile(2), which is what a full disk gives, as an I/O error.
+    write_file_atomic(copy, read_text(o.tokenizer));
     o.tokenizer = copy;
   }
   const ShardMeta meta{tok->vocab_size(), tok->eot_id(), tok->name()};

@@ -4,6 +4,7 @@
 #include <sentencepiece_trainer.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -91,7 +92,7 @@ class WordPieceTokenizer : public Tokenizer {
  public:
   explicit WordPieceTokenizer(const std::string& path) {
     std::ifstream in(path);
-    YUAN_CHECK(in, "%s: cannot open tokenizer vocabulary", path.c_str());
+    YUAN_CHECK(in, "%s: cannot open tokenizer vocabulary: %s", path.c_str(), std::strerror(errno));
     std::string line;
     for (int id = 0; std::getline(in, line); id++) {
       if (!line.empty() && line.back() == '\r') line.pop_back();
@@ -250,7 +251,7 @@ void Tokenizer::check_id(uint32_t id) const {
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
   std::ifstream probe(path);
-  YUAN_CHECK(probe, "%s: cannot open tokenizer", path.c_str());
+  YUAN_CHECK(probe, "%s: cannot open tokenizer: %s", path.c_str(), std::strerror(errno));
   if (path.size() >= 6 && path.compare(path.size() - 6, 6, ".model") == 0)
     return std::make_unique<SentencePieceTokenizer>(path);
   return std::make_unique<WordPieceTokenizer>(path);
@@ -306,10 +307,10 @@ void train_sentencepiece(Documents& docs, const SentencePieceTraining& opt, cons
   {
     std::ofstream out(tmp, std::ios::binary);
     out.write(proto.data(), static_cast<std::streamsize>(proto.size()));
-    YUAN_CHECK(out.flush(), "%s: cannot write", tmp.c_str());
+    YUAN_CHECK(out.flush(), "%s: cannot write: %s", tmp.c_str(), std::strerror(errno));
   }
-  YUAN_CHECK(std::rename(tmp.c_str(), model_path.c_str()) == 0, "%s: cannot rename to %s", tmp.c_str(),
-             model_path.c_str());
+  YUAN_CHECK(std::rename(tmp.c_str(), model_path.c_str()) == 0, "%s: cannot rename to %s: %s", tmp.c_str(),
+             model_path.c_str(), std::strerror(errno));
 }
 
 }  // namespace yuan

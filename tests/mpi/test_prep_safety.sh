@@ -2,7 +2,8 @@
 # `yuanlm prep` never loses the corpus it replaces (issue 21, data-loss case 1): a prep that fails (a missing
 # tokenizer, input that is not text) or is killed leaves the previous corpus in --out byte for byte as it was, and
 # nothing beside it; input that is not UTF-8 text is refused naming the file and byte offset, input of whitespace
-# alone as holding no documents; a successful prep replaces the corpus whole, with no shard of the old one left.
+# alone as holding no documents; a successful prep replaces the corpus whole, with no shard of the old one left; a
+# full file system under --out is one error line with the system's reason, naming the file.
 source "$(dirname "$0")/lib.sh"
 
 # text FILE LINES: seeded sentences of English and Chinese words, a document per line.
@@ -98,4 +99,38 @@ for f, s in listed.items():
     assert sha(f) == s, f
 print("ok: re-prep replaced the corpus whole:", sorted(files))
 PYEOF
+
+# A full file system under --out: one error line with the system's reason, naming the file, and nothing left but
+# the corpus already there. Into an empty one writing the shard data fails (and with it HDF5's closing of the file);
+# beside an earlier corpus creating the next shard does.
+full=$WORK/full
+mkdir "$full"
+trap 'umount "$full" 2>/dev/null; rm -rf "$WORK"' EXIT
+# full_refused ARGS...: prep of big.txt with ARGS into $full/x fails with rc 1 and the one line.
+full_refused() {
+  local rc
+  set +e
+  bin/yuanlm prep --input "$WORK/big.txt" --tokenizer "$X/tokenizer.model" "$@" --out "$full/x" >"$WORK/log" 2>&1
+  rc=$?
+  set -e
+  [ "$rc" = 1 ] && grep -Eq "^error: .*$full/\.x\.tmp-[0-9]+@[^/]*/[^ ]+: .*No space left on device" "$WORK/log" &&
+    [ "$(grep -c . "$WORK/log")" = 1 ] ||
+    { echo "prep onto a full file system: expected rc 1 and one line 'error: FILE: ...No space left on device'," \
+        "got rc $rc:"
+      cat "$WORK/log"; exit 1; }
+  echo "ok: $(cat "$WORK/log")"
+}
+if mount -t tmpfs -o size=64k tmpfs "$full" 2>"$WORK/mount.log"; then
+  full_refused --shard-tokens 100000
+  [ -z "$(ls -A "$full")" ] || { echo "prep onto a full file system left $(ls -A "$full") in $full"; exit 1; }
+  head -50 "$WORK/text.txt" >"$WORK/small.txt"
+  bin/yuanlm prep --input "$WORK/small.txt" --tokenizer "$X/tokenizer.model" --shard-tokens 2000 --out "$full/x" \
+    >"$WORK/log" 2>&1 || { cat "$WORK/log"; exit 1; }
+  cp -a "$full/x" "$WORK/full_before"
+  full_refused --shard-tokens 20000
+  diff -r "$WORK/full_before" "$full/x" || { echo "prep onto a full file system changed $full/x"; exit 1; }
+  [ "$(ls -A "$full")" = x ] || { echo "prep onto a full file system left $(ls -A "$full") in $full"; exit 1; }
+else
+  echo "(not checked: no tmpfs can be mounted here: $(cat "$WORK/mount.log"))"
+fi
 echo OK
