@@ -146,6 +146,19 @@ TEST_F(Loader, ValidationSetLargerThanTheCorpusIsRefused) {
   EXPECT_NE(eval.find("--data = "), std::string::npos) << eval;
   EXPECT_NE(eval.find("give --batches <= 9 "), std::string::npos) << eval;
   EXPECT_EQ(val_error(0, 1, 9), "");
+  // One micro-batch per reader past the corpus: fewer batches cannot help, a smaller micro-batch or fewer readers can.
+  auto micro_error = [&](int world, int micro_batch) {
+    return yuan::testing::error_of([&] {
+      yuan::ValLoader(spec(0, world, micro_batch, micro_batch), 1, "--data", "--batches", "--micro-batch");
+    });
+  };
+  const std::string micro = micro_error(2, 1 << 20);
+  EXPECT_NE(micro.find("fewer than one micro-batch reads (--micro-batch 1048576 x 2 readers = 2097152 windows): give "
+                       "--micro-batch <= 14 or a larger validation set"),
+            std::string::npos)
+      << micro;
+  EXPECT_NE(micro_error(30, 1).find("use at most 29 readers"), std::string::npos);
+  EXPECT_EQ(micro_error(2, 14), "");
 }
 
 TEST_F(Loader, BadCorporaAreOneLineErrorsNamingTheFile) {

@@ -227,23 +227,37 @@ struct ValLoader::Impl {
   LoaderSpec spec;
   Corpus corpus;
   int batches;
-  HostArray<int32_t> buf;
-  Impl(const LoaderSpec& s, int b, const char* glob_key, const char* batches_key)
-      : spec(s), corpus(s), batches(b), buf(micro_batch_ids(s), Mem::Data) {
+  HostArray<int32_t> buf;  // allocated once the set is known to fit: a micro-batch asked for can be gigabytes
+  Impl(const LoaderSpec& s, int b, const char* glob_key, const char* batches_key, const char* micro_batch_key)
+      : spec(s), corpus(s), batches(b) {
     YUAN_CHECK(b > 0, "data: %s %d must be positive", batches_key, b);
+    const uint64_t windows = corpus.windows();
     const uint64_t per_batch = static_cast<uint64_t>(s.micro_batch) * s.world;  // windows read per batch index
-    YUAN_CHECK(static_cast<uint64_t>(b) <= corpus.windows() / per_batch,
+    if (per_batch > windows) {
+      // Fewer batches cannot help: the micro-batch must shrink, or, below one window per reader, the readers.
+      const std::string fix =
+          windows >= static_cast<uint64_t>(s.world)
+              ? strf("give %s <= %llu", micro_batch_key, static_cast<unsigned long long>(windows / s.world))
+              : strf("use at most %llu readers", static_cast<unsigned long long>(windows));
+      throw Error(strf("%s = %s holds %llu windows of %zu tokens, fewer than one micro-batch reads (%s %d x %d "
+                       "reader%s = %llu windows): %s or a larger validation set",
+                       glob_key, s.glob.c_str(), static_cast<unsigned long long>(windows), corpus.window(),
+                       micro_batch_key, s.micro_batch, s.world, s.world == 1 ? "" : "s",
+                       static_cast<unsigned long long>(per_batch), fix.c_str()));
+    }
+    YUAN_CHECK(static_cast<uint64_t>(b) <= windows / per_batch,
                "%s = %s holds %llu windows of %zu tokens, fewer than one evaluation reads (%s %d x %d sequences x "
                "%d reader%s = %.0f windows): give %s <= %llu or a larger validation set",
-               glob_key, s.glob.c_str(), static_cast<unsigned long long>(corpus.windows()), corpus.window(),
-               batches_key, b, s.micro_batch, s.world, s.world == 1 ? "" : "s",
-               static_cast<double>(b) * static_cast<double>(per_batch), batches_key,
-               static_cast<unsigned long long>(corpus.windows() / per_batch));
+               glob_key, s.glob.c_str(), static_cast<unsigned long long>(windows), corpus.window(), batches_key, b,
+               s.micro_batch, s.world, s.world == 1 ? "" : "s", static_cast<double>(b) * static_cast<double>(per_batch),
+               batches_key, static_cast<unsigned long long>(windows / per_batch));
+    buf = HostArray<int32_t>(micro_batch_ids(s), Mem::Data);
   }
 };
 
-ValLoader::ValLoader(const LoaderSpec& spec, int batches, const char* glob_key, const char* batches_key)
-    : impl_(std::make_unique<Impl>(spec, batches, glob_key, batches_key)) {}
+ValLoader::ValLoader(const LoaderSpec& spec, int batches, const char* glob_key, const char* batches_key,
+                     const char* micro_batch_key)
+    : impl_(std::make_unique<Impl>(spec, batches, glob_key, batches_key, micro_batch_key)) {}
 ValLoader::~ValLoader() = default;
 int ValLoader::batches() const { return impl_->batches; }
 

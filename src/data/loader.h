@@ -54,13 +54,14 @@ class TrainLoader {
 };
 
 // A fixed evaluation set: the first `batches * micro_batch * world` windows in file order (no shuffle), rank r
-// taking every world-th. A set larger than the corpus is refused (throws Error naming `glob_key`, the windows the
-// corpus holds and `batches_key`): reading windows twice would weigh them twice and report windows that do not
+// taking every world-th. A set larger than the corpus is refused before anything is allocated (throws Error naming
+// `glob_key`, the windows the corpus holds and `batches_key`, or `micro_batch_key` when one micro-batch per reader
+// is already more than the corpus): reading windows twice would weigh them twice and report windows that do not
 // exist, and a silently smaller set would not be the one asked for.
 class ValLoader {
  public:
   ValLoader(const LoaderSpec& spec, int batches, const char* glob_key = "data.val",
-            const char* batches_key = "train.eval_batches");
+            const char* batches_key = "train.eval_batches", const char* micro_batch_key = "train.micro_batch");
   ~ValLoader();
   int batches() const;
   const int32_t* batch(int i);  // micro_batch rows of seq_len+1

@@ -66,8 +66,9 @@ int eval_main(const std::vector<std::string>& args) {
   spec.rank = w.rank;
   spec.world = w.size;
   spec.micro_batch = micro_batch;
-  // The run's train.eval_batches cannot change any more: --batches is what a user can lower.
-  ValLoader val(spec, batches, own_data ? "--data" : "data.val", "--batches");
+  // The run's train.eval_batches cannot change any more: --batches is what a user can lower. The set is checked
+  // against the data before the replica, whose memory grows with the micro-batch, is planned and allocated.
+  ValLoader val(spec, batches, own_data ? "--data" : "data.val", "--batches", "--micro-batch");
   Replica model = checkpoint_replica(m, device, micro_batch);
 
   const double t0 = now_seconds();

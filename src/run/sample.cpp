@@ -81,6 +81,9 @@ int sample_main(const std::vector<std::string>& args) {
   YUAN_CHECK(tok->vocab_size() <= c.vocab_size && tok->eot_id() < c.vocab_size,
              "checkpoint %s: tokenizer %s has %d ids (eot %d), more than the model's vocab_size %d", m.dir.c_str(),
              m.tokenizer.c_str(), tok->vocab_size(), tok->eot_id(), c.vocab_size);
+  // A k past the tokenizer's ids would silently mean all of them, which 0 already says.
+  YUAN_CHECK(top_k <= tok->vocab_size(), "sample: --top-k %d is more than the %d ids of tokenizer %s; give at most %d "
+             "(0: all)", top_k, tok->vocab_size(), m.tokenizer.c_str(), tok->vocab_size());
   Replica model = checkpoint_replica(m, device, 1);
 
   std::vector<uint32_t> ids = {static_cast<uint32_t>(tok->eot_id())};

@@ -5,7 +5,9 @@
 #   sample on a run whose corpus `yuanlm prep` made with a trained SentencePiece tokenizer is deterministic for a
 #   seed and changes with the seed; greedy decoding is deterministic;
 #   tools/plot_metrics.py draws a PNG of the run's metrics;
-#   a missing checkpoint, or sampling a run without a tokenizer, is a one-line error and a non-zero exit.
+#   a missing checkpoint, sampling a run without a tokenizer, or an eval or sample option past what the data or
+#   the tokenizer allow is a one-line error and a non-zero exit (eval's micro-batch before anything its size is
+#   allocated).
 source "$(dirname "$0")/lib.sh"
 make_corpus "$WORK/corpus" 2 4000 64
 run="$WORK/run"
@@ -98,4 +100,17 @@ expect_error "'$WORK/nope' is neither a checkpoint" bin/yuanlm export --checkpoi
 expect_error "checkpoint $run/ckpt/step_0000012 has no tokenizer: its training shards had no manifest.json" \
   bin/yuanlm sample --checkpoint "$run" --prompt hi
 expect_error "eval: the option '--checkpoint' is required but missing" bin/yuanlm eval
+# A micro-batch past the validation set is refused before its buffers (gigabytes here) are allocated.
+start=$SECONDS
+want="holds 498 windows of 17 tokens, fewer than one micro-batch reads (--micro-batch 100000000 x 1 reader = 100000000"
+expect_error "$want windows): give --micro-batch <= 498" bin/yuanlm eval --checkpoint "$run" --micro-batch 100000000
+[ $((SECONDS - start)) -lt 5 ] || { echo "eval took $((SECONDS - start)) s to refuse --micro-batch"; exit 1; }
+expect_error "(--batches 2000000000 x 2 sequences x 1 reader = 4000000000 windows): give --batches <= 249" \
+  bin/yuanlm eval --checkpoint "$run" --batches 2000000000
+expect_error "eval: --micro-batch must be >= 1 (got 0)" bin/yuanlm eval --checkpoint "$run" --micro-batch 0
+expect_error "sample: --top-k 301 is more than the 300 ids of tokenizer" \
+  bin/yuanlm sample --checkpoint "$sprun" --prompt hi --top-k 301
+expect_error "sample: --temperature must be a finite number >= 0 (got -1)" \
+  bin/yuanlm sample --checkpoint "$sprun" --prompt hi --temperature -1
+expect_error "sample: --tokens must be >= 1 (got 0)" bin/yuanlm sample --checkpoint "$sprun" --prompt hi --tokens 0
 echo "OK"
