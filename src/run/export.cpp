@@ -4,6 +4,13 @@
 // matrices in Conv1D layout [in, out] (y = x @ W + b), ours are nn.Linear's [out, in]. The embeddings are
 // [rows, n_embd] in both. lm_head.weight is not written: HF ties it to transformer.wte.weight, as GPT-2's own
 // checkpoints do.
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -77,20 +84,26 @@ void refuse_checkpoint_output(const std::string& out) {
                  e.path().c_str());
 }
 
-// The export's files are written into a directory beside `out` and moved into place only once all are written, so
-// a failed export leaves `out` as it was; the directory goes away with this object, whatever happened.
+// The export's files are written into a directory of this export's own beside `out` and moved into place only once
+// all are written, so a failed export leaves `out` as it was and two exports into one `out` never share a directory;
+// it goes away with this object, whatever happened. Its name, ".NAME.export-PID@HOST", lets a later export remove it
+// when the process that made it was killed.
 class StagingDir {
  public:
-  explicit StagingDir(const std::string& out) {
+  explicit StagingDir(const std::string& out) : out_(out) {
     target_ = fs::absolute(out).lexically_normal();
     if (!target_.has_filename()) target_ = target_.parent_path();  // "hf/tiny/"
-    path_ = target_.parent_path() / ("." + target_.filename().string() + ".export-tmp");
     std::error_code ec;
-    YUAN_CHECK(!fs::exists(target_, ec) || fs::is_directory(target_, ec), "export: --out %s is not a directory",
-               out.c_str());
-    make_dirs(target_.parent_path().string());
-    fs::remove_all(path_, ec);  // left by an export that was killed
-    make_dirs(path_.string());
+    const fs::file_status st = fs::status(target_, ec);
+    YUAN_CHECK(!fs::exists(st) || fs::is_directory(st), "export: --out %s is not a directory", out.c_str());
+    existed_ = fs::exists(st);
+    const fs::path parent = target_.parent_path();
+    make_dirs(parent.string());
+    remove_orphans();
+    path_ = parent / strf("%s%ld@%s", prefix().c_str(), static_cast<long>(::getpid()), process_host().c_str());
+    fs::remove_all(path_, ec);  // our own pid: left by a killed export that had it
+    YUAN_CHECK(::mkdir(path_.c_str(), 0755) == 0, "export: --out %s: cannot create %s: %s", out.c_str(),
+               path_.c_str(), std::strerror(errno));
   }
   ~StagingDir() {
     std::error_code ec;
@@ -101,23 +114,53 @@ class StagingDir {
 
   std::string file(const std::string& name) const { return (path_ / name).string(); }
 
-  // A new `out` is the staging directory renamed; an existing one gets each file renamed into it (other files
-  // there stay).
+  // A new `out` is the staging directory renamed, in one step; an existing one gets each file renamed into it
+  // (other files there stay).
   void commit() {
     sync_dir(path_.string());
-    std::error_code ec;
-    if (!fs::exists(target_, ec)) {
-      fs::rename(path_, target_);
-      sync_dir(target_.parent_path().string());
-      return;
+    if (!existed_) {
+      if (std::rename(path_.c_str(), target_.c_str()) == 0) {
+        sync_dir(target_.parent_path().string());
+        return;
+      }
+      // rename(2) does not replace a directory that is not empty: another export into `out` finished first. Moving
+      // these files into its directory could leave one holding files of two exports.
+      const int e = errno;
+      YUAN_CHECK(e != EEXIST && e != ENOTEMPTY, "export: --out %s appeared while this export was writing (another "
+                 "export into it?); it is left as it is: export again to replace its files", out_.c_str());
+      throw Error(strf("export: cannot move %s to --out %s: %s", path_.c_str(), out_.c_str(), std::strerror(e)));
     }
-    for (const fs::directory_entry& e : fs::directory_iterator(path_))
-      fs::rename(e.path(), target_ / e.path().filename());
+    std::error_code ec;
+    for (const fs::directory_entry& e : fs::directory_iterator(path_, ec))
+      YUAN_CHECK(std::rename(e.path().c_str(), (target_ / e.path().filename()).c_str()) == 0,
+                 "export: cannot move %s into --out %s: %s", e.path().c_str(), out_.c_str(), std::strerror(errno));
+    YUAN_CHECK(!ec, "export: cannot list %s: %s", path_.c_str(), ec.message().c_str());
     sync_dir(target_.string());
   }
 
  private:
+  std::string prefix() const { return "." + target_.filename().string() + ".export-"; }
+
+  // A pid says nothing about another host's processes: only this host's directories of exports gone are removed.
+  void remove_orphans() const {
+    const std::string head = prefix(), tail = "@" + process_host();
+    std::error_code ec;
+    for (const fs::directory_entry& e : fs::directory_iterator(target_.parent_path(), ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.size() <= head.size() + tail.size() || name.compare(0, head.size(), head) != 0 ||
+          name.compare(name.size() - tail.size(), tail.size(), tail) != 0)
+        continue;
+      const std::string pid = name.substr(head.size(), name.size() - head.size() - tail.size());
+      if (pid.size() > 9 || pid.find_first_not_of("0123456789") != std::string::npos) continue;
+      if (::kill(static_cast<pid_t>(std::stol(pid)), 0) == 0 || errno != ESRCH) continue;  // that export still runs
+      std::error_code removed;
+      fs::remove_all(e.path(), removed);
+    }
+  }
+
+  std::string out_;
   fs::path target_, path_;
+  bool existed_ = false;
 };
 
 }  // namespace
@@ -165,7 +208,9 @@ int export_main(const std::vector<std::string>& args) {
   if (!m.tokenizer.empty()) {
     eot = load_tokenizer(m.tokenizer)->eot_id();
     tok_file = hf_tokenizer_name(m.tokenizer);
-    fs::copy_file(m.tokenizer, staging.file(tok_file));
+    std::error_code ec;
+    fs::copy_file(m.tokenizer, staging.file(tok_file), ec);
+    YUAN_CHECK(!ec, "export: cannot copy the tokenizer %s: %s", m.tokenizer.c_str(), ec.message().c_str());
   }
   write_file_atomic(staging.file("config.json"), hf_config(m.cfg.model, eot));
   staging.commit();

@@ -5,6 +5,8 @@
 #   sample on a run whose corpus `yuanlm prep` made with a trained SentencePiece tokenizer is deterministic for a
 #   seed and changes with the seed; greedy decoding is deterministic;
 #   tools/plot_metrics.py draws a PNG of the run's metrics;
+#   concurrent exports into one new directory leave it whole, each either succeeding or failing with one error
+#   line naming it, and leave nothing beside it; a killed export's staging directory is removed by the next one;
 #   a missing checkpoint, sampling a run without a tokenizer, or an eval or sample option past what the data or
 #   the tokenizer allow is a one-line error and a non-zero exit (eval's micro-batch before anything its size is
 #   allocated).
@@ -48,6 +50,47 @@ tail -1 "$WORK/eval3.out"
 echo "== export, and the loss of the export"
 bin/yuanlm export --checkpoint "$run" --out "$WORK/hf"
 $PY tools/check_export.py "$WORK/hf" --eval "$WORK/eval2.out"
+
+echo "== concurrent exports into one new directory"
+# Each round starts two exports at once (both wait for the same file) into a fresh directory. Either may lose the
+# race for the final rename: then it says so in one line naming the directory. The directory ends up as the one
+# export above wrote it, and nothing else is left beside it.
+for round in 1 2 3 4 5; do
+  out="$WORK/race$round/hf"
+  mkdir "$WORK/race$round"
+  pids=()
+  for i in 0 1; do
+    (until [ -e "$WORK/race$round.go" ]; do sleep 0.01; done
+     exec bin/yuanlm export --checkpoint "$run" --out "$out") >"$WORK/race$round.$i" 2>&1 &
+    pids+=($!)
+  done
+  touch "$WORK/race$round.go"
+  for i in 0 1; do
+    log="$WORK/race$round.$i" rc=0
+    wait "${pids[$i]}" || rc=$?
+    [ "$rc" = 0 ] && continue
+    cat "$log"
+    [ "$(wc -l <"$log")" -eq 1 ] && grep -qF "error: [rank 0@" "$log" && grep -qF -- "--out $out " "$log" &&
+      ! grep -q "filesystem error" "$log" || { echo "round $round: a failed export did not say why in a line"; exit 1; }
+  done
+  diff -r "$WORK/hf" "$out" || { echo "round $round: $out differs from a lone export's"; exit 1; }
+  [ "$(ls -A "$WORK/race$round")" = hf ] || { echo "round $round: beside $out:"; ls -A "$WORK/race$round"; exit 1; }
+done
+echo "exports raced in 5 rounds: $(cat "$WORK"/race?.? | grep -c "^error: ") lost the final rename"
+
+echo "== a killed export's staging directory"
+# Named .NAME.export-PID@HOST: a dead pid of this host is removed by the next export into NAME, a directory of
+# another host (whose pids say nothing here) is left alone.
+host=$(bin/yuanlm export --checkpoint "$WORK/nope" --out "$WORK/x" 2>&1 |
+       sed -n 's/^error: \[rank 0@\([^]]*\)\].*/\1/p' || true)  # as yuanlm names it
+sh -c 'exit 0' &
+dead=$!
+wait $dead
+mkdir -p "$WORK/killed/.hf.export-$dead@$host" "$WORK/killed/.hf.export-1@elsewhere"
+touch "$WORK/killed/.hf.export-$dead@$host/model.safetensors"
+bin/yuanlm export --checkpoint "$run" --out "$WORK/killed/hf" >/dev/null
+[ "$(ls -A "$WORK/killed" | LC_ALL=C sort | tr '\n' ' ')" = ".hf.export-1@elsewhere hf " ] ||
+  { echo "after an export beside a dead one's staging directory:"; ls -A "$WORK/killed"; exit 1; }
 
 echo "== plot_metrics"
 $PY tools/plot_metrics.py "$run" -o "$WORK/metrics.png"
