@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -171,6 +172,10 @@ Machine parse_machine(const std::string& text, const std::string& file, MachineS
 }
 
 Machine read_machine(const std::string& path, MachineSources* sources) {
+  std::error_code ec;
+  // An ifstream opens a directory and reads it as empty: every key would be reported missing.
+  YUAN_CHECK(!std::filesystem::is_directory(path, ec), "machine file %s is a directory, expected an INI file",
+             path.c_str());
   std::ifstream f(path);
   YUAN_CHECK(f, "%s: cannot read the machine file", path.c_str());
   std::stringstream text;

@@ -64,7 +64,8 @@ struct Machine {
 // "measured: 2 ranks ping-pong, 2026-11-25, host x".
 using MachineSources = std::map<std::string, std::string>;
 
-// Throws Error "FILE:LINE: key 'K': ..." (or "FILE: ..." for a missing key or an unreadable file).
+// Throws Error "FILE:LINE: key 'K': ..." (or "FILE: ..." for a missing key or an unreadable file, "machine file FILE
+// is a directory, ..." for a directory).
 Machine read_machine(const std::string& path, MachineSources* sources = nullptr);
 // The same from text, `file` naming it in errors.
 Machine parse_machine(const std::string& text, const std::string& file, MachineSources* sources = nullptr);

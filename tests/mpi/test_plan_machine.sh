@@ -1,7 +1,7 @@
 # `yuanlm plan --machine`: the search over layouts prints the best with a command line that `yuanlm plan` (the
 # trainer's parse and checks) accepts as it is, --predict of that layout gives the same prediction, and bad input
-# (a machine file with an unknown key, a deck no layout fits, --predict without a machine) is one error line that
-# says where and what.
+# (a machine file with an unknown key, a directory as the machine file, a deck no layout fits, --predict without a
+# machine) is one error line that says where and what.
 source "$(dirname "$0")/lib.sh"
 
 fail() { echo "$1"; [ -n "${2:-}" ] && cat "$2"; exit 1; }
@@ -27,6 +27,11 @@ sed 's/^mem_bw /mem_bandwith /' input/machines/cpu.ini >"$WORK/bad.ini"
 "${deck[@]}" --machine "$WORK/bad.ini" --nodes 1 >"$WORK/out" 2>&1 && fail "a bad machine file was accepted"
 grep -q "^error: .*bad.ini:13: key 'device.mem_bandwith': unknown key$" "$WORK/out" ||
   fail "bad key: wrong error" "$WORK/out"
+# A directory read as a file would be an empty machine: every key missing.
+"${deck[@]}" --machine input/machines --nodes 1 >"$WORK/out" 2>&1 && fail "a directory was accepted as a machine file"
+[ "$(wc -l <"$WORK/out")" = 1 ] &&
+  grep -q "^error: .*machine file input/machines is a directory, expected an INI file$" "$WORK/out" ||
+  fail "a directory as --machine: wrong error" "$WORK/out"
 "${deck[@]}" --model.n_embd=8192 --model.n_head=8 --machine input/machines/cpu.ini --nodes 1 >"$WORK/out" 2>&1 &&
   fail "a deck larger than the node was planned"
 grep -q "^error: .*no layout of the deck fits 1 node x 2 ranks.*short of host memory: node 0's ranks need .*GiB short" \
@@ -34,4 +39,4 @@ grep -q "^error: .*no layout of the deck fits 1 node x 2 ranks.*short of host me
 "${deck[@]}" --world 2 --predict >"$WORK/out" 2>&1 && fail "--predict without --machine was accepted"
 grep -q "^error: .*--predict needs --machine FILE" "$WORK/out" ||
   fail "--predict alone: wrong error" "$WORK/out"
-echo "plan --machine: search, overrides, predict and bad input"
+echo "plan --machine: search, overrides, predict and bad input: OK"
