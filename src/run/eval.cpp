@@ -41,16 +41,18 @@ int eval_main(const std::vector<std::string>& args) {
        "end stdout with one JSON line: val_loss, perplexity, windows, tokens, checkpoint, step, data, ranks");
   if (!parse_command("eval", args, desc)) return 0;
 
-  const CheckpointModel m = load_checkpoint_model(checkpoint);
-  const Config& c = m.cfg;
+  // Every option is checked against the checkpoint's small files before its shards (tens of GB for a large model) are
+  // read and verified, which still happens before any loss is computed.
+  const CheckpointInfo info = read_checkpoint_info(checkpoint);
+  const Config& c = info.cfg;
   const bool own_data = !data.empty();
   if (!own_data) data = c.data.val;
-  YUAN_CHECK(!data.empty(), "eval: no --data given and the run of checkpoint %s had no data.val", m.dir.c_str());
-  check_tokenizer(m, data);
+  YUAN_CHECK(!data.empty(), "eval: no --data given and the run of checkpoint %s had no data.val", info.dir.c_str());
+  check_tokenizer(info, data);
   const parallel::WorldInfo& w = parallel::world();
   if (micro_batch == 0) micro_batch = c.train.micro_batch;
   if (batches == 0) {
-    const int readers = static_cast<int>(parallel::make_topology(c, m.world).pipelines().size());
+    const int readers = static_cast<int>(parallel::make_topology(c, info.world).pipelines().size());
     const long long trainer_batches = static_cast<long long>(c.train.eval_batches) * readers;
     YUAN_CHECK(trainer_batches % w.size == 0,
                "eval: the trainer's val set is %lld micro-batches (%d pipelines x train.eval_batches %d), which %d "
@@ -67,8 +69,10 @@ int eval_main(const std::vector<std::string>& args) {
   spec.world = w.size;
   spec.micro_batch = micro_batch;
   // The run's train.eval_batches cannot change any more: --batches is what a user can lower. The set is checked
-  // against the data before the replica, whose memory grows with the micro-batch, is planned and allocated.
+  // against the data before the weights are read and the replica, whose memory grows with the micro-batch, is
+  // planned and allocated.
   ValLoader val(spec, batches, own_data ? "--data" : "data.val", "--batches", "--micro-batch");
+  const CheckpointModel m = load_checkpoint_model(info);
   Replica model = checkpoint_replica(m, device, micro_batch);
 
   const double t0 = now_seconds();

@@ -72,18 +72,24 @@ int sample_main(const std::vector<std::string>& args) {
       ("device", po::value(&device)->default_value(device), "cpu | cuda | auto");
   if (!parse_command("sample", args, desc)) return 0;
 
-  const CheckpointModel m = load_checkpoint_model(checkpoint);
-  YUAN_CHECK(!m.tokenizer.empty(), "checkpoint %s has no tokenizer: its training shards had no manifest.json",
-             m.dir.c_str());
-  const std::unique_ptr<Tokenizer> tok = load_tokenizer(m.tokenizer);
+  // The options are checked against the checkpoint's small files (its tokenizer among them) before its shards (tens
+  // of GB for a large model) are read. What is wrong with the checkpoint itself is reported once they are verified:
+  // a checkpoint that does not verify is refused as that, whatever else it lacks.
+  const CheckpointInfo info = read_checkpoint_info(checkpoint);
+  std::unique_ptr<Tokenizer> tok;
+  if (!info.tokenizer.empty()) {
+    tok = load_tokenizer(info.tokenizer);
+    // A k past the tokenizer's ids would silently mean all of them, which 0 already says.
+    YUAN_CHECK(top_k <= tok->vocab_size(), "sample: --top-k %d is more than the %d ids of tokenizer %s; give at most "
+               "%d (0: all)", top_k, tok->vocab_size(), info.tokenizer.c_str(), tok->vocab_size());
+  }
+  const CheckpointModel m = load_checkpoint_model(info);
+  YUAN_CHECK(tok, "checkpoint %s has no tokenizer: its training shards had no manifest.json", m.dir.c_str());
   const GPTConfig& c = m.cfg.model;
   // Ids past the tokenizer's (a model vocabulary padded for speed) have no text: they are never sampled.
   YUAN_CHECK(tok->vocab_size() <= c.vocab_size && tok->eot_id() < c.vocab_size,
              "checkpoint %s: tokenizer %s has %d ids (eot %d), more than the model's vocab_size %d", m.dir.c_str(),
              m.tokenizer.c_str(), tok->vocab_size(), tok->eot_id(), c.vocab_size);
-  // A k past the tokenizer's ids would silently mean all of them, which 0 already says.
-  YUAN_CHECK(top_k <= tok->vocab_size(), "sample: --top-k %d is more than the %d ids of tokenizer %s; give at most %d "
-             "(0: all)", top_k, tok->vocab_size(), m.tokenizer.c_str(), tok->vocab_size());
   Replica model = checkpoint_replica(m, device, 1);
 
   std::vector<uint32_t> ids = {static_cast<uint32_t>(tok->eot_id())};

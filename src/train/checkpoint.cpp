@@ -101,18 +101,23 @@ State read_state(const std::string& dir) {
   return s;
 }
 
-// Hashes the files of `s` that are this rank's share (every `world`-th, from `rank`) on the process's threads;
-// throws naming the first (in state.json's order) that is missing or does not match.
-void check_files(const std::string& dir, const State& s, int rank, int world) {
-  std::vector<std::string> errors(s.checksums.size());
-  const int n = static_cast<int>(s.checksums.size());
+// What is wrong with file `path` against its checksum `sum` ("" when nothing is); throws when it cannot be read.
+std::string file_problem(const std::string& path, const std::string& sum) {
+  if (!fs::exists(path)) return path + " is missing";
+  if (sha256_file(path) != sum) return path + " does not match its checksum";
+  return "";
+}
+
+// Hashes the files of `checksums` (file, sha256) that are this rank's share (every `world`-th, from `rank`) on the
+// process's threads; throws naming the first (in state.json's order) that is missing or does not match.
+void check_files(const std::string& dir, const std::vector<std::pair<std::string, std::string>>& checksums, int rank,
+                 int world) {
+  std::vector<std::string> errors(checksums.size());
+  const int n = static_cast<int>(checksums.size());
 #pragma omp parallel for schedule(dynamic, 1)
   for (int i = rank; i < n; i += world) {
-    const auto& [file, sum] = s.checksums[i];
-    const std::string path = dir + "/" + file;
     try {
-      if (!fs::exists(path)) errors[i] = path + " is missing";
-      else if (sha256_file(path) != sum) errors[i] = path + " does not match its checksum";
+      errors[i] = file_problem(dir + "/" + checksums[i].first, checksums[i].second);
     } catch (const std::exception& e) {  // nothing may leave an OpenMP region
       errors[i] = e.what();  // sha256_file and std::filesystem name the file
     }
@@ -132,7 +137,7 @@ std::string verify(const std::string& dir, int rank, int world) {
   try {
     const State s = read_state(dir);
     warn_unsealed(dir, s);
-    check_files(dir, s, rank, world);
+    check_files(dir, s.checksums, rank, world);
     return "";
   } catch (const Error& e) {
     return e.what();
@@ -191,9 +196,9 @@ void check_shard_tokenizer(const std::string& dir, const std::string& tokenizer,
 
 // Fills dst with tensor `name` (of kShardTensors) of the runs `want` of the whole model's flat buffer (Run::local
 // indexes dst), out of the shard files that cover them, whatever tensor-parallel layout wrote them.
-void read_runs(const std::string& dir, const State& s, const GPTConfig& model, const char* name,
+void read_runs(const std::string& dir, const std::vector<ShardFile>& shards, const GPTConfig& model, const char* name,
                const std::vector<ParamLayout::Run>& want, float* dst) {
-  for (const ShardFile& f : s.shards) {
+  for (const ShardFile& f : shards) {
     std::optional<SafetensorsReader> r;
     const float* src = nullptr;
     for_overlaps(file_runs(model, f), want, [&](size_t from, size_t to, size_t n) {
@@ -546,7 +551,7 @@ TrainState load_checkpoint(const std::string& dir, const Config& cfg, ZeroOptimi
   for (const auto& opt : opts.all()) {
     const std::vector<ParamLayout::Run> want = wanted_runs(cfg.model, *opt);
     float* const tensors[3] = {opt->master(), opt->exp_avg(), opt->exp_avg_sq()};
-    for (int i = 0; i < 3; i++) read_runs(dir, s, cfg.model, kShardTensors[i], want, tensors[i]);
+    for (int i = 0; i < 3; i++) read_runs(dir, s.shards, cfg.model, kShardTensors[i], want, tensors[i]);
     opt->set_adam_step(s.adam_step);
     opt->load_backend_params();
   }
@@ -555,35 +560,53 @@ TrainState load_checkpoint(const std::string& dir, const Config& cfg, ZeroOptimi
   return s.train;
 }
 
-CheckpointModel load_checkpoint_model(const std::string& path) {
-  CheckpointModel m;
-  m.dir = path;
+CheckpointInfo read_checkpoint_info(const std::string& path) {
+  CheckpointInfo c;
+  c.dir = path;
   if (!fs::exists(path + "/state.json")) {
     std::string latest = path + "/ckpt/latest";
     YUAN_CHECK(fs::exists(latest), "'%s' is neither a checkpoint (no state.json) nor a run directory (no ckpt/latest)",
                path.c_str());
     std::string name = read_text(latest);
     name.erase(name.find_last_not_of(" \n") + 1);
-    m.dir = path + "/ckpt/" + name;
+    c.dir = path + "/ckpt/" + name;
   }
-  const State s = read_state(m.dir);
-  warn_unsealed(m.dir, s);
-  check_files(m.dir, s, 0, 1);
-  m.cfg = read_config(m.dir);
-  m.step = s.train.step;
-  m.world = s.world;
-  YUAN_CHECK(s.n_params == ParamLayout(m.cfg.model).total(),
-             "checkpoint %s: %zu parameters in state.json, config.ini describes %zu", m.dir.c_str(), s.n_params,
-             ParamLayout(m.cfg.model).total());
-  allocating(s.n_params * sizeof(float), "the checkpoint's weights", [&] { m.weights.resize(s.n_params); });
-  read_runs(m.dir, s, m.cfg.model, "master", {{0, 0, s.n_params}}, m.weights.data());
-  if (!s.tokenizer.empty()) m.tokenizer = m.dir + "/" + s.tokenizer;
-  m.tokenizer_sha256 = s.tokenizer_sha256;
+  State s = read_state(c.dir);
+  warn_unsealed(c.dir, s);
+  c.cfg = read_config(c.dir);
+  c.step = s.train.step;
+  c.world = s.world;
+  YUAN_CHECK(s.n_params == ParamLayout(c.cfg.model).total(),
+             "checkpoint %s: %zu parameters in state.json, config.ini describes %zu", c.dir.c_str(), s.n_params,
+             ParamLayout(c.cfg.model).total());
+  if (!s.tokenizer.empty()) {
+    c.tokenizer = c.dir + "/" + s.tokenizer;
+    // Commands read it before the shards are verified: it must already be the one that was written.
+    const std::string problem = file_problem(c.tokenizer, s.tokenizer_sha256);
+    YUAN_CHECK(problem.empty(), "%s", problem.c_str());
+  }
+  c.tokenizer_sha256 = s.tokenizer_sha256;
+  c.shards = std::move(s.shards);
+  c.checksums = std::move(s.checksums);
+  return c;
+}
+
+CheckpointModel load_checkpoint_model(CheckpointInfo info) {
+  CheckpointModel m;
+  static_cast<CheckpointInfo&>(m) = std::move(info);
+  check_files(m.dir, m.checksums, 0, 1);
+  const size_t n = ParamLayout(m.cfg.model).total();
+  allocating(n * sizeof(float), "the checkpoint's weights", [&] { m.weights.resize(n); });
+  read_runs(m.dir, m.shards, m.cfg.model, "master", {{0, 0, n}}, m.weights.data());
   return m;
 }
 
-void check_tokenizer(const CheckpointModel& m, const std::string& glob) {
-  check_shard_tokenizer(m.dir, m.tokenizer, m.tokenizer_sha256, glob);
+CheckpointModel load_checkpoint_model(const std::string& path) {
+  return load_checkpoint_model(read_checkpoint_info(path));
+}
+
+void check_tokenizer(const CheckpointInfo& c, const std::string& glob) {
+  check_shard_tokenizer(c.dir, c.tokenizer, c.tokenizer_sha256, glob);
 }
 
 }  // namespace yuan

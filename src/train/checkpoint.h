@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -71,24 +72,6 @@ std::string checkpoint_problem(const std::string& dir);
 // data.train or data.val shards made by another tokenizer than the checkpoint's.
 TrainState load_checkpoint(const std::string& dir, const Config& cfg, ZeroOptimizers& opts);
 
-// One process, no MPI: the model of a checkpoint for eval, sample and export. `path` is a checkpoint
-// directory or a run directory (its newest checkpoint, via ckpt/latest). Verifies the checkpoint first, hashing
-// every file on the process's threads: it reads the whole checkpoint (optimizer moments too) once.
-struct CheckpointModel {
-  std::string dir;
-  Config cfg;
-  int64_t step = 0;
-  int world = 1;               // ranks of the run that wrote it
-  std::vector<float> weights;  // layout order, ParamLayout(cfg.model).total() values
-  std::string tokenizer;       // path of the tokenizer file in the checkpoint, "" when the run had none
-  std::string tokenizer_sha256;
-};
-CheckpointModel load_checkpoint_model(const std::string& path);
-
-// Refuses the shards of `glob` when they were made by another tokenizer than the checkpoint's (the shards'
-// "tokenizer" attribute names it with its sha256). Shards or checkpoints that do not say are accepted.
-void check_tokenizer(const CheckpointModel& m, const std::string& glob);
-
 // What the node-memory tier (train/local_ckpt.h) shares with these checkpoints: the same shard files, described by
 // the same "files" entries, read back and re-cut by the same code.
 
@@ -136,5 +119,32 @@ void for_overlaps(const std::vector<ParamLayout::Run>& have, const std::vector<P
 std::string json_checksum(nlohmann::json t);
 // The model's dimensions as checkpoints compare them.
 bool same_model(const GPTConfig& a, const GPTConfig& b);
+
+// One process, no MPI: a checkpoint as eval, sample and export read it. `path` is a checkpoint directory or a run
+// directory (its newest checkpoint, via ckpt/latest). read_checkpoint_info reads only the small files: state.json,
+// checked against its own sha256, and config.ini and the tokenizer, checked against state.json's checksums for them.
+// A command checks its options against that before load_checkpoint_model reads the shards (tens of GB for a large
+// model: optimizer moments too) to verify every file, hashing on the process's threads, and load the weights.
+struct CheckpointInfo {
+  std::string dir;
+  Config cfg;
+  int64_t step = 0;
+  int world = 1;               // ranks of the run that wrote it
+  std::string tokenizer;       // path of the tokenizer file in the checkpoint, "" when the run had none
+  std::string tokenizer_sha256;
+  std::vector<ShardFile> shards;                               // as state.json places them
+  std::vector<std::pair<std::string, std::string>> checksums;  // every file state.json lists, with its sha256
+};
+CheckpointInfo read_checkpoint_info(const std::string& path);
+
+struct CheckpointModel : CheckpointInfo {
+  std::vector<float> weights;  // layout order, ParamLayout(cfg.model).total() values
+};
+CheckpointModel load_checkpoint_model(CheckpointInfo info);
+CheckpointModel load_checkpoint_model(const std::string& path);  // of read_checkpoint_info(path)
+
+// Refuses the shards of `glob` when they were made by another tokenizer than the checkpoint's (the shards'
+// "tokenizer" attribute names it with its sha256). Shards or checkpoints that do not say are accepted.
+void check_tokenizer(const CheckpointInfo& c, const std::string& glob);
 
 }  // namespace yuan

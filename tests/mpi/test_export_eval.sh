@@ -9,7 +9,7 @@
 #   line naming it, and leave nothing beside it; a killed export's staging directory is removed by the next one;
 #   a missing checkpoint, sampling a run without a tokenizer, or an eval or sample option past what the data or
 #   the tokenizer allow is a one-line error and a non-zero exit (eval's micro-batch before anything its size is
-#   allocated).
+#   allocated), given before the checkpoint's optimizer shards are read.
 source "$(dirname "$0")/lib.sh"
 make_corpus "$WORK/corpus" 2 4000 64
 run="$WORK/run"
@@ -156,4 +156,31 @@ expect_error "sample: --top-k 301 is more than the 300 ids of tokenizer" \
 expect_error "sample: --temperature must be a finite number >= 0 (got -1)" \
   bin/yuanlm sample --checkpoint "$sprun" --prompt hi --temperature -1
 expect_error "sample: --tokens must be >= 1 (got 0)" bin/yuanlm sample --checkpoint "$sprun" --prompt hi --tokens 0
+
+echo "== options refused without reading the checkpoint's shards"
+# fifo_copy RUN DIR: RUN's newest checkpoint copied as DIR, its first optimizer shard a FIFO: reading it blocks
+fifo_copy() {
+  cp -r "$1/ckpt/$(cat "$1/ckpt/latest")" "$2"
+  local shard
+  shard=$(ls "$2"/optim_*.safetensors | head -1)
+  rm "$shard"
+  mkfifo "$shard"
+}
+fifo_copy "$run" "$WORK/fifo_run"
+fifo_copy "$sprun" "$WORK/fifo_sprun"
+rc=0
+timeout -k 1 2 bin/yuanlm eval --checkpoint "$WORK/fifo_run" >/dev/null 2>&1 || rc=$?
+[ "$rc" = 124 ] || [ "$rc" = 137 ] || { echo "eval with good options ended ($rc), not blocked by the FIFO"; exit 1; }
+# unblocked COMMAND...: COMMAND, killed after 10 s with a line saying so
+unblocked() {
+  local rc=0
+  timeout -k 1 10 "$@" || rc=$?
+  [ "$rc" != 124 ] && [ "$rc" != 137 ] || echo "still running after 10 s (reading a shard?): $*" >&2
+  return "$rc"
+}
+expect_error "$want windows): give --micro-batch <= 498" \
+  unblocked bin/yuanlm eval --checkpoint "$WORK/fifo_run" --micro-batch 100000000
+expect_error "give --batches <= 249" unblocked bin/yuanlm eval --checkpoint "$WORK/fifo_run" --batches 2000000000
+expect_error "sample: --top-k 301 is more than the 300 ids of tokenizer" \
+  unblocked bin/yuanlm sample --checkpoint "$WORK/fifo_sprun" --prompt hi --top-k 301
 echo "OK"
