@@ -17,6 +17,7 @@
 #include "prep/prep.h"
 #include "prep/tokenizer.h"
 #include "util/error.h"
+#include "util/fs.h"
 #include "util/rng.h"
 #include "util/sha256.h"
 #include "test_util.h"
@@ -381,6 +382,33 @@ TEST_F(Prep, WhatAKilledPrepLeftIsCleanedUpByTheNext) {
   fs::create_directory(remote);
   prep({"--input", txt, "--tokenizer", out + "/tokenizer.model", "--val-fraction", "0", "--out", out});
   EXPECT_TRUE(fs::exists(remote));
+}
+
+// The names prep and export stage their output under: what a later run reads back from them, and when it may
+// take the directory for one a killed process left.
+TEST_F(Prep, StagingDirNamesSayWhoMadeThemAndWhetherThatProcessIsGone) {
+  const std::string mine = yuan::staging_dir_name("out", "tmp", "node7");
+  EXPECT_EQ(mine, ".out.tmp-" + std::to_string(getpid()) + "@node7");
+  const auto s = yuan::parse_staging_dir_name(mine, "out");
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->kind, "tmp");
+  EXPECT_EQ(s->pid, getpid());
+  EXPECT_EQ(s->host, "node7");
+  // NAME is matched whole, whatever it holds; HOST is all after the '@'.
+  const auto other = yuan::parse_staging_dir_name(".hf-1@v2.export-123456789@a.example.org", "hf-1@v2");
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->kind, "export");
+  EXPECT_EQ(other->pid, 123456789);
+  EXPECT_EQ(other->host, "a.example.org");
+  for (const char* entry : {"out", ".out", ".out.tmp", ".outx.tmp-1@h", ".other.tmp-1@h", ".out.-1@h", ".out.tmp-@h",
+                            ".out.tmp-12", ".out.tmp-1x@h", ".out.tmp--1@h", ".out.tmp@h-1", ".out.tmp-1234567890@h"})
+    EXPECT_FALSE(yuan::parse_staging_dir_name(entry, "out")) << entry;
+
+  // Gone: only a pid of this host that no process has. A pid on another host says nothing, dead here or not.
+  const long dead = dead_pid();
+  EXPECT_TRUE(yuan::staging_owner_gone({"tmp", "node7", dead}, "node7"));
+  EXPECT_FALSE(yuan::staging_owner_gone({"tmp", "node7", getpid()}, "node7"));
+  EXPECT_FALSE(yuan::staging_owner_gone({"tmp", "node7", dead}, "node8"));
 }
 
 TEST_F(Prep, TokenizerTrainingFailuresSayWhatIsWrongInPrepsTerms) {

@@ -1,13 +1,11 @@
 #include "prep/output_dir.h"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
@@ -30,27 +28,6 @@ std::string host_name() {
 bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-// A sibling ".NAME.KIND-PID@HOST" taken apart; `kind` is empty when `entry` is not one.
-struct Sibling {
-  std::string kind, host;
-  long pid = 0;
-};
-
-Sibling parse_sibling(const std::string& entry, const std::string& name) {
-  const std::string prefix = "." + name + ".";
-  Sibling s;
-  if (!starts_with(entry, prefix.c_str())) return s;
-  const std::string rest = entry.substr(prefix.size());
-  const size_t dash = rest.find('-'), at = rest.find('@');
-  if (dash == std::string::npos || at == std::string::npos || at < dash + 2) return s;
-  const std::string kind = rest.substr(0, dash), pid = rest.substr(dash + 1, at - dash - 1);
-  if ((kind != "tmp" && kind != "old") || pid.find_first_not_of("0123456789") != std::string::npos) return s;
-  s.kind = kind;
-  s.pid = std::atol(pid.c_str());
-  s.host = rest.substr(at + 1);
-  return s;
 }
 
 }  // namespace
@@ -101,9 +78,7 @@ StagedOutput::~StagedOutput() {
 }
 
 std::string StagedOutput::sibling(const char* kind) const {
-  return (fs::path(parent_) / strf(".%s.%s-%ld@%s", name_.c_str(), kind, static_cast<long>(::getpid()),
-                                   host_name().c_str()))
-      .string();
+  return (fs::path(parent_) / staging_dir_name(name_, kind, host_name())).string();
 }
 
 // A prep killed while writing leaves its staging directory ("tmp"); one killed between the two renames of the
@@ -112,27 +87,27 @@ std::string StagedOutput::sibling(const char* kind) const {
 void StagedOutput::clean_stale_siblings() const {
   const std::string host = host_name();
   for (const auto& e : fs::directory_iterator(parent_)) {
-    const Sibling s = parse_sibling(e.path().filename().string(), name_);
-    if (s.kind.empty()) continue;
+    const std::optional<StagingDirName> s = parse_staging_dir_name(e.path().filename().string(), name_);
+    if (!s || (s->kind != "tmp" && s->kind != "old")) continue;
     const std::string path = e.path().string();
-    if (s.host != host) {
+    if (s->host != host) {
       warn("prep: leaving %s alone: a prep on %s (pid %ld) may still be writing it; remove it if none is",
-           path.c_str(), s.host.c_str(), s.pid);
+           path.c_str(), s->host.c_str(), s->pid);
       continue;
     }
-    if (::kill(static_cast<pid_t>(s.pid), 0) == 0 || errno != ESRCH) continue;  // that prep still runs
-    if (s.kind == "old" && !fs::exists(out_)) {
+    if (!staging_owner_gone(*s, host)) continue;  // that prep still runs
+    if (s->kind == "old" && !fs::exists(out_)) {
       YUAN_CHECK(std::rename(path.c_str(), out_.c_str()) == 0, "prep: cannot move %s back to %s: %s", path.c_str(),
                  out_.c_str(), std::strerror(errno));
       say("prep: restored %s from %s, where a prep killed while replacing it (pid %ld) had moved it", out_.c_str(),
-          path.c_str(), s.pid);
+          path.c_str(), s->pid);
       continue;
     }
     std::error_code ec;
     fs::remove_all(path, ec);
     YUAN_CHECK(!ec, "prep: cannot remove %s, left by a prep that did not finish: %s", path.c_str(),
                ec.message().c_str());
-    say("prep: removed %s, left by a prep that did not finish (pid %ld)", path.c_str(), s.pid);
+    say("prep: removed %s, left by a prep that did not finish (pid %ld)", path.c_str(), s->pid);
   }
 }
 

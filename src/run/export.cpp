@@ -4,9 +4,7 @@
 // matrices in Conv1D layout [in, out] (y = x @ W + b), ours are nn.Linear's [out, in]. The embeddings are
 // [rows, n_embd] in both. lm_head.weight is not written: HF ties it to transformer.wte.weight, as GPT-2's own
 // checkpoints do.
-#include <signal.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -100,7 +98,7 @@ class StagingDir {
     const fs::path parent = target_.parent_path();
     make_dirs(parent.string());
     remove_orphans();
-    path_ = parent / strf("%s%ld@%s", prefix().c_str(), static_cast<long>(::getpid()), process_host().c_str());
+    path_ = parent / staging_dir_name(target_.filename().string(), "export", process_host());
     fs::remove_all(path_, ec);  // our own pid: left by a killed export that had it
     YUAN_CHECK(::mkdir(path_.c_str(), 0755) == 0, "export: --out %s: cannot create %s: %s", out.c_str(),
                path_.c_str(), std::strerror(errno));
@@ -139,20 +137,14 @@ class StagingDir {
   }
 
  private:
-  std::string prefix() const { return "." + target_.filename().string() + ".export-"; }
-
   // A pid says nothing about another host's processes: only this host's directories of exports gone are removed.
   void remove_orphans() const {
-    const std::string head = prefix(), tail = "@" + process_host();
     std::error_code ec;
     for (const fs::directory_entry& e : fs::directory_iterator(target_.parent_path(), ec)) {
-      const std::string name = e.path().filename().string();
-      if (name.size() <= head.size() + tail.size() || name.compare(0, head.size(), head) != 0 ||
-          name.compare(name.size() - tail.size(), tail.size(), tail) != 0)
-        continue;
-      const std::string pid = name.substr(head.size(), name.size() - head.size() - tail.size());
-      if (pid.size() > 9 || pid.find_first_not_of("0123456789") != std::string::npos) continue;
-      if (::kill(static_cast<pid_t>(std::stol(pid)), 0) == 0 || errno != ESRCH) continue;  // that export still runs
+      const std::optional<StagingDirName> s =
+          parse_staging_dir_name(e.path().filename().string(), target_.filename().string());
+      if (!s || s->kind != "export") continue;
+      if (!staging_owner_gone(*s, process_host())) continue;  // that export still runs, or ran on another host
       std::error_code removed;
       fs::remove_all(e.path(), removed);
     }

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <glob.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <unistd.h>
 
@@ -90,6 +91,26 @@ std::vector<std::string> expand_glob(const std::string& pattern) {
   globfree(&g);
   YUAN_CHECK(rc == 0 || rc == GLOB_NOMATCH, "%s: cannot expand glob (error %d)", pattern.c_str(), rc);
   return paths;
+}
+
+std::string staging_dir_name(const std::string& name, const std::string& kind, const std::string& host) {
+  return strf(".%s.%s-%ld@%s", name.c_str(), kind.c_str(), static_cast<long>(::getpid()), host.c_str());
+}
+
+std::optional<StagingDirName> parse_staging_dir_name(const std::string& entry, const std::string& name) {
+  const std::string prefix = "." + name + ".";
+  if (entry.compare(0, prefix.size(), prefix) != 0) return std::nullopt;
+  const std::string rest = entry.substr(prefix.size());
+  const size_t dash = rest.find('-'), at = rest.find('@');
+  if (dash == 0 || dash == std::string::npos || at == std::string::npos || at < dash + 2 || at > dash + 10)
+    return std::nullopt;
+  const std::string pid = rest.substr(dash + 1, at - dash - 1);
+  if (pid.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+  return StagingDirName{rest.substr(0, dash), rest.substr(at + 1), std::stol(pid)};
+}
+
+bool staging_owner_gone(const StagingDirName& s, const std::string& host) {
+  return s.host == host && ::kill(static_cast<pid_t>(s.pid), 0) != 0 && errno == ESRCH;
 }
 
 FileLock::~FileLock() {

@@ -1,6 +1,7 @@
 #pragma once
 #include <cstddef>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,22 @@ void sync_dir(const std::string& dir);   // fsync a directory, so renames in it 
 // The paths matching a glob(3) pattern, sorted (so every rank sees the same order); empty when none match.
 // Throws naming the pattern when glob itself fails.
 std::vector<std::string> expand_glob(const std::string& pattern);
+
+// A directory a process stages its output in beside the output NAME is named ".NAME.KIND-PID@HOST": hidden, and
+// saying who made it, so that the next process can remove (or restore) what one that was killed left behind.
+// `host` is how the caller names this host; it must name it the same way on every run.
+struct StagingDirName {
+  std::string kind, host;
+  long pid = 0;
+};
+// This process's ".NAME.KIND-PID@HOST".
+std::string staging_dir_name(const std::string& name, const std::string& kind, const std::string& host);
+// `entry` taken apart when it is ".NAME.KIND-PID@HOST" for this `name`, of any kind; nullopt otherwise. A PID of
+// more than 9 digits is not one: Linux's pids stay below 2^22, and 9 digits always fit pid_t.
+std::optional<StagingDirName> parse_staging_dir_name(const std::string& entry, const std::string& name);
+// Whether the process that made it is gone: it ran on `host` (this one) and no process has its pid now. A pid on
+// another host says nothing about whether that process still runs there, so such a directory is never judged gone.
+bool staging_owner_gone(const StagingDirName& s, const std::string& host);
 
 // An exclusive flock(2) on a file, held until the object is destroyed or the process ends: the kernel releases it
 // when the process dies, so kill -9 leaves no stale lock.
