@@ -7,8 +7,8 @@
 
 #include <algorithm>
 #include <array>
-#include <csignal>
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -137,7 +137,8 @@ LocalTier::LocalTier(const Config& cfg, const ZeroOptimizers& opts)
     MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
   }
   if (const char* hook = std::getenv("YUANLM_PARTNER_SILENT")) silent_ = std::atoi(hook) == w.rank;
-  if (const char* hook = std::getenv("YUANLM_KILL_AFTER_SEAL"); hook && w.rank == 0) kill_after_seal_ = std::atoll(hook);
+  if (const char* hook = std::getenv("YUANLM_KILL_AFTER_SEAL"); hook && w.rank == 0)
+    kill_after_seal_ = std::atoll(hook);
 
   // What every rank keeps, so that each checks its node's directory for its ranks and their partners' copies.
   std::vector<unsigned long long> all(w.size);
