@@ -443,19 +443,22 @@ std::string save_checkpoint(const Config& cfg, const TrainState& st, ZeroOptimiz
 
 namespace {
 
-// The lines of run.dir/runs.jsonl that are records, and the highest run among them; a line torn by a crash, or
-// anything else, says nothing.
-std::vector<std::string> read_runs(const std::string& run_dir, int64_t* highest) {
-  std::vector<std::string> out;
-  *highest = 0;
+// run.dir/runs.jsonl's lines that are records (a line torn by a crash, or anything else, says nothing), each ending
+// in a newline, and the highest run among them.
+struct RunRecords {
+  std::string text;
+  int64_t highest = 0;
+};
+RunRecords read_run_records(const std::string& run_dir) {
+  RunRecords r;
   std::ifstream in(run_dir + "/runs.jsonl");
   for (std::string line; std::getline(in, line);) {
     const json rec = json::parse(line, nullptr, false);
     if (!rec.is_object() || !rec.contains("run") || !rec["run"].is_number_integer()) continue;
-    *highest = std::max(*highest, rec["run"].get<int64_t>());
-    out.push_back(line);
+    r.highest = std::max(r.highest, rec["run"].get<int64_t>());
+    r.text += line + "\n";
   }
-  return out;
+  return r;
 }
 
 }  // namespace
@@ -469,10 +472,7 @@ void record_run(const std::string& run_dir, int64_t run, int64_t step, const std
   if (const char* job = std::getenv("SLURM_JOB_ID")) rec["slurm_job"] = job;
   rec["step"] = step;
   rec["from"] = from;
-  std::string text;
-  int64_t highest = 0;
-  for (const std::string& line : read_runs(run_dir, &highest)) text += line + "\n";
-  write_file_atomic(run_dir + "/runs.jsonl", text + rec.dump() + "\n");
+  write_file_atomic(run_dir + "/runs.jsonl", read_run_records(run_dir).text + rec.dump() + "\n");
 }
 
 ResumeChoice choose_resume(const Config& cfg) {
@@ -482,9 +482,7 @@ ResumeChoice choose_resume(const Config& cfg) {
   // the highest run recorded in run.dir/runs.jsonl.
   std::string joined;
   if (w.rank == 0) {
-    int64_t recorded = 0;
-    read_runs(cfg.run.dir, &recorded);
-    joined = strf("%lld\n", static_cast<long long>(recorded));
+    joined = strf("%lld\n", static_cast<long long>(read_run_records(cfg.run.dir).highest));
     for (const Listed& l : list_checkpoints(root))
       joined += strf("%lld %lld %s %d\n", static_cast<long long>(l.run), static_cast<long long>(l.step),
                      l.name.c_str(), l.unreadable);
