@@ -18,11 +18,36 @@ namespace yuan::emu {
 
 // ---- launches (cuda/launch.cuh) ----
 
+// What one launch does to memory, as a GPU's memory system would see it (docs/EMULATOR.md, "Traffic"). Counted
+// for the launches that ask (Launch::traffic), over the launch's first run.
+struct Traffic {
+  // Distinct device bytes read and written: a byte both read and written counts twice, as DRAM moves it twice.
+  uint64_t read_bytes = 0, written_bytes = 0;
+  uint64_t touched_bytes() const { return read_bytes + written_bytes; }
+  // Global memory: warp-wide requests (the lanes of a warp executing one access site for the n-th time), the
+  // distinct 32-byte sectors each request's lanes touch, and the distinct bytes they use of them.
+  uint64_t requests = 0, sectors = 0, used_bytes = 0;
+  // Bytes used over bytes in the sectors fetched: 1.0 when every request is fully coalesced.
+  double sector_efficiency() const { return sectors ? double(used_bytes) / (32.0 * double(sectors)) : 1.0; }
+  // Shared memory: warp-wide requests, and the wavefronts (passes through the 32 banks) they take beyond the
+  // fewest their width allows: the bank conflicts.
+  uint64_t shared_requests = 0, bank_conflicts = 0;
+  // Theoretical occupancy on sm_90 (resident warps per SM over 64) from the registers and static shared memory
+  // ptxas reports for the kernel, its block size and its dynamic shared memory; negative when ptxas's report for
+  // the kernel is not known to the emulator.
+  double occupancy = -1;
+  int registers = -1;
+  // The access sites that waste most, in words ("uncoalesced: NAME+0x1c, 4.0 sectors of 32 bytes per 16 bytes
+  // used"), for a person reading the account.
+  std::vector<std::string> findings;
+};
+
 struct Launch {
   const void* kernel;  // the __global__ function: its name in reports, its attributes
   dim3 grid, block;
   size_t shared_bytes;  // dynamic shared memory per block
   cudaStream_t stream;
+  Traffic* traffic = nullptr;  // when set, filled in once the launch has run (the caller keeps it alive until then)
 };
 // Enqueues the kernel on l.stream: every thread of the grid runs entry(params). `params` is the kernel's
 // parameter memory (its by-value arguments), kept alive until the kernel has run. A configuration CUDA would
