@@ -41,6 +41,18 @@ else
   echo "  FAIL folder_graph:"
   sed 's/^/    /' "$log/folder_graph.log"
 fi
+echo "== the Python tools' unit tests (tests/py)"
+for t in tests/py/test_*.py; do
+  name=$(basename "$t" .py)
+  if /usr/bin/python3 "$t" >"$log/$name.log" 2>&1; then
+    pass=$((pass + 1))
+    echo "  PASS $name"
+  else
+    fail=$((fail + 1))
+    echo "  FAIL $name; last lines of $log/$name.log:"
+    tail -25 "$log/$name.log" | sed 's/^/    /'
+  fi
+done
 echo "== GoogleTest, one process"
 gtest serial bin/test_yuanlm --gtest_filter='-Mpi*'
 for np in 1 2 3 4; do

@@ -5,15 +5,30 @@ clipping, on random tokens. Prints one JSON line per config: {"name", "B", "toke
 
 usage: python3 tools/bench/gpt_torch.py --configs '[{"name": "gpt-small", "n_layer": 12, "n_head": 12,
            "n_embd": 768, "seq_len": 1024, "vocab_size": 50257, "B": 16}, ...]' [--steps 10]
+           [--account DIR [--account-steps 2]]
 A config that runs out of memory at B is retried at B/2 (the line reports the B used).
+
+With --account, the steps after warm-up are not timed but profiled (torch.profiler, CUDA kernels, GEMM FLOPs): the
+per-kernel account of the trainer's --profile.kernels, written to DIR/kernels_torch_<name>.json in the schema of
+its kernels.json (tools/bench/torch_account.py) and printed as a table by time; tools/kernel_account.py sets the
+two side by side.
 """
 import argparse
 import json
+import os
+import sys
 import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, record_function
+
+import torch_account
+
+RANGE = "account:"  # the record_function ranges of a step's phases: account:forward, ...
+WARMUP = 3  # steps before the timed or profiled ones: compilation and autotuning
 
 
 class Block(nn.Module):
@@ -49,7 +64,69 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1))
 
 
-def bench(c, B, steps):
+def make_step(loss_fn, params, opt, device_type):
+    """One training step, each phase in a record_function range that the account reads the phase from."""
+    def step():
+        with record_function(RANGE + "forward"), torch.autocast(device_type, dtype=torch.bfloat16):
+            loss = loss_fn()
+        with record_function(RANGE + "backward"):
+            loss.backward()
+        with record_function(RANGE + "optimizer"):
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    return step
+
+
+def profile(step, steps, cuda):
+    """Profiles `steps` calls of step(); returns the profiler's events and their wall time in seconds."""
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    sync()
+    with torch.profiler.profile(activities=activities, record_shapes=True, with_flops=True) as prof:
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        sync()
+        wall = time.perf_counter() - t0
+    return prof.events(), wall
+
+
+def phase_ranges(events):
+    """The phase ranges (phase, start_us, end_us) on the host, and on the device where the profiler put them
+    there too: a kernel runs after its launch, so only the device's ranges say which phase it ran in."""
+    host, device = [], []
+    for e in events:
+        if e.name.startswith(RANGE):
+            r = (e.name[len(RANGE):], e.time_range.start, e.time_range.end)
+            (device if e.device_type == DeviceType.CUDA else host).append(r)
+    return host, device
+
+
+def profiled_kernels(events):
+    """(name, start_us, dur_us, phase) of every kernel among the events, and the GEMMs' FLOPs by kernel and
+    phase (torch_account.gemm_flops)."""
+    host, device = phase_ranges(events)
+    if not device:
+        print("gpt_torch: no phase ranges on the device; phases from the host's, where kernels run late",
+              file=sys.stderr)
+    ranges = device or host
+    kernels = []
+    for e in events:
+        # The device's ranges are annotations, not kernels (torch 2 marks them so, torch 1 only by their name).
+        if e.device_type == DeviceType.CUDA and not e.name.startswith(RANGE) and not getattr(
+                e, "is_user_annotation", False):
+            start = e.time_range.start
+            kernels.append((e.name, start, e.time_range.elapsed_us(), torch_account.phase_at(start, ranges)))
+    # An operation runs on the host inside its phase's range, so the host's ranges give its phase.
+    gemms = [(e.flops, [(k.name, k.duration) for k in e.kernels],
+              torch_account.phase_at(e.time_range.start, host))
+             for e in events if e.name in torch_account.GEMM_OPS and e.flops]
+    return kernels, torch_account.gemm_flops(gemms)
+
+
+def training_step(c, B):
+    """The compiled model's training step at micro-batch B, on random tokens, after its warm-up steps."""
     torch.manual_seed(0)
     model = GPT(c).cuda()
     params = list(model.parameters())
@@ -59,17 +136,14 @@ def bench(c, B, steps):
     step_fn = torch.compile(model)
     tokens = torch.randint(0, c["vocab_size"], (B, c["seq_len"] + 1), device="cuda")
     x, y = tokens[:, :-1], tokens[:, 1:]
-
-    def step():
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = step_fn(x, y)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
-    for _ in range(3):  # compilation and autotuning
+    step = make_step(lambda: step_fn(x, y), params, opt, "cuda")
+    for _ in range(WARMUP):
         step()
+    return step
+
+
+def bench(c, B, steps):
+    step = training_step(c, B)
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     for _ in range(steps):
@@ -78,17 +152,36 @@ def bench(c, B, steps):
     return B * c["seq_len"] * steps / (time.perf_counter() - t0)
 
 
+def kernel_account(c, B, steps):
+    events, wall = profile(training_step(c, B), steps, cuda=True)
+    kernels, flops = profiled_kernels(events)
+    return torch_account.account(kernels, wall_s=wall, steps=steps, first_step=WARMUP + 1,
+                                 device=torch.cuda.get_device_name(), flops=flops)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--configs", required=True)
     ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--account", metavar="DIR", help="profile instead of timing: DIR/kernels_torch_<name>.json")
+    ap.add_argument("--account-steps", type=int, default=2)
     args = ap.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("gpt_torch: no CUDA device (torch.cuda.is_available() is false), nothing to measure")
     torch.backends.cuda.matmul.allow_tf32 = True
     for c in json.loads(args.configs):
         B = c["B"]
         while B >= 1:
             try:
-                print(json.dumps(dict(name=c["name"], B=B, tokens_per_s=bench(c, B, args.steps))), flush=True)
+                if args.account:
+                    doc = kernel_account(c, B, args.account_steps)
+                    path = os.path.join(args.account, f"kernels_torch_{c['name']}.json")
+                    with open(path, "w") as f:
+                        json.dump(dict(doc, config=dict(c, B=B)), f, indent=1)
+                    print(f"{c['name']}, B {B} x T {c['seq_len']}: {path}")
+                    print("\n".join(torch_account.table(doc)), flush=True)
+                else:
+                    print(json.dumps(dict(name=c["name"], B=B, tokens_per_s=bench(c, B, args.steps))), flush=True)
                 break
             except torch.OutOfMemoryError:
                 torch.cuda.empty_cache()
