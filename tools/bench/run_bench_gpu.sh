@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
 # `make bench-gpu` on a GPU machine, and the one call to make on a GPU machine lent for a few minutes (with the kit
 # of env/device-kit.sh sourced first): each stage below under a time limit of its own, in the order of what it is
-# worth, so that the limits' sum (about 17 minutes) or a shorter lease cuts the least useful ones. Each stage's
-# log goes to its own file in $OUT when OUT is set (the device tool's output folder, whose files come back even
-# when the call runs out of time; at most 8), else to build/bench-gpu/:
+# worth, so that the limits' sum (about 28 minutes) or a shorter lease cuts the least useful ones. The stages' logs
+# and results go to these files in $OUT when OUT is set (the device tool's output folder, whose files come back
+# even when the call runs out of time; at most 8), else in build/bench-gpu/:
 #   env.txt      the GPU, driver, host, and which binaries are there
+#   account.txt  the kernel account first, about 4 minutes in all, so that a GPU lent for five returns it:
+#                yuanlm train --profile.kernels=3:4 for gpt-small (micro-batch 32 x 1024) and gpt-xl (8 x 2048), on
+#                random tokens; the PyTorch peer's account of gpt-small (gpt_torch.py --account); then
+#                tools/kernel_account.py: ours beside the peer's by family, and gpt-xl's
+#   kernels_gpt-small.json, kernels_gpt-xl.json  the trainer's run.dir/kernels.json of those runs
+#   kernels_torch_gpt-small.json                 the peer's, in the same schema
 #   correct.log  bin/test_cuda; tests/mpi/test_gpu_loss_curve.sh (the demo's GPU loss curve against the CPU's);
 #                compute-sanitizer's memcheck over 3 training steps with evaluation and a checkpoint
-#   train.txt    bin/bench_gpu_train (GPT program + GPU AdamW: tokens/s, MFU)
+#   train.txt    bin/bench_gpu_train (GPT program + GPU AdamW: tokens/s, MFU); last, the PyTorch peer
+#                (tools/bench/gpt_torch.py, torch.compile) at the same micro-batches, then ours / PyTorch per config
 #   trainer.txt  yuanlm train gpt-small on random tokens, micro-batch 32 x 2 and 64, and the metrics' per-step split
-#                (compute_s, optim_s, ...) of its last steps: the trainer's step beside the planner's prediction
-#   offload.txt  bin/bench_gpu_offload (ZeRO-Offload: step breakdown, MFU; gpt-xl, Yuan-4.7B)
-#   torch.txt    the PyTorch peer (tools/bench/gpt_torch.py, torch.compile) at bench_gpu_train's micro-batches,
-#                then ours / PyTorch per config
+#                (compute_s, optim_s, ...) of its last steps: the trainer's step beside the planner's prediction;
+#                then bin/bench_gpu_offload (ZeRO-Offload: step breakdown, MFU; gpt-xl, Yuan-4.7B)
 # Extra arguments go to bench_gpu_train (--steps N, --recompute). Exit status: non-zero when a check failed.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -45,6 +50,39 @@ nvidia-smi -L >/dev/null 2>&1 || { echo "run_bench_gpu: no GPU (nvidia-smi -L fa
   command -v mpirun compute-sanitizer python3
 } >"$out/env.txt" 2>&1
 
+# The kernel account (docs/BENCHMARKS.md, "GPU"). The trainer's steps 3 and 4 (after the first steps' allocations),
+# one micro-batch a step: gpt-small at bench_gpu_train's 32 x 1024, gpt-xl at its deck's T 2048 with 8 sequences,
+# the tokens bench_gpu_offload fits on an 80 GB H100 (16 x 1024), its optimizer on the host as every one-GPU run's.
+# The peer's gpt-small has the deck's padded vocabulary, so that its classifier is the trainer's.
+if have yuanlm; then
+  stage 20 account.txt "a random-token corpus for gpt-small and gpt-xl" "$PY" tools/bench/random_corpus.py \
+    "$scratch/corpus"
+  # account NAME LIMIT DECK ARGS...: yuanlm train DECK's kernel account, kept as $out/kernels_NAME.json.
+  account() {
+    local name=$1 limit=$2 deck=$3
+    shift 3
+    stage "$limit" account.txt "kernel account: yuanlm train $deck $*" env OMPI_ALLOW_RUN_AS_ROOT=1 \
+      OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 1 bin/yuanlm train "$deck" --data.train="$scratch/corpus/*.h5" \
+      --data.val= --train.device=cuda --train.steps=5 --train.log_every=1 --train.eval_every=0 --optim.zero=0 \
+      --profile.kernels=3:4 --run.dir="$scratch/account-$name" "$@"
+    # Kept also from a stage cut by its limit: the run's last act is its checkpoint (gpt-xl's some 16 GB).
+    cp "$scratch/account-$name/kernels.json" "$out/kernels_$name.json" 2>>"$out/account.txt" ||
+      echo "== no kernels.json from $name" | tee -a "$out/account.txt"
+  }
+  account gpt-small 40 input/gpt-small.ini --train.micro_batch=32 --train.global_batch=32
+  account gpt-xl 70 input/gpt-xl.ini --train.micro_batch=8 --train.global_batch=8
+fi
+stage 110 account.txt "kernel account: PyTorch peer, gpt-small" python3 tools/bench/gpt_torch.py --account "$out" \
+  --configs '[{"name": "gpt-small", "n_layer": 12, "n_head": 12, "n_embd": 768, "seq_len": 1024,
+               "vocab_size": 50304, "B": 32}]'
+for name in gpt-small gpt-xl; do
+  accounts=()
+  for f in "$out/kernels_$name.json" "$out/kernels_torch_$name.json"; do [ -e "$f" ] && accounts+=("$f"); done
+  if [ ${#accounts[@]} -gt 0 ]; then
+    stage 10 account.txt "kernel account by family: $name" python3 tools/kernel_account.py "${accounts[@]}"
+  fi
+done
+
 if have test_cuda; then stage 150 correct.log "bin/test_cuda" bin/test_cuda --gtest_brief=1; fi
 if have yuanlm; then
   stage 150 correct.log "tests/mpi/test_gpu_loss_curve.sh" bash tests/mpi/test_gpu_loss_curve.sh
@@ -57,7 +95,6 @@ if have yuanlm; then
 fi
 if have bench_gpu_train; then stage 200 train.txt "bin/bench_gpu_train $*" bin/bench_gpu_train "$@"; fi
 if have yuanlm; then
-  stage 60 trainer.txt "a random-token corpus for gpt-small" "$PY" tools/bench/random_corpus.py "$scratch/corpus"
   for mb in 32 64; do
     stage 90 trainer.txt "yuanlm train gpt-small, micro-batch $mb, global batch 64" env OMPI_ALLOW_RUN_AS_ROOT=1 \
       OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 1 bin/yuanlm train input/gpt-small.ini \
@@ -68,20 +105,20 @@ if have yuanlm; then
   done
 fi
 if have bench_gpu_offload; then
-  stage 150 offload.txt "bin/bench_gpu_offload --only xl" bin/bench_gpu_offload --only xl
-  stage 180 offload.txt "bin/bench_gpu_offload --only yuan" bin/bench_gpu_offload --only yuan
+  stage 150 trainer.txt "bin/bench_gpu_offload --only xl" bin/bench_gpu_offload --only xl
+  stage 180 trainer.txt "bin/bench_gpu_offload --only yuan" bin/bench_gpu_offload --only yuan
 fi
 results=$(python3 -c '
 import json, sys
 print(json.dumps([json.loads(l[len("RESULT "):]) for l in open(sys.argv[1]) if l.startswith("RESULT ")]))
 ' "$out/train.txt" 2>/dev/null || echo "[]")
 if [ "$results" != "[]" ]; then
-  stage 300 torch.txt "PyTorch peer (tools/bench/gpt_torch.py)" python3 tools/bench/gpt_torch.py --configs "$results"
-  python3 - "$out/train.txt" "$out/torch.txt" <<'PY' | tee -a "$out/torch.txt"
+  stage 300 train.txt "PyTorch peer (tools/bench/gpt_torch.py)" python3 tools/bench/gpt_torch.py --configs "$results"
+  python3 - "$out/train.txt" <<'PY' | tee -a "$out/train.txt"
 import json, sys
-rows = lambda path, prefix: [json.loads(l[len(prefix):]) for l in open(path) if l.startswith(prefix)]
-ours = {r["name"]: r for r in rows(sys.argv[1], "RESULT ")}
-torch = {r["name"]: r for r in rows(sys.argv[2], "{")}
+rows = lambda prefix: [json.loads(l[len(prefix):]) for l in open(sys.argv[1]) if l.startswith(prefix)]
+ours = {r["name"]: r for r in rows("RESULT ")}
+torch = {r["name"]: r for r in rows("{")}  # the peer's lines: bench_gpu_train's start with "RESULT "
 print(f"{'config':<14}{'B':>4}{'ours tok/s':>14}{'MFU':>7}{'torch B':>9}{'torch tok/s':>14}{'ratio':>8}")
 for name, o in ours.items():
     t = torch.get(name, {})
