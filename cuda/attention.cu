@@ -322,12 +322,6 @@ size_t backward_q_smem() {
   return 4 * kTile * kStride<D> * sizeof(bf16);
 }
 
-// Above 48 KiB a kernel must opt in to its dynamic shared memory, once per kernel.
-template <typename Kernel>
-void allow_smem(Kernel k, size_t bytes) {
-  CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-}
-
 // The kernels' grid, (tiles along T, B*NH). CUDA caps grid.y at 65535, and a launch past that fails with an
 // error that does not say why.
 dim3 tile_grid(int B, int T, int NH) {

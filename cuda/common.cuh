@@ -94,4 +94,11 @@ inline unsigned grid_for(size_t n, int threads) {
   return static_cast<unsigned>(want < 1 ? 1 : want < most ? want : most);
 }
 
+// Above 48 KiB of dynamic shared memory a kernel must opt in, once per kernel (callers hold a function-local
+// static: `static const bool init = (allow_smem(k, bytes), true);`).
+template <typename Kernel>
+void allow_smem(Kernel k, size_t bytes) {
+  CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+}
+
 }  // namespace yuan::gpu

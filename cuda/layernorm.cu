@@ -7,13 +7,20 @@
 // bias_residual is that pass. The backward fuses the residual side: it adds dx into the fp32 residual gradient
 // and writes the bf16 copy the next GEMM reads, in one pass.
 #include "layernorm.cuh"
+
+#include <algorithm>
+
 #include "ops/reference_ops.h"
 
 namespace yuan::gpu {
 namespace {
 
-constexpr int kRowsPerBlock = 8;  // one warp per row
-constexpr int kChunks = 128;      // row chunks of the parameter-gradient reduction
+constexpr int kRowsPerBlock = 8;  // forward: one warp per row
+// The backward's blocks: at most kBackwardBlocks (2 per SM of an H100, with room), each over at least
+// kBackwardRows rows, so that the partials' round trip (8C bytes written and read per block) stays within a few
+// percent of the op's 14 bytes per element; warps per block as many as fit kBackwardShared bytes of slices.
+constexpr int kBackwardBlocks = 264, kBackwardRows = 32, kBackwardWarps = 8;
+constexpr size_t kBackwardShared = 100 << 10;
 
 // Rows are at most a few thousand channels: three passes over a row that stays in L1 beat holding it in
 // registers sized for the largest C.
@@ -56,75 +63,87 @@ __global__ void layernorm_forward_kernel(bf16* out, float* mean, float* rstd, co
   }
 }
 
-// Input gradient, one warp per row: dres += dx, dres_bf16 = bf16(dres).
-__global__ void layernorm_backward_input_kernel(float* dres, bf16* dres_bf16, const bf16* dout, const bf16* inp,
-                                                const bf16* w, const float* mean, const float* rstd, int N, int C) {
-  const int lane = threadIdx.x % kWarpSize;
-  const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarpSize;
-  if (row >= N) return;
-  const size_t base = static_cast<size_t>(row) * C;
-  const float m = mean[row], s = rstd[row];
+// The backward, one warp per row, each block over a contiguous chunk of rows: dres += dx, dres_bf16 = bf16(dres),
+// and the block's sums of dy * xhat (dw) and dy (db) per channel into partials[block] = [dw | db]; the reduce
+// kernel adds the blocks' partials in block order. One pass over dy and x serves both gradients (a separate
+// parameter-gradient pass would read them again: 4 of the 14 bytes per element the op must move).
+// Each warp sums its rows into its own slice of shared memory, so no two threads add into one float and every
+// sum has a fixed order: deterministic, without atomics. A slice holds a lane's 8 channels as two 16-byte halves
+// in separate half-slices (channel 8p + 4h + k at h * C/2 + 4p + k), so that the 8 lanes of a 16-byte phase hit
+// 8 distinct groups of 4 banks.
+__global__ void layernorm_backward_kernel(float* partials, float* dres, bf16* dres_bf16, const bf16* dout,
+                                          const bf16* inp, const bf16* w, const float* mean, const float* rstd, int N,
+                                          int C, int rows_per_block) {
+  float* slices = dynamic_smem<float>();  // [warps][dw C | db C]
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, warps = blockDim.x / kWarpSize;
+  float* dw_acc = slices + static_cast<size_t>(warp) * 2 * C;
+  float* db_acc = dw_acc + C;
   constexpr int P = PackBf16::kN;
-  float dn_mean = 0, dn_xhat_mean = 0;
-  for (int c = lane * P; c < C; c += kWarpSize * P) {
-    PackBf16 dy = load_pack(dout + base + c), x = load_pack(inp + base + c), wv = load_pack(w + c);
+  const int half = C / 2;
+  auto at = [half](int c, int h) { return h * half + c / 2; };  // c = 8p: the half-slice offset of 4p + 0
+  const PackF32 zero = {};
+  for (int c = lane * P; c < C; c += kWarpSize * P)
+    for (int h = 0; h < 2; h++) {
+      store_pack(dw_acc + at(c, h), zero);
+      store_pack(db_acc + at(c, h), zero);
+    }
+  const int r0 = blockIdx.x * rows_per_block, r1 = min(N, r0 + rows_per_block);
+  for (int row = r0 + warp; row < r1; row += warps) {
+    const size_t base = static_cast<size_t>(row) * C;
+    const float m = mean[row], s = rstd[row];
+    float dn_mean = 0, dn_xhat_mean = 0;
+    for (int c = lane * P; c < C; c += kWarpSize * P) {
+      PackBf16 dy = load_pack(dout + base + c), x = load_pack(inp + base + c), wv = load_pack(w + c);
 #pragma unroll
-    for (int k = 0; k < P; k++) {
-      float dn = __bfloat162float(wv.v[k]) * __bfloat162float(dy.v[k]);
-      dn_mean += dn;
-      dn_xhat_mean += dn * (__bfloat162float(x.v[k]) - m) * s;
+      for (int k = 0; k < P; k++) {
+        float dn = __bfloat162float(wv.v[k]) * __bfloat162float(dy.v[k]);
+        dn_mean += dn;
+        dn_xhat_mean += dn * (__bfloat162float(x.v[k]) - m) * s;
+      }
+    }
+    dn_mean = warp_sum(dn_mean) / C;
+    dn_xhat_mean = warp_sum(dn_xhat_mean) / C;
+    // The row's second reading of dy and x is the same warp's, right after the first: it hits L1.
+    for (int c = lane * P; c < C; c += kWarpSize * P) {
+      PackBf16 dy = load_pack(dout + base + c), x = load_pack(inp + base + c), wv = load_pack(w + c), o;
+      PackF32 r[2] = {load_pack(dres + base + c), load_pack(dres + base + c + 4)};
+      PackF32 gw[2] = {load_pack(dw_acc + at(c, 0)), load_pack(dw_acc + at(c, 1))};
+      PackF32 gb[2] = {load_pack(db_acc + at(c, 0)), load_pack(db_acc + at(c, 1))};
+#pragma unroll
+      for (int k = 0; k < P; k++) {
+        const float xhat = (__bfloat162float(x.v[k]) - m) * s, g = __bfloat162float(dy.v[k]);
+        const float dx = s * (__bfloat162float(wv.v[k]) * g - dn_mean - xhat * dn_xhat_mean);
+        float& acc = r[k / 4].v[k % 4];
+        acc += dx;
+        o.v[k] = __float2bfloat16(acc);
+        gw[k / 4].v[k % 4] += g * xhat;
+        gb[k / 4].v[k % 4] += g;
+      }
+      store_pack(dres + base + c, r[0]);
+      store_pack(dres + base + c + 4, r[1]);
+      store_pack(dres_bf16 + base + c, o);
+      for (int h = 0; h < 2; h++) {
+        store_pack(dw_acc + at(c, h), gw[h]);
+        store_pack(db_acc + at(c, h), gb[h]);
+      }
     }
   }
-  dn_mean = warp_sum(dn_mean) / C;
-  dn_xhat_mean = warp_sum(dn_xhat_mean) / C;
-  for (int c = lane * P; c < C; c += kWarpSize * P) {
-    PackBf16 dy = load_pack(dout + base + c), x = load_pack(inp + base + c), wv = load_pack(w + c), o;
-    PackF32 r[2] = {load_pack(dres + base + c), load_pack(dres + base + c + 4)};
-#pragma unroll
-    for (int k = 0; k < P; k++) {
-      float xhat = (__bfloat162float(x.v[k]) - m) * s;
-      float dx = s * (__bfloat162float(wv.v[k]) * __bfloat162float(dy.v[k]) - dn_mean - xhat * dn_xhat_mean);
-      float& acc = r[k / 4].v[k % 4];
-      acc += dx;
-      o.v[k] = __float2bfloat16(acc);
-    }
-    store_pack(dres + base + c, r[0]);
-    store_pack(dres + base + c + 4, r[1]);
-    store_pack(dres_bf16 + base + c, o);
+  __syncthreads();
+  float* out = partials + static_cast<size_t>(blockIdx.x) * 2 * C;
+  for (int i = threadIdx.x; i < 2 * C; i += blockDim.x) {
+    const int part = i / C, c = i % C;  // out[i]: dw of channel c, then db
+    const int slot = part * C + (c % P / 4) * half + c / P * 4 + c % 4;
+    float sum = 0;
+    for (int k = 0; k < warps; k++) sum += slices[static_cast<size_t>(k) * 2 * C + slot];
+    out[i] = sum;
   }
 }
 
-// Parameter gradients, stage 1: thread = 2 channels, blockIdx.y = a chunk of rows; partial sums of dy * xhat and
-// dy per chunk go to `partials` [kChunks][2C]. Stage 2 adds the chunks in order: deterministic, no atomics.
-__global__ void layernorm_backward_params_kernel(float* partials, const bf16* dout, const bf16* inp,
-                                                 const float* mean, const float* rstd, int N, int C) {
-  const int c = 2 * (blockIdx.x * blockDim.x + threadIdx.x);
-  if (c >= C) return;
-  const int rows_per_chunk = (N + kChunks - 1) / kChunks;
-  const int r0 = blockIdx.y * rows_per_chunk, r1 = min(N, r0 + rows_per_chunk);
-  float dw0 = 0, dw1 = 0, db0 = 0, db1 = 0;
-  for (int r = r0; r < r1; r++) {
-    const size_t i = static_cast<size_t>(r) * C + c;
-    float2 dy = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(dout + i));
-    float2 x = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(inp + i));
-    const float m = mean[r], s = rstd[r];
-    dw0 += dy.x * (x.x - m) * s;
-    dw1 += dy.y * (x.y - m) * s;
-    db0 += dy.x;
-    db1 += dy.y;
-  }
-  float* p = partials + static_cast<size_t>(blockIdx.y) * 2 * C;
-  p[c] = dw0;
-  p[c + 1] = dw1;
-  p[C + c] = db0;
-  p[C + c + 1] = db1;
-}
-
-__global__ void layernorm_backward_reduce_kernel(float* dw, float* db, const float* partials, int C) {
+__global__ void layernorm_backward_reduce_kernel(float* dw, float* db, const float* partials, int C, int blocks) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;  // over 2C: dw then db
   if (i >= 2 * C) return;
   float acc = 0;
-  for (int k = 0; k < kChunks; k++) acc += partials[static_cast<size_t>(k) * 2 * C + i];
+  for (int k = 0; k < blocks; k++) acc += partials[static_cast<size_t>(k) * 2 * C + i];
   if (i < C)
     dw[i] += acc;
   else
@@ -149,7 +168,7 @@ __global__ void bias_residual_kernel(bf16* out, const bf16* bias, const bf16* re
 
 }  // namespace
 
-size_t layernorm_partials_size(int C) { return static_cast<size_t>(kChunks) * 2 * C; }
+size_t layernorm_partials_size(int C) { return static_cast<size_t>(kBackwardBlocks) * 2 * C; }
 
 void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, const bf16* w, const bf16* b, int N,
                        int C, cudaStream_t s) {
@@ -160,12 +179,18 @@ void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, con
 void layernorm_backward(float* dres, bf16* dres_bf16, float* dw, float* db, float* partials, const bf16* dout,
                         const bf16* inp, const bf16* w, const float* mean, const float* rstd, int N, int C,
                         cudaStream_t s) {
-  launch(layernorm_backward_input_kernel, ceil_div(N, kRowsPerBlock), kRowsPerBlock * kWarpSize, 0, s, dres, dres_bf16,
-         dout, inp, w, mean, rstd, N, C);
-  const int threads = 128;
-  launch(layernorm_backward_params_kernel, dim3(ceil_div(C / 2, threads), kChunks), threads, 0, s, partials, dout, inp,
-         mean, rstd, N, C);
-  launch(layernorm_backward_reduce_kernel, ceil_div(2 * C, 256), 256, 0, s, dw, db, partials, C);
+  const size_t slice = 2 * static_cast<size_t>(C) * sizeof(float);
+  YUAN_CHECK(slice <= kBackwardShared, "layernorm_backward: width %d above the %zu channels a warp's slice can hold", C,
+             kBackwardShared / (2 * sizeof(float)));
+  const int warps = static_cast<int>(std::min<size_t>(kBackwardWarps, kBackwardShared / slice));
+  const int blocks = std::max(1, std::min(kBackwardBlocks, static_cast<int>(ceil_div(N, kBackwardRows))));
+  const int rows_per_block = static_cast<int>(ceil_div(N, blocks));
+  const size_t shared = warps * slice;
+  static const bool init = (allow_smem(layernorm_backward_kernel, kBackwardShared), true);
+  (void)init;
+  launch(layernorm_backward_kernel, blocks, warps * kWarpSize, shared, s, partials, dres, dres_bf16, dout, inp, w,
+         mean, rstd, N, C, rows_per_block);
+  launch(layernorm_backward_reduce_kernel, ceil_div(2 * C, 256), 256, 0, s, dw, db, partials, C, blocks);
 }
 
 void bias_residual(bf16* out, const bf16* bias, const bf16* residual, int N, int C, cudaStream_t s) {

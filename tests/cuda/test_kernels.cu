@@ -112,9 +112,9 @@ TEST(CudaBiasResidual, MatchesCpu) {
   EXPECT_LT(rel_err(from_bf16(d_out.download()), ref), 4e-3) << "one bf16 rounding of the sum";
 }
 
-// N = 67 rows is fewer than the parameter-gradient reduction's row chunks (one row or none each); 1001 gives
-// several rows per chunk, a short last chunk and empty ones after it. C is not a multiple of 256, so the warp
-// loops' tails run; 1000 (above 512) spreads the parameter gradient over several blocks of x.
+// N = 67 rows gives the backward 3 blocks of 23 rows, the last short, and warps with a row fewer than others;
+// 1001 gives 32 blocks. C is not a multiple of 256, so the warp loops' tails run; 1000 needs 8 KB slices, and
+// spreads the reduction of the blocks' partials over several blocks.
 class CudaLayerNorm : public testing::TestWithParam<std::tuple<int, int>> {};
 
 TEST_P(CudaLayerNorm, ForwardAndBackwardMatchCpu) {
