@@ -19,11 +19,15 @@ __global__ void bf16_to_f32_kernel(float* out, const bf16* in, size_t n) {
 
 void f32_to_bf16(bf16* out, const float* in, size_t n, cudaStream_t s) {
   if (n == 0) return;
+  const OpScope op({"cast_f32_to_bf16", "cast", {"n=%lld", {static_cast<long long>(n)}},
+                    ops::copy_cost(static_cast<double>(n), 4, 2)});
   launch(f32_to_bf16_kernel, grid_for(n, 256), 256, 0, s, out, in, n);
 }
 
 void bf16_to_f32(float* out, const bf16* in, size_t n, cudaStream_t s) {
   if (n == 0) return;
+  const OpScope op({"cast_bf16_to_f32", "cast", {"n=%lld", {static_cast<long long>(n)}},
+                    ops::copy_cost(static_cast<double>(n), 2, 4)});
   launch(bf16_to_f32_kernel, grid_for(n, 256), 256, 0, s, out, in, n);
 }
 

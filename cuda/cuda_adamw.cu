@@ -6,6 +6,7 @@
 #include "backend/cuda_backend.h"
 #include "device.cuh"
 #include "grad_norm.cuh"
+#include "kernel_account.cuh"
 #include "model/gpt.h"
 
 namespace yuan {
@@ -37,7 +38,7 @@ CudaAdamW::CudaAdamW(Backend& cuda_backend, size_t offset, size_t count, const f
              "parameters, device has %.2f GiB free; keep the optimizer on the host (optim.offload)",
              bytes / 1073741824.0, count, free_bytes / 1073741824.0);
   s_->memory = gpu::device_allocation(bytes);  // the moments start at zero
-  CUDA_CHECK(cudaMemcpyAsync(s_->master(), init_master, count * sizeof(float), cudaMemcpyHostToDevice, s_->stream()));
+  gpu::copy_async(s_->master(), init_master, count * sizeof(float), cudaMemcpyHostToDevice, s_->stream());
   CUDA_CHECK(cudaStreamSynchronize(s_->stream()));
   size_t next = offset;  // the segments tile the range, in order
   for (const DecaySegment& seg : segments) {
@@ -61,6 +62,9 @@ void CudaAdamW::step(const ops::AdamWHyper& h) {
   float *master = s_->master(), *m = master + s_->count, *v = m + s_->count;
   float* grads = s_->backend->grads().as<float>();
   gpu::bf16* weights = s_->backend->weights().as<gpu::bf16>();
+  // Every decay segment's update is one call of the op: master, m, v and gradient in fp32, the bf16 working copy.
+  const gpu::OpScope op({"adamw", "adamw", {"n=%lld", {static_cast<long long>(s_->count)}},
+                         ops::adamw_cost(static_cast<double>(s_->count), 2)});
   for (const DecaySegment& seg : s_->segments) {
     ops::AdamWHyper hs = h;
     hs.weight_decay = seg.decay ? h.weight_decay : 0.0;
@@ -72,7 +76,7 @@ void CudaAdamW::step(const ops::AdamWHyper& h) {
 }
 
 void CudaAdamW::master_to_host(float* dst) {
-  CUDA_CHECK(cudaMemcpyAsync(dst, s_->master(), s_->count * sizeof(float), cudaMemcpyDeviceToHost, s_->stream()));
+  gpu::copy_async(dst, s_->master(), s_->count * sizeof(float), cudaMemcpyDeviceToHost, s_->stream());
   CUDA_CHECK(cudaStreamSynchronize(s_->stream()));
 }
 

@@ -13,6 +13,7 @@
 #include "cast.cuh"
 #include "cuda_ops.cuh"
 #include "device.cuh"
+#include "kernel_account.cuh"
 #include "util/log.h"
 
 namespace yuan {
@@ -81,7 +82,7 @@ class CudaBackend final : public Backend {
     float* stage = stage_.as<float>();
     for (size_t i = 0; i < n; i += kStageElems) {
       const size_t chunk = std::min(kStageElems, n - i);
-      CUDA_CHECK(cudaMemcpyAsync(stage, src + i, chunk * sizeof(float), cudaMemcpyHostToDevice, stream_));
+      gpu::copy_async(stage, src + i, chunk * sizeof(float), cudaMemcpyHostToDevice, stream_);
       gpu::f32_to_bf16(weights_.as<bf16>() + off + i, stage, chunk, stream_);
     }
     CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -92,7 +93,7 @@ class CudaBackend final : public Backend {
     for (size_t i = 0; i < n; i += kStageElems) {
       const size_t chunk = std::min(kStageElems, n - i);
       gpu::bf16_to_f32(stage, weights_.as<bf16>() + off + i, chunk, stream_);
-      CUDA_CHECK(cudaMemcpyAsync(dst + i, stage, chunk * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+      gpu::copy_async(dst + i, stage, chunk * sizeof(float), cudaMemcpyDeviceToHost, stream_);
     }
     CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
@@ -100,13 +101,13 @@ class CudaBackend final : public Backend {
     check_range(off, n);
     YUAN_CHECK(!sharded(), "cuda backend: no flat gradients under ZeRO-3");
     compute_after_transfers();
-    CUDA_CHECK(cudaMemsetAsync(grads_.as<float>() + off, 0, n * sizeof(float), stream_));
+    gpu::fill_async(grads_.as<float>() + off, 0, n * sizeof(float), stream_);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
   void grads_to_host(size_t off, size_t n, float* dst) override {
     check_range(off, n);
     YUAN_CHECK(!sharded(), "cuda backend: no flat gradients under ZeRO-3");
-    CUDA_CHECK(cudaMemcpyAsync(dst, grads_.as<float>() + off, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    gpu::copy_async(dst, grads_.as<float>() + off, n * sizeof(float), cudaMemcpyDeviceToHost, stream_);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
 
@@ -118,7 +119,7 @@ class CudaBackend final : public Backend {
     YUAN_CHECK(src.dtype == DType::F32 && src.ld == src.cols, "cuda backend: to_host_async takes a dense fp32 tensor");
     wait_for(d2h_, stream_, ev_compute_);
     if (after) wait_for(d2h_, after, ev_after_);
-    CUDA_CHECK(cudaMemcpyAsync(dst, src.data, src.numel() * sizeof(float), cudaMemcpyDeviceToHost, d2h_));
+    gpu::copy_async(dst, src.data, src.numel() * sizeof(float), cudaMemcpyDeviceToHost, d2h_);
   }
   void wait_transfers() override { CUDA_CHECK(cudaStreamSynchronize(d2h_)); }
   void compute_after_transfers() override { wait_for(stream_, d2h_, ev_d2h_); }
@@ -130,7 +131,7 @@ class CudaBackend final : public Backend {
     check_lane(lane);
     // Compute already enqueued may still read the old weights; compute enqueued later must read the new ones.
     wait_for(up_[lane], stream_, ev_compute_);
-    CUDA_CHECK(cudaMemcpyAsync(weights_.as<bf16>() + off, src, n * sizeof(bf16), cudaMemcpyHostToDevice, up_[lane]));
+    gpu::copy_async(weights_.as<bf16>() + off, src, n * sizeof(bf16), cudaMemcpyHostToDevice, up_[lane]);
     wait_for(stream_, up_[lane], ev_up_[lane]);
   }
   void wait_upload(int lane) override {
@@ -139,8 +140,16 @@ class CudaBackend final : public Backend {
   }
 
   void profiler(bool capture) override { CUDA_CHECK(capture ? cudaProfilerStart() : cudaProfilerStop()); }
-  void range_push(const char* name) override { nvtxRangePushA(name); }
-  void range_pop() override { nvtxRangePop(); }
+  // The ranges name the phases of nsys's timeline and of the kernel account.
+  void range_push(const char* name) override {
+    nvtxRangePushA(name);
+    gpu::push_phase(name);
+  }
+  void range_pop() override {
+    nvtxRangePop();
+    gpu::pop_phase();
+  }
+  std::unique_ptr<KernelAccount> kernel_account() override { return gpu::make_kernel_account(stream_); }
 
  private:
   cudaStream_t stream_ = nullptr;

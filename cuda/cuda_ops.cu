@@ -21,8 +21,10 @@
 #include "classifier.cuh"
 #include "device.cuh"
 #include "encoder.cuh"
+#include "kernel_account.cuh"
 #include "layernorm.cuh"
 #include "matmul.cuh"
+#include "ops/op_cost.h"
 
 namespace yuan::gpu {
 namespace {
@@ -73,6 +75,19 @@ const int32_t* token_ids(const Tensor& t, int B, int len, const char* what) {
 int rows(const Tensor& t) { return static_cast<int>(t.rows); }
 int cols(const Tensor& t) { return static_cast<int>(t.cols); }
 // The first id of a tensor rank's part of the vocabulary, `n` ids long; the kernels compare it with i32 token ids.
+// The kernel account's view of each op (kernel_account.cuh): its shape, and its FLOPs and ideal bytes in bf16
+// weights and activations (src/ops/op_cost.h).
+constexpr ops::Widths kBf16{2, 2};
+using Shape = OpShape;
+// The matmuls' shapes name their epilogues, whose bytes differ: bit 0 the bias, 1 the residual, 2 GELU.
+const char* matmul_shape(bool bias, bool residual, bool gelu) {
+  static const char* const shapes[8] = {
+      "N=%lld C=%lld OC=%lld",           "N=%lld C=%lld OC=%lld +bias",          "N=%lld C=%lld OC=%lld +residual",
+      "N=%lld C=%lld OC=%lld +bias+residual", "N=%lld C=%lld OC=%lld +gelu", "N=%lld C=%lld OC=%lld +bias+gelu",
+      "N=%lld C=%lld OC=%lld +residual+gelu", "N=%lld C=%lld OC=%lld +bias+residual+gelu"};
+  return shapes[bias | residual << 1 | gelu << 2];
+}
+
 int vocab_part(int64_t vocab_begin, int64_t n, const char* what) {
   YUAN_CHECK(vocab_begin >= 0 && vocab_begin + n <= INT32_MAX, "cuda ops: %s of ids [%lld, %lld) beyond i32 token ids",
              what, static_cast<long long>(vocab_begin), static_cast<long long>(vocab_begin + n));
@@ -120,7 +135,7 @@ class CudaOps final : public Ops {
 
   // ---- memory ----
   void zero(const Tensor& t) override {
-    CUDA_CHECK(cudaMemsetAsync(t.data, 0, static_cast<size_t>(t.rows) * t.ld * dtype_size(t.dtype), s_));
+    fill_async(t.data, 0, static_cast<size_t>(t.rows) * t.ld * dtype_size(t.dtype), s_);
   }
   void copy(const Tensor& dst, const Tensor& src) override {
     YUAN_CHECK(dst.rows == src.rows && dst.cols == src.cols, "cuda ops: copy of [%lld, %lld] into [%lld, %lld]",
@@ -129,8 +144,7 @@ class CudaOps final : public Ops {
     if (src.numel() == 0) return;
     if (dst.dtype == src.dtype) {
       const size_t w = dtype_size(src.dtype);
-      CUDA_CHECK(cudaMemcpy2DAsync(dst.data, dst.ld * w, src.data, src.ld * w, src.cols * w, src.rows,
-                                   cudaMemcpyDeviceToDevice, s_));
+      copy_2d_async(dst.data, dst.ld * w, src.data, src.ld * w, src.cols * w, src.rows, cudaMemcpyDeviceToDevice, s_);
     } else if (dst.dtype == DType::BF16) {
       gpu::f32_to_bf16(arg<bf16>(dst, dst.rows, dst.cols, "copy dst"), arg<float>(src, src.rows, src.cols, "copy src"),
                        src.numel(), s_);
@@ -163,7 +177,7 @@ class CudaOps final : public Ops {
     int32_t* stage = staging_.as<int32_t>();
     std::memcpy(stage, host, ids * sizeof(int32_t));
     std::memcpy(stage + ids, groups.data(), groups.size() * sizeof(int32_t));
-    CUDA_CHECK(cudaMemcpyAsync(tokens.data, stage, bytes, cudaMemcpyHostToDevice, s_));
+    copy_async(tokens.data, stage, bytes, cudaMemcpyHostToDevice, s_);
     CUDA_CHECK(cudaEventRecord(staged_, s_));
     groups_[tokens.data] = Grouping{B, T, std::move(groups)};
   }
@@ -174,6 +188,8 @@ class CudaOps final : public Ops {
     const int C = cols(out);
     YUAN_CHECK(!wpe || wpe.rows >= T, "cuda ops: encoder_forward of %d positions with wpe of %lld", T,
                static_cast<long long>(wpe.rows));
+    const OpScope op({"encoder_forward", "encoder", Shape{"B=%lld T=%lld C=%lld", {B, T, C}},
+                      ops::encoder_forward_cost(B, T, C, kBf16)});
     gpu::encoder_forward(arg<bf16>(out, static_cast<int64_t>(B) * T, C, "encoder_forward out"),
                          token_ids(tokens, B, T, "encoder_forward tokens"),
                          arg<bf16>(wte, wte.rows, C, "encoder_forward wte"),
@@ -190,6 +206,8 @@ class CudaOps final : public Ops {
     YUAN_CHECK(dwpe.rows >= T, "cuda ops: encoder_backward of %d positions with wpe of %lld", T,
                static_cast<long long>(dwpe.rows));
     const int begin = vocab_part(vocab_begin, dwte.rows, "encoder_backward");
+    const OpScope op({"encoder_backward", "encoder", Shape{"B=%lld T=%lld C=%lld", {B, T, C}},
+                      ops::encoder_backward_cost(B, T, C)});
     const std::vector<int32_t>& groups = g->second.groups;
     gpu::encoder_backward(arg<float>(dwte, dwte.rows, C, "encoder_backward dwte"),
                           arg<float>(dwpe, dwpe.rows, C, "encoder_backward dwpe"),
@@ -202,6 +220,8 @@ class CudaOps final : public Ops {
   void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& in,
                          const Tensor& w, const Tensor& b) override {
     const int N = rows(in), C = cols(in);
+    const OpScope op({"layernorm_forward", "layernorm", Shape{"N=%lld C=%lld", {N, C}},
+                      ops::layernorm_forward_cost(N, C, kBf16)});
     gpu::layernorm_forward(arg<bf16>(out, N, C, "layernorm_forward out"), vec<float>(mean, N, "layernorm_forward mean"),
                            vec<float>(rstd, N, "layernorm_forward rstd"), arg<bf16>(in, N, C, "layernorm_forward in"),
                            vec<bf16>(w, C, "layernorm_forward w"), vec<bf16>(b, C, "layernorm_forward b"), N, C, s_);
@@ -211,6 +231,8 @@ class CudaOps final : public Ops {
                           const Tensor& rstd) override {
     const int N = rows(in), C = cols(in);
     YUAN_CHECK(C == C_, "cuda ops: layernorm_backward of width %d, scratch sized for %d", C, C_);
+    const OpScope op({"layernorm_backward", "layernorm", Shape{"N=%lld C=%lld", {N, C}},
+                      ops::layernorm_backward_cost(N, C, kBf16, true), Roof::Device, kLayerNormBackwardExempt});
     gpu::layernorm_backward(arg<float>(dres, N, C, "layernorm_backward dres"),
                             arg<bf16>(dres_op, N, C, "layernorm_backward dres_op (dres in bf16)"),
                             vec<float>(dw, C, "layernorm_backward dw"), vec<float>(db, C, "layernorm_backward db"),
@@ -224,6 +246,9 @@ class CudaOps final : public Ops {
   void matmul_forward(const Tensor& out, const Tensor& in, const Tensor& w, const Tensor& bias,
                       const Tensor& residual, const Tensor& pre_gelu) override {
     const int N = rows(in), C = cols(in), OC = rows(w);
+    const bool b = bool(bias), r = bool(residual), g = bool(pre_gelu);
+    const OpScope op({"matmul_forward", "matmul", Shape{matmul_shape(b, r, g), {N, C, OC}},
+                      ops::matmul_forward_cost(N, C, OC, kBf16, b, r, g)});
     gemm_->forward(arg<bf16>(out, N, OC, "matmul_forward out", true), arg<bf16>(in, N, C, "matmul_forward in"),
                    arg<bf16>(w, OC, C, "matmul_forward w"), bias ? vec<bf16>(bias, OC, "matmul_forward bias") : nullptr,
                    opt<bf16>(residual, N, OC, "matmul_forward residual"),
@@ -232,6 +257,9 @@ class CudaOps final : public Ops {
   void matmul_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dbias, const Tensor& dout,
                        const Tensor& in, const Tensor& w, const Tensor& pre_gelu) override {
     const int N = rows(in), C = cols(in), OC = rows(w);
+    const bool b = bool(dbias), g = bool(pre_gelu);
+    const OpScope op({"matmul_backward", "matmul", Shape{matmul_shape(b, false, g), {N, C, OC}},
+                      ops::matmul_backward_cost(N, C, OC, kBf16, b, g)});
     gemm_->backward(arg<bf16>(dinp, N, C, "matmul_backward dinp"), arg<float>(dw, OC, C, "matmul_backward dw"),
                     dbias ? vec<float>(dbias, OC, "matmul_backward dbias") : nullptr,
                     arg<bf16>(dout, N, OC, "matmul_backward dout", true), arg<bf16>(in, N, C, "matmul_backward in"),
@@ -244,6 +272,8 @@ class CudaOps final : public Ops {
                          int NH) override {
     const int C = cols(out);
     const int64_t BT = static_cast<int64_t>(B) * T;
+    const OpScope op({"attention_forward", "attention", Shape{"B=%lld T=%lld C=%lld NH=%lld", {B, T, C, NH}},
+                      ops::attention_forward_cost(B, T, C, NH, kBf16), Roof::Device, kAttentionForwardExempt});
     gpu::attention_forward(arg<bf16>(out, BT, C, "attention_forward out"),
                            space<float>(state, attention_rows(B, T, NH), "attention_forward state (lse)"),
                            arg<bf16>(qkv, BT, 3 * C, "attention_forward qkv"), B, T, C, NH, s_);
@@ -252,6 +282,8 @@ class CudaOps final : public Ops {
                           const Tensor& out, const Tensor& state, int B, int T, int NH) override {
     const int C = cols(dout);
     const int64_t BT = static_cast<int64_t>(B) * T;
+    const OpScope op({"attention_backward", "attention", Shape{"B=%lld T=%lld C=%lld NH=%lld", {B, T, C, NH}},
+                      ops::attention_backward_cost(B, T, C, NH, kBf16), Roof::Device, kAttentionBackwardExempt});
     gpu::attention_backward(arg<bf16>(dqkv, BT, 3 * C, "attention_backward dqkv"),
                             space<float>(scratch, attention_rows(B, T, NH), "attention_backward scratch (delta)"),
                             arg<bf16>(dout, BT, C, "attention_backward dout"),
@@ -263,6 +295,8 @@ class CudaOps final : public Ops {
 
   void bias_residual(const Tensor& out, const Tensor& bias, const Tensor& residual) override {
     const int N = rows(out), C = cols(out);
+    const OpScope op({"bias_residual", "bias_residual", Shape{"N=%lld C=%lld", {N, C}},
+                      ops::bias_residual_cost(N, C, kBf16)});
     gpu::bias_residual(arg<bf16>(out, N, C, "bias_residual out"), vec<bf16>(bias, C, "bias_residual bias"),
                        arg<bf16>(residual, N, C, "bias_residual residual"), N, C, s_);
   }
@@ -272,6 +306,8 @@ class CudaOps final : public Ops {
                   float dscale) override {
     const int V = cols(logits);
     const int64_t BT = static_cast<int64_t>(B) * T;
+    const OpScope op({dscale != 0 ? "classifier" : "classifier_loss", "classifier", Shape{"N=%lld V=%lld", {BT, V}},
+                      ops::classifier_cost(BT, V, kBf16, dscale != 0)});
     gpu::classifier_forward_backward(arg<bf16>(logits, BT, V, "classifier logits", true),
                                      vec<float>(losses, BT, "classifier losses"),
                                      token_ids(tokens, B, T + 1, "classifier tokens") + 1, B, T, V,
@@ -280,6 +316,8 @@ class CudaOps final : public Ops {
 
   void classifier_row_max(const Tensor& logits, const Tensor& row_max) override {
     const int N = rows(logits), V = cols(logits);
+    const OpScope op({"classifier_row_max", "classifier", Shape{"N=%lld V=%lld", {N, V}},
+                      ops::classifier_row_max_cost(N, V, kBf16)});
     gpu::classifier_row_max(arg<bf16>(logits, N, V, "classifier_row_max logits", true),
                             vec<float>(row_max, N, "classifier_row_max row_max"), N, V, logits_row_stride(logits), s_);
   }
@@ -287,6 +325,8 @@ class CudaOps final : public Ops {
                            int64_t vocab_begin, const Tensor& sums) override {
     const int V = cols(logits);
     const int64_t BT = static_cast<int64_t>(B) * T;
+    const OpScope op({"classifier_row_sums", "classifier", Shape{"N=%lld V=%lld", {BT, V}},
+                      ops::classifier_row_sums_cost(BT, V, kBf16)});
     gpu::classifier_row_sums(arg<bf16>(logits, BT, V, "classifier_row_sums logits", true),
                              vec<float>(row_max, BT, "classifier_row_sums row_max"),
                              token_ids(tokens, B, T + 1, "classifier_row_sums tokens") + 1, B, T, V,
@@ -297,6 +337,8 @@ class CudaOps final : public Ops {
                          const Tensor& tokens, int B, int T, int64_t vocab_begin, float dscale) override {
     const int V = cols(logits);
     const int64_t BT = static_cast<int64_t>(B) * T;
+    const OpScope op({"classifier_finish", "classifier", Shape{"N=%lld V=%lld", {BT, V}},
+                      ops::classifier_finish_cost(BT, V, kBf16, dscale != 0)});
     gpu::classifier_parallel_finish(arg<bf16>(logits, BT, V, "classifier_finish logits", true),
                                     vec<float>(losses, BT, "classifier_finish losses"),
                                     vec<float>(row_max, BT, "classifier_finish row_max"),
@@ -315,8 +357,7 @@ class CudaOps final : public Ops {
   // rows x cols values of `src` into dense host memory; waits for them.
   void download(void* dst, const Tensor& src) {
     const size_t w = dtype_size(src.dtype);
-    CUDA_CHECK(cudaMemcpy2DAsync(dst, src.cols * w, src.data, src.ld * w, src.cols * w, src.rows,
-                                 cudaMemcpyDeviceToHost, s_));
+    copy_2d_async(dst, src.cols * w, src.data, src.ld * w, src.cols * w, src.rows, cudaMemcpyDeviceToHost, s_);
     CUDA_CHECK(cudaStreamSynchronize(s_));
   }
 

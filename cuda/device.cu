@@ -7,6 +7,7 @@
 
 #include "backend/cuda_backend.h"
 #include "cuda_check.h"
+#include "kernel_account.cuh"
 
 namespace yuan {
 
@@ -51,6 +52,43 @@ PeakFlops cuda_peak_flops() {
 }
 
 namespace gpu {
+
+AccountPeak cuda_account_peak() {
+  const PeakFlops flops = cuda_peak_flops();
+  int dev = 0, khz = 0, bus_bits = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  cudaDeviceProp prop;
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+  AccountPeak p;
+  p.flops = flops.flops;
+  // The parts input/machines describes, by the name the driver gives them; one direction of each link.
+  struct Part {
+    const char* name;
+    double hbm, host, nvlink;
+    const char* file;
+  };
+  const Part parts[] = {{"H100 80GB HBM3", 3.35e12, 64e9, 450e9, "input/machines/h100-sxm.ini"},
+                        {"A100-SXM4-80GB", 2.039e12, 32e9, 300e9, "input/machines/a100.ini"},
+                        {"V100-SXM2", 900e9, 16e9, 150e9, "input/machines/v100.ini"}};
+  for (const Part& part : parts) {
+    if (!std::strstr(prop.name, part.name)) continue;
+    p.bytes_per_s = part.hbm;
+    p.host_bytes_per_s = part.host;
+    p.link_bytes_per_s = part.nvlink;
+    p.source = strf("FLOPs: %s; bandwidth: %s (mem_bw, datasheet)", flops.source.c_str(), part.file);
+    p.link_source = strf("%s: PCIe (pcie_bw) and NVLink (link.intra) one direction, datasheet; a group across "
+                         "nodes runs on the slower network",
+                         part.file);
+    return p;
+  }
+  CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, dev));
+  p.bytes_per_s = 2.0 * khz * 1e3 * bus_bits / 8;  // double data rate
+  p.source = strf("FLOPs: %s; bandwidth: %s, memory clock %.0f MHz x %d-bit bus x 2", flops.source.c_str(), prop.name,
+                  khz / 1e3, bus_bits);
+  p.link_source = "no link rates known for this device (none in input/machines): transfers have no roofline";
+  return p;
+}
 
 // Release functions run in destructors: errors are ignored (the process is usually on its way out).
 Allocation device_allocation(size_t bytes) {

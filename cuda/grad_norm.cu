@@ -34,10 +34,14 @@ size_t sum_squares_partials_size() { return kMaxBlocks + 1; }
 
 double sum_squares(const float* x, size_t n, double* partials, cudaStream_t s) {
   const unsigned blocks = std::min<unsigned>(grid_for(n, kThreads), kMaxBlocks);
-  launch(sum_squares_partial_kernel, blocks, kThreads, 0, s, partials, x, n);
-  launch(sum_squares_final_kernel, 1, kThreads, 0, s, partials + kMaxBlocks, partials, static_cast<int>(blocks));
+  {
+    const OpScope op({"grad_norm", "grad_norm", {"n=%lld", {static_cast<long long>(n)}},
+                      ops::grad_norm_cost(static_cast<double>(n))});
+    launch(sum_squares_partial_kernel, blocks, kThreads, 0, s, partials, x, n);
+    launch(sum_squares_final_kernel, 1, kThreads, 0, s, partials + kMaxBlocks, partials, static_cast<int>(blocks));
+  }
   double result = 0;
-  CUDA_CHECK(cudaMemcpyAsync(&result, partials + kMaxBlocks, sizeof(double), cudaMemcpyDeviceToHost, s));
+  copy_async(&result, partials + kMaxBlocks, sizeof(double), cudaMemcpyDeviceToHost, s);
   CUDA_CHECK(cudaStreamSynchronize(s));
   return result;
 }

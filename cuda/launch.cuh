@@ -5,6 +5,8 @@
 //   dynamic_smem<T>()                                              extern __shared__ memory, as T*
 // In the emulator the arguments, converted to the kernel's parameter types at the launch as CUDA does, become the
 // kernel's parameter memory, and the emulator runs the grid's threads.
+// launch() is the one place kernels start, so it is where the kernel account (kernel_account.cuh) times them: when
+// an account is active, events around the launch and, in the emulator, the launch's memory traffic.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -15,6 +17,7 @@
 #include <utility>
 
 #include "cuda_check.h"
+#include "kernel_account.cuh"
 
 namespace yuan::gpu {
 
@@ -35,15 +38,19 @@ struct KernelCall {
 template <typename... P, typename... A>
 void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream, A&&... args) {
   static_assert(sizeof...(P) == sizeof...(A), "launch: the kernel takes another number of arguments");
+  Account* account = active_account();
+  LaunchRecord* rec = account ? account->begin(reinterpret_cast<const void*>(kernel), nullptr, stream) : nullptr;
 #ifdef YUAN_EMU
   using Call = detail::KernelCall<P...>;
   auto call = std::make_shared<const Call>(Call{kernel, std::tuple<std::decay_t<P>...>(std::forward<A>(args)...)});
-  emu::launch({reinterpret_cast<const void*>(kernel), grid, block, shared_bytes, stream}, call, sizeof(Call),
-              &Call::run);
+  emu::launch({reinterpret_cast<const void*>(kernel), grid, block, shared_bytes, stream,
+               rec ? &rec->traffic : nullptr},
+              call, sizeof(Call), &Call::run);
 #else
   kernel<<<grid, block, shared_bytes, stream>>>(std::forward<A>(args)...);
 #endif
   CUDA_CHECK(cudaGetLastError());
+  if (rec) account->end(rec, stream);
 }
 
 template <typename T>

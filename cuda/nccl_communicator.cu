@@ -9,6 +9,7 @@
 // where the caller asks for it (src/parallel/nccl.cpp), as one line for the whole job from its handler instead.
 #include <nccl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <exception>
@@ -16,6 +17,8 @@
 #include <thread>
 
 #include "cuda_check.h"
+#include "kernel_account.cuh"
+#include "ops/op_cost.h"
 #include "parallel/nccl.h"
 
 namespace yuan {
@@ -95,9 +98,12 @@ class NcclCommunicator final : public Communicator {
   void do_all_reduce(void* buf, size_t count, DType t, ReduceOp op) override {
     const ncclDataType_t nt = nccl_reduce_type(t, "all_reduce");
     after_producer();
-    check(ncclAllReduce(buf, buf, count, nt, op == ReduceOp::Sum ? ncclSum : ncclMax, live(), stream_),
-          "ncclAllReduce");
-    settle("ncclAllReduce");
+    const gpu::OpScope scope(collective("nccl AllReduce", ops::Collective::AllReduce, count * dtype_size(t)));
+    gpu::timed(scope.info.name, stream_, [&] {
+      check(ncclAllReduce(buf, buf, count, nt, op == ReduceOp::Sum ? ncclSum : ncclMax, live(), stream_),
+            "ncclAllReduce");
+      settle("ncclAllReduce");
+    });
   }
 
   void do_reduce_scatter(void* buf, const std::vector<size_t>& counts, DType t) override {
@@ -106,17 +112,25 @@ class NcclCommunicator final : public Communicator {
     char* p = static_cast<char*>(buf);
     const size_t es = dtype_size(t);
     after_producer();
+    const size_t bytes = total(counts) * es;
     if (equal(counts)) {
       // In place: NCCL's receive buffer of rank r is exactly block r of the send buffer.
-      check(ncclReduceScatter(p, p + offs[rank_] * es, counts[0], nt, ncclSum, live(), stream_), "ncclReduceScatter");
-      settle("ncclReduceScatter");
+      const gpu::OpScope scope(collective("nccl ReduceScatter", ops::Collective::ReduceScatter, bytes));
+      gpu::timed(scope.info.name, stream_, [&] {
+        check(ncclReduceScatter(p, p + offs[rank_] * es, counts[0], nt, ncclSum, live(), stream_),
+              "ncclReduceScatter");
+        settle("ncclReduceScatter");
+      });
       return;
     }
     // Uneven blocks: each block reduced onto its owner, one NCCL launch. Buckets are whole modules and seldom end
     // on a shard boundary, so this is the usual path, not an exception; at 2 ranks it moves up to about twice the
-    // bytes of a reduce-scatter, still overlapped with backward.
-    grouped(counts, "ncclReduce group", [&](int r, ncclComm_t c) {
-      return ncclReduce(p + offs[r] * es, p + offs[r] * es, counts[r], nt, ncclSum, r, c, stream_);
+    // bytes of a reduce-scatter, still overlapped with backward (the account holds it to a reduce-scatter's).
+    const gpu::OpScope scope(collective("nccl Reduce group", ops::Collective::ReduceScatter, bytes));
+    gpu::timed(scope.info.name, stream_, [&] {
+      grouped(counts, "ncclReduce group", [&](int r, ncclComm_t c) {
+        return ncclReduce(p + offs[r] * es, p + offs[r] * es, counts[r], nt, ncclSum, r, c, stream_);
+      });
     });
   }
 
@@ -125,21 +139,31 @@ class NcclCommunicator final : public Communicator {
     char* p = static_cast<char*>(buf);
     const size_t es = dtype_size(t);
     after_producer();
+    const size_t bytes = total(counts) * es;
     if (equal(counts)) {
-      check(ncclAllGather(p + offs[rank_] * es, p, counts[0], nccl_type(t), live(), stream_), "ncclAllGather");
-      settle("ncclAllGather");
+      const gpu::OpScope scope(collective("nccl AllGather", ops::Collective::AllGather, bytes));
+      gpu::timed(scope.info.name, stream_, [&] {
+        check(ncclAllGather(p + offs[rank_] * es, p, counts[0], nccl_type(t), live(), stream_), "ncclAllGather");
+        settle("ncclAllGather");
+      });
       return;
     }
-    grouped(counts, "ncclBroadcast group", [&](int r, ncclComm_t c) {
-      return ncclBroadcast(p + offs[r] * es, p + offs[r] * es, counts[r], nccl_type(t), r, c, stream_);
+    const gpu::OpScope scope(collective("nccl Broadcast group", ops::Collective::AllGather, bytes));
+    gpu::timed(scope.info.name, stream_, [&] {
+      grouped(counts, "ncclBroadcast group", [&](int r, ncclComm_t c) {
+        return ncclBroadcast(p + offs[r] * es, p + offs[r] * es, counts[r], nccl_type(t), r, c, stream_);
+      });
     });
   }
 
   void do_broadcast(void* buf, size_t count, DType t, int root) override {
     YUAN_CHECK(root >= 0 && root < size_, "broadcast: root %d outside the %d ranks", root, size_);
     after_producer();
-    check(ncclBroadcast(buf, buf, count, nccl_type(t), root, live(), stream_), "ncclBroadcast");
-    settle("ncclBroadcast");
+    const gpu::OpScope scope(collective("nccl Broadcast", ops::Collective::Broadcast, count * dtype_size(t)));
+    gpu::timed(scope.info.name, stream_, [&] {
+      check(ncclBroadcast(buf, buf, count, nccl_type(t), root, live(), stream_), "ncclBroadcast");
+      settle("ncclBroadcast");
+    });
   }
 
   // A send and a receive in one NCCL group: neighbours exchanging in opposite directions do not wait on each other.
@@ -151,16 +175,25 @@ class NcclCommunicator final : public Communicator {
     if (send_bytes == 0 && recv_bytes == 0) return;
     after_producer();
     const ncclComm_t c = live();
-    check(ncclGroupStart(), "ncclSend/ncclRecv group");
-    ncclResult_t e = ncclSuccess;
-    if (send_bytes) e = ncclSend(send_buf, send_bytes, ncclUint8, peer, c, stream_);
-    if (!failed(e) && recv_bytes) e = ncclRecv(recv_buf, recv_bytes, ncclUint8, peer2, c, stream_);
-    if (failed(e)) {
-      ncclGroupEnd();
-      fail("ncclSend/ncclRecv", ncclGetErrorString(e));
-    }
-    check(ncclGroupEnd(), "ncclSend/ncclRecv group");
-    settle("ncclSend/ncclRecv");
+    // Both directions of a full-duplex link at once: the larger one is what the link must carry.
+    const gpu::OpScope scope({"nccl SendRecv", "nccl",
+                              {"send=%lld recv=%lld", {static_cast<long long>(send_bytes),
+                                                       static_cast<long long>(recv_bytes)}},
+                              ops::collective_cost(ops::Collective::SendRecv,
+                                                   static_cast<double>(std::max(send_bytes, recv_bytes)), size_),
+                              Roof::Link});
+    gpu::timed(scope.info.name, stream_, [&] {
+      check(ncclGroupStart(), "ncclSend/ncclRecv group");
+      ncclResult_t e = ncclSuccess;
+      if (send_bytes) e = ncclSend(send_buf, send_bytes, ncclUint8, peer, c, stream_);
+      if (!failed(e) && recv_bytes) e = ncclRecv(recv_buf, recv_bytes, ncclUint8, peer2, c, stream_);
+      if (failed(e)) {
+        ncclGroupEnd();
+        fail("ncclSend/ncclRecv", ncclGetErrorString(e));
+      }
+      check(ncclGroupEnd(), "ncclSend/ncclRecv group");
+      settle("ncclSend/ncclRecv");
+    });
   }
 
  public:
@@ -171,10 +204,16 @@ class NcclCommunicator final : public Communicator {
 
   double sum(double x) override {
     *scalar_host_ = x;
-    CUDA_CHECK(cudaMemcpyAsync(scalar_dev_, scalar_host_, sizeof(double), cudaMemcpyHostToDevice, stream_));
-    check(ncclAllReduce(scalar_dev_, scalar_dev_, 1, ncclFloat64, ncclSum, live(), stream_), "ncclAllReduce (scalar)");
-    settle("ncclAllReduce (scalar)");
-    CUDA_CHECK(cudaMemcpyAsync(scalar_host_, scalar_dev_, sizeof(double), cudaMemcpyDeviceToHost, stream_));
+    gpu::copy_async(scalar_dev_, scalar_host_, sizeof(double), cudaMemcpyHostToDevice, stream_);
+    {
+      const gpu::OpScope scope(collective("nccl AllReduce", ops::Collective::AllReduce, sizeof(double)));
+      gpu::timed(scope.info.name, stream_, [&] {
+        check(ncclAllReduce(scalar_dev_, scalar_dev_, 1, ncclFloat64, ncclSum, live(), stream_),
+              "ncclAllReduce (scalar)");
+        settle("ncclAllReduce (scalar)");
+      });
+    }
+    gpu::copy_async(scalar_host_, scalar_dev_, sizeof(double), cudaMemcpyDeviceToHost, stream_);
     synchronize();
     return *scalar_host_;
   }
@@ -295,6 +334,17 @@ class NcclCommunicator final : public Communicator {
     if (ev_producer_) cudaEventDestroy(ev_producer_);
     if (ev_done_) cudaEventDestroy(ev_done_);
     if (stream_) cudaStreamDestroy(stream_);
+  }
+
+  // The kernel account's op for a collective over `bytes` of buffer (kernel_account.cuh, ops/op_cost.h): its
+  // roofline is the link, its phase "transfer".
+  gpu::OpInfo collective(const char* name, ops::Collective c, size_t bytes) const {
+    return {name, "nccl", {"bytes=%lld ranks=%lld", {static_cast<long long>(bytes), size_}},
+            ops::collective_cost(c, static_cast<double>(bytes), size_), Roof::Link};
+  }
+
+  static size_t total(const std::vector<size_t>& counts) {
+    return std::accumulate(counts.begin(), counts.end(), size_t(0));
   }
 
   static bool equal(const std::vector<size_t>& counts) {

@@ -252,13 +252,26 @@ TEST(ConfigValidate, Ranges) {
   EXPECT_EQ(validate_error([](Config& c) { c.optim.zero = 4; }), "optim.zero must be 0, 1, 2 or 3 (got 4)");
   EXPECT_EQ(validate_error([](Config& c) { c.train.device = "gpu"; }),
             "train.device must be cpu, cuda or auto (got 'gpu')");
-  for (const char* bad : {"5", "0:3", "7:6", "3:4x"})
+  for (const char* bad : {"5", "0:3", "7:6", "3:4x"}) {
     EXPECT_EQ(validate_error([&](Config& c) { c.profile.steps = bad; }),
               std::string("profile.steps must be A:B with 1 <= A <= B (got '") + bad + "')");
+    EXPECT_EQ(validate_error([&](Config& c) { c.profile.kernels = bad, c.train.device = "cuda"; }),
+              std::string("profile.kernels must be A:B with 1 <= A <= B (got '") + bad + "')");
+  }
   Config window = valid();
   window.profile.steps = "3:5";
   EXPECT_NO_THROW(yuan::parallel::validate(window, 2));
   EXPECT_EQ(window.profile.window(), std::make_pair(3, 5));
+  // The kernel account times CUDA events: the device must be cuda, named (auto may resolve to the CPU).
+  window.profile.kernels = "2:4";
+  window.train.device = "cuda";
+  EXPECT_NO_THROW(yuan::parallel::validate(window, 2));
+  EXPECT_EQ(window.profile.kernel_window(), std::make_pair(2, 4));
+  EXPECT_EQ(Config().profile.kernel_window(), std::make_pair(0, -1));
+  for (const char* device : {"cpu", "auto"})
+    EXPECT_EQ(validate_error([&](Config& c) { c.profile.kernels = "1:1", c.train.device = device; }),
+              std::string("profile.kernels times GPU work with CUDA events: it needs train.device=cuda (got '") +
+                  device + "')");
   struct Case {
     const char* key;
     std::function<void(Config&)> edit;
@@ -301,6 +314,8 @@ TEST(ConfigValidate, DeadlinesThatWouldOverflowAreRefused) {
   EXPECT_EQ(validate_error([](Config& c) { c.dist.timeout_s = 30 * 86400; }), "");
   EXPECT_EQ(validate_error([](Config& c) { c.profile.steps = "3:5", c.train.steps = 4; }),
             "profile.steps 3:5 ends after train.steps (4): the profile would never be closed");
+  EXPECT_EQ(validate_error([](Config& c) { c.profile.kernels = "3:5", c.train.steps = 4, c.train.device = "cuda"; }),
+            "profile.kernels 3:5 ends after train.steps (4): the account would never be written");
 }
 
 TEST(ConfigValidate, KeysThatUndoEachOtherAreSaidOnce) {

@@ -1,13 +1,18 @@
 // The CUDA runtime API of the emulator: one device (device 0, sm_90, 16 GiB, 2 SMs so that grid-stride loops
 // loop), its memory in the arenas of memory.cpp, streams and events (streams.cpp), copies that check their ranges
-// as the driver does and carry device memory's initialisation state along.
+// as the driver does and carry device memory's initialisation state along. A timing event's record also stamps the
+// host clock when the emulator reaches it, so cudaEventElapsedTime measures the emulator, not a device.
 //
 // Copies follow CUDA's synchronisation rules ("API synchronization behavior"): cudaMemcpy waits for the legacy
 // stream's work; cudaMemcpyAsync runs in stream order when the host side is pinned memory, and otherwise, like
 // the driver's staged copies of pageable memory, completes before it returns, after the stream's earlier work.
 // In the Latest stream mode a pageable upload is staged at the call and lands in stream order, as the driver's does.
+#include <chrono>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -16,8 +21,14 @@
 namespace yuan::emu {
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
 struct Event {
   StreamPoint point;
+  bool timing = true;  // not created with cudaEventDisableTiming
+  // When the emulator reached the latest record, set by a step enqueued just before its point; a slot per record,
+  // so that an earlier record reached late does not stamp a later one.
+  std::shared_ptr<std::optional<Clock::time_point>> reached;
 };
 
 const char* default_message(cudaError_t e) {
@@ -251,6 +262,10 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
     case cudaDevAttrWarpSize: *value = p.warpSize; break;
     case cudaDevAttrClockRate: *value = p.clockRate; break;
     case cudaDevAttrMultiProcessorCount: *value = p.multiProcessorCount; break;
+    // An H100 SXM's HBM3 (2619 MHz, 5120 bits: 3.35 TB/s), for the kernel account's roofline of a device that
+    // has none.
+    case cudaDevAttrMemoryClockRate: *value = 2619000; break;
+    case cudaDevAttrGlobalMemoryBusWidth: *value = 5120; break;
     case cudaDevAttrComputeCapabilityMajor: *value = p.major; break;
     case cudaDevAttrComputeCapabilityMinor: *value = p.minor; break;
     case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = static_cast<int>(p.sharedMemPerBlockOptin); break;
@@ -419,8 +434,10 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
 
 cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, cudaEventDefault); }
 
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned) {
-  *event = reinterpret_cast<cudaEvent_t>(new Event);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags) {
+  auto* e = new Event;
+  e->timing = !(flags & cudaEventDisableTiming);
+  *event = reinterpret_cast<cudaEvent_t>(e);
   return cudaSuccess;
 }
 
@@ -435,8 +452,31 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   Lock lock(mutex());
   if (!valid_stream(stream) || !event)
     return refuse("cudaEventRecord", "not a live stream and event", cudaErrorInvalidResourceHandle);
-  reinterpret_cast<Event*>(event)->point = stream_point(stream);
+  Event* e = reinterpret_cast<Event*>(event);
+  if (e->timing) {
+    auto reached = std::make_shared<std::optional<Clock::time_point>>();
+    enqueue(stream, [reached](bool) {
+      *reached = Clock::now();
+      return true;
+    });
+    e->reached = reached;
+  }
+  e->point = stream_point(stream);
   return done(sticky_error());
+}
+
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  Lock lock(mutex());
+  if (!start || !end) return refuse("cudaEventElapsedTime", "a null event", cudaErrorInvalidResourceHandle);
+  const Event *a = reinterpret_cast<Event*>(start), *b = reinterpret_cast<Event*>(end);
+  if (!a->timing || !b->timing)
+    return refuse("cudaEventElapsedTime", "an event created with cudaEventDisableTiming",
+                  cudaErrorInvalidResourceHandle);
+  if (!a->reached || !b->reached)
+    return refuse("cudaEventElapsedTime", "an event never recorded", cudaErrorInvalidResourceHandle);
+  if (!*a->reached || !*b->reached) return done(cudaErrorNotReady);
+  *ms = std::chrono::duration<float, std::milli>(**b->reached - **a->reached).count();
+  return cudaSuccess;
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
@@ -456,6 +496,15 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
   const bool complete = run_until(reinterpret_cast<Event*>(event)->point, false);
   if (sticky_error()) return done(sticky_error());
   return complete ? cudaSuccess : cudaErrorNotReady;
+}
+
+cudaError_t cudaFuncGetName(const char** name, const void* func) {
+  Lock lock(mutex());
+  static auto* names = new std::map<const void*, std::string>;  // the pointers given out stay valid
+  std::string& n = (*names)[func];
+  if (n.empty()) n = function_name(func);
+  *name = n.c_str();
+  return cudaSuccess;
 }
 
 cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {

@@ -25,6 +25,7 @@
 #include <string>
 #include <utility>
 
+#include "backend/kernel_account.h"
 #include "backend/ops_interface.h"
 #include "util/dtype.h"
 #include "util/error.h"
@@ -152,6 +153,9 @@ class Backend {
   virtual void profiler(bool capture) { (void)capture; }
   virtual void range_push(const char* name) { (void)name; }
   virtual void range_pop() {}
+  // The per-kernel account of profile.kernels (backend/kernel_account.h), with what it needs made now (its event
+  // pool); null where the device keeps none (the CPU, where validation refuses the key).
+  virtual std::unique_ptr<KernelAccount> kernel_account() { return nullptr; }
 
  protected:
   void check_range(size_t offset, size_t count) const;

@@ -104,6 +104,9 @@ std::vector<Field> fields(Config& c) {
       {"profile.steps", &c.profile.steps,
        "A:B brackets steps A..B with cudaProfilerStart/Stop and NVTX phase ranges (nsys/ncu "
        "--profile-from-start off); empty: off"},
+      {"profile.kernels", &c.profile.kernels,
+       "A:B times every kernel, GEMM, copy and NCCL call of steps A..B with CUDA events (train.device=cuda): a "
+       "table by op, phase and shape against the roofline, and run.dir/kernels.json; empty: off"},
   };
 }
 
@@ -380,11 +383,17 @@ std::string closest_key(const std::string& key) {
   return best;
 }
 
-std::pair<int, int> ProfileConfig::window() const {
+namespace {
+// "A:B" as {A, B}; {0, -1} when empty (validate_optim_run has checked the text).
+std::pair<int, int> parse_window(const std::string& text) {
   int a = 0, b = -1;
-  if (!steps.empty()) std::sscanf(steps.c_str(), "%d:%d", &a, &b);
+  if (!text.empty()) std::sscanf(text.c_str(), "%d:%d", &a, &b);
   return {a, b};
 }
+}  // namespace
+
+std::pair<int, int> ProfileConfig::window() const { return parse_window(steps); }
+std::pair<int, int> ProfileConfig::kernel_window() const { return parse_window(kernels); }
 
 bool parse_config(const std::vector<std::string>& args, const std::string& command, Config& out,
                   const po::options_description* command_options, po::variables_map* command_values) {
@@ -475,6 +484,20 @@ void validate_dist(const Config& c) {
   deadline("dist.timeout_s", c.dist.timeout_s);
 }
 
+namespace {
+// A window of steps "A:B" (empty: off), 1-based and inclusive, that ends within train.steps; `unfinished` says
+// what a window past the last step would leave undone.
+void check_step_window(const char* key, const std::string& text, int train_steps, const char* unfinished) {
+  if (text.empty()) return;
+  int a = 0, b = 0;
+  char end = 0;
+  if (std::sscanf(text.c_str(), "%d:%d%c", &a, &b, &end) != 2 || a < 1 || b < a)
+    throw Error(strf("%s must be A:B with 1 <= A <= B (got '%s')", key, text.c_str()), true);
+  if (b > train_steps)
+    throw Error(strf("%s %s ends after train.steps (%d): %s", key, text.c_str(), train_steps, unfinished), true);
+}
+}  // namespace
+
 void validate_optim_run(const Config& c) {
   const OptimConfig& o = c.optim;
   above("optim.lr", o.lr, 0);
@@ -496,16 +519,8 @@ void validate_optim_run(const Config& c) {
   at_least("ckpt.keep", c.ckpt.keep, 1);
   at_least("ckpt.local_every", c.ckpt.local_every, 0);
   if (c.ckpt.resume.empty()) throw Error("ckpt.resume must be auto, none or a checkpoint directory", true);
-  if (!c.profile.steps.empty()) {
-    int a = 0, b = 0;
-    char end = 0;
-    if (std::sscanf(c.profile.steps.c_str(), "%d:%d%c", &a, &b, &end) != 2 || a < 1 || b < a)
-      throw Error(strf("profile.steps must be A:B with 1 <= A <= B (got '%s')", c.profile.steps.c_str()), true);
-    if (b > c.train.steps)
-      throw Error(strf("profile.steps %s ends after train.steps (%d): the profile would never be closed",
-                       c.profile.steps.c_str(), c.train.steps),
-                  true);
-  }
+  check_step_window("profile.steps", c.profile.steps, c.train.steps, "the profile would never be closed");
+  check_step_window("profile.kernels", c.profile.kernels, c.train.steps, "the account would never be written");
 
   // Values each valid alone that together undo what they ask for: said once, at start.
   if (o.warmup_steps > c.train.steps)

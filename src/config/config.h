@@ -73,9 +73,11 @@ struct RunConfig {
 };
 
 struct ProfileConfig {
-  std::string steps;  // "A:B": profile steps A..B (1-based, inclusive); empty: off
-  // The parsed window; {0, -1} when off.
+  std::string steps;    // "A:B": profile steps A..B (1-based, inclusive); empty: off
+  std::string kernels;  // "A:B": the kernel account of steps A..B (backend/kernel_account.h); empty: off
+  // The parsed windows; {0, -1} when off.
   std::pair<int, int> window() const;
+  std::pair<int, int> kernel_window() const;
 };
 
 struct CkptConfig {

@@ -4,6 +4,7 @@
 //   Matrices are row-major; weights are [out, in].
 //   Backward functions ADD into every gradient they produce (parameter gradients accumulate over
 //   micro-batches; the caller zeroes activation gradients).
+// What each op costs at the least, its FLOPs and ideal bytes, is derived beside this math in op_cost.h.
 #pragma once
 #include <cstddef>
 #include <cstdint>

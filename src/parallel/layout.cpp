@@ -293,8 +293,12 @@ Topology make_topology(const Config& c, int world) {
 
 void validate(const Config& c, int world) {
   validate_model_data_train(c);
-  parse_device(c.train.device, "train.device");
+  const DeviceRequest device = parse_device(c.train.device, "train.device");
   validate_optim_run(c);
+  if (!c.profile.kernels.empty() && (device.automatic || device.device != Device::Cuda))
+    throw Error(strf("profile.kernels times GPU work with CUDA events: it needs train.device=cuda (got '%s')",
+                     c.train.device.c_str()),
+                true);
   // The [parallel] layout against the model, the batch and the world.
   const Topology topo = make_topology(c, world);
   for (const Pipeline& p : topo.pipelines())

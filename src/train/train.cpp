@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <tuple>
 #include <vector>
 
 #include <unistd.h>
@@ -161,6 +162,10 @@ class Trainer {
     n_params_ = ParamLayout(cfg.model).total();
     flops_per_token_ = flops_per_token(cfg.model, n_params_);
     build_replica(plan);
+    if (!cfg.profile.kernels.empty()) {
+      kernels_ = replica_.backend->kernel_account();
+      YUAN_CHECK(kernels_, "profile.kernels: the %s backend keeps no kernel account", replica_.backend->name());
+    }
     runner_ = std::make_unique<StageRunner>(*replica_.program, *replica_.backend,
                                             stages_ > 1 ? &groups_.communicator(parallel::Group::Pipeline) : nullptr,
                                             place_.stage, stages_, cfg.train.micro_batch);
@@ -334,6 +339,9 @@ class Trainer {
     const Config& c = cfg_;
     const auto [profile_first, profile_last] = c.profile.window();
     if (step + 1 == profile_first) replica_.backend->profiler(true);
+    const auto [account_first, account_last] = c.profile.kernel_window();
+    const bool accounted = kernels_ && step + 1 >= account_first && step + 1 <= account_last;
+    if (accounted) kernels_->begin_step();
     StepMetrics m;
     const double t0 = now_seconds();
     parallel::take_waited_seconds();  // waits between steps (the previous step's gathers) belong to none
@@ -347,6 +355,8 @@ class Trainer {
     const ZeroStepStats st = end_step(*replica_.opts, world_comm(), m.lr, m.loss);
     replica_.backend->range_pop();
     m.step_s = now_seconds() - t0;
+    if (accounted) kernels_->end_step();  // reads the step's events: after the step's clock
+    if (accounted && step + 1 == account_last) report_kernels();
     const parallel::LongestWait wait = parallel::take_longest_wait();
     m.wait_max_s = wait.seconds;
     if (wait.seconds > stall_.seconds) stall_ = wait;
@@ -388,6 +398,18 @@ class Trainer {
     const double per_step = step > first_step_ ? timed_ / (step - first_step_) : m.step_s + m.local_ckpt_s;
     m.eta_s = per_step * (c.train.steps - m.step);
     return m;
+  }
+
+  // After the account's last step: the table on rank 0, and every rank's own file in run.dir (pipeline stages and
+  // tensor ranks run different work): kernels.json on rank 0, kernels.rank<R>.json elsewhere.
+  void report_kernels() {
+    KernelReport r = kernels_->report();
+    std::tie(r.first, r.last) = cfg_.profile.kernel_window();
+    if (world_.rank == 0) say("%s", kernel_table(r).c_str());
+    const std::string name = world_.rank == 0 ? "kernels.json" : strf("kernels.rank%d.json", world_.rank);
+    make_dirs(cfg_.run.dir);
+    write_file_atomic(cfg_.run.dir + "/" + name, kernel_json(r));
+    kernels_.reset();  // its events go
   }
 
   // The schedule's passes over this rank's micro-batches (with the test hooks' faults); returns the sum of the
@@ -527,6 +549,7 @@ class Trainer {
   // behind NCCL events (and cudaFree on the whole device) with no deadline; a communicator finalizes within
   // dist.nccl_timeout_s or aborts.
   Replica replica_;  // backend, optimizers, program
+  std::unique_ptr<KernelAccount> kernels_;  // profile.kernels, until its last step; before the backend goes
   parallel::ProcessGroups groups_;  // with the communicators and their traffic accounts
   parallel::Place place_;
   int stages_;

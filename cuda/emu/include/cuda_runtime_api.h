@@ -53,6 +53,8 @@ enum cudaDeviceAttr {
   cudaDevAttrWarpSize = 10,
   cudaDevAttrClockRate = 13,
   cudaDevAttrMultiProcessorCount = 16,
+  cudaDevAttrMemoryClockRate = 36,
+  cudaDevAttrGlobalMemoryBusWidth = 37,
   cudaDevAttrComputeCapabilityMajor = 75,
   cudaDevAttrComputeCapabilityMinor = 76,
   cudaDevAttrMaxSharedMemoryPerBlockOptin = 97,
@@ -117,8 +119,18 @@ cudaError_t cudaEventDestroy(cudaEvent_t event);
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = 0);
 cudaError_t cudaEventSynchronize(cudaEvent_t event);
 cudaError_t cudaEventQuery(cudaEvent_t event);
+// Milliseconds between the host clock's readings when the emulator reached the two events' points in their
+// streams: the order of the work, not a device's speed.
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
 
-// Kernels are functions of the program here; the attribute is kept per function and checked at launch.
+// Kernels are functions of the program here: the name is the symbol table's, already demangled and without its
+// parameter list (a GPU gives the mangled name).
+cudaError_t cudaFuncGetName(const char** name, const void* func);
+template <typename... P>
+cudaError_t cudaFuncGetName(const char** name, void (*func)(P...)) {
+  return cudaFuncGetName(name, reinterpret_cast<const void*>(func));
+}
+// The attribute is kept per function and checked at launch.
 cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value);
 template <typename... P>
 cudaError_t cudaFuncSetAttribute(void (*func)(P...), cudaFuncAttribute attr, int value) {
