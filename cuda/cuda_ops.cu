@@ -78,13 +78,16 @@ int cols(const Tensor& t) { return static_cast<int>(t.cols); }
 // The kernel account's view of each op (kernel_account.cuh): its shape, and its FLOPs and ideal bytes in bf16
 // weights and activations (src/ops/op_cost.h).
 constexpr ops::Widths kBf16{2, 2};
-using Shape = OpShape;
 // The matmuls' shapes name their epilogues, whose bytes differ: bit 0 the bias, 1 the residual, 2 GELU.
 const char* matmul_shape(bool bias, bool residual, bool gelu) {
-  static const char* const shapes[8] = {
-      "N=%lld C=%lld OC=%lld",           "N=%lld C=%lld OC=%lld +bias",          "N=%lld C=%lld OC=%lld +residual",
-      "N=%lld C=%lld OC=%lld +bias+residual", "N=%lld C=%lld OC=%lld +gelu", "N=%lld C=%lld OC=%lld +bias+gelu",
-      "N=%lld C=%lld OC=%lld +residual+gelu", "N=%lld C=%lld OC=%lld +bias+residual+gelu"};
+  static const char* const shapes[8] = {"N=%lld C=%lld OC=%lld",
+                                        "N=%lld C=%lld OC=%lld +bias",
+                                        "N=%lld C=%lld OC=%lld +residual",
+                                        "N=%lld C=%lld OC=%lld +bias+residual",
+                                        "N=%lld C=%lld OC=%lld +gelu",
+                                        "N=%lld C=%lld OC=%lld +bias+gelu",
+                                        "N=%lld C=%lld OC=%lld +residual+gelu",
+                                        "N=%lld C=%lld OC=%lld +bias+residual+gelu"};
   return shapes[bias | residual << 1 | gelu << 2];
 }
 
@@ -177,7 +180,10 @@ class CudaOps final : public Ops {
     int32_t* stage = staging_.as<int32_t>();
     std::memcpy(stage, host, ids * sizeof(int32_t));
     std::memcpy(stage + ids, groups.data(), groups.size() * sizeof(int32_t));
-    copy_async(tokens.data, stage, bytes, cudaMemcpyHostToDevice, s_);
+    // One op whatever the grouping's length, which varies with the ids.
+    const OpScope op({"load_tokens", "copy", OpShape{"B=%lld T=%lld", {B, T}}, ops::transfer_cost(bytes), Roof::Host});
+    timed("memcpy HtoD", s_,
+          [&] { CUDA_CHECK(cudaMemcpyAsync(tokens.data, stage, bytes, cudaMemcpyHostToDevice, s_)); });
     CUDA_CHECK(cudaEventRecord(staged_, s_));
     groups_[tokens.data] = Grouping{B, T, std::move(groups)};
   }
@@ -188,7 +194,7 @@ class CudaOps final : public Ops {
     const int C = cols(out);
     YUAN_CHECK(!wpe || wpe.rows >= T, "cuda ops: encoder_forward of %d positions with wpe of %lld", T,
                static_cast<long long>(wpe.rows));
-    const OpScope op({"encoder_forward", "encoder", Shape{"B=%lld T=%lld C=%lld", {B, T, C}},
+    const OpScope op({"encoder_forward", "encoder", OpShape{"B=%lld T=%lld C=%lld", {B, T, C}},
                       ops::encoder_forward_cost(B, T, C, kBf16)});
     gpu::encoder_forward(arg<bf16>(out, static_cast<int64_t>(B) * T, C, "encoder_forward out"),
                          token_ids(tokens, B, T, "encoder_forward tokens"),
@@ -206,7 +212,7 @@ class CudaOps final : public Ops {
     YUAN_CHECK(dwpe.rows >= T, "cuda ops: encoder_backward of %d positions with wpe of %lld", T,
                static_cast<long long>(dwpe.rows));
     const int begin = vocab_part(vocab_begin, dwte.rows, "encoder_backward");
-    const OpScope op({"encoder_backward", "encoder", Shape{"B=%lld T=%lld C=%lld", {B, T, C}},
+    const OpScope op({"encoder_backward", "encoder", OpShape{"B=%lld T=%lld C=%lld", {B, T, C}},
                       ops::encoder_backward_cost(B, T, C)});
     const std::vector<int32_t>& groups = g->second.groups;
     gpu::encoder_backward(arg<float>(dwte, dwte.rows, C, "encoder_backward dwte"),
@@ -220,7 +226,7 @@ class CudaOps final : public Ops {
   void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& in,
                          const Tensor& w, const Tensor& b) override {
     const int N = rows(in), C = cols(in);
-    const OpScope op({"layernorm_forward", "layernorm", Shape{"N=%lld C=%lld", {N, C}},
+    const OpScope op({"layernorm_forward", "layernorm", OpShape{"N=%lld C=%lld", {N, C}},
                       ops::layernorm_forward_cost(N, C, kBf16)});
     gpu::layernorm_forward(arg<bf16>(out, N, C, "layernorm_forward out"), vec<float>(mean, N, "layernorm_forward mean"),
                            vec<float>(rstd, N, "layernorm_forward rstd"), arg<bf16>(in, N, C, "layernorm_forward in"),
@@ -231,7 +237,7 @@ class CudaOps final : public Ops {
                           const Tensor& rstd) override {
     const int N = rows(in), C = cols(in);
     YUAN_CHECK(C == C_, "cuda ops: layernorm_backward of width %d, scratch sized for %d", C, C_);
-    const OpScope op({"layernorm_backward", "layernorm", Shape{"N=%lld C=%lld", {N, C}},
+    const OpScope op({"layernorm_backward", "layernorm", OpShape{"N=%lld C=%lld", {N, C}},
                       ops::layernorm_backward_cost(N, C, kBf16, true), Roof::Device, kLayerNormBackwardExempt});
     gpu::layernorm_backward(arg<float>(dres, N, C, "layernorm_backward dres"),
                             arg<bf16>(dres_op, N, C, "layernorm_backward dres_op (dres in bf16)"),
@@ -247,7 +253,7 @@ class CudaOps final : public Ops {
                       const Tensor& residual, const Tensor& pre_gelu) override {
     const int N = rows(in), C = cols(in), OC = rows(w);
     const bool b = bool(bias), r = bool(residual), g = bool(pre_gelu);
-    const OpScope op({"matmul_forward", "matmul", Shape{matmul_shape(b, r, g), {N, C, OC}},
+    const OpScope op({"matmul_forward", "matmul", OpShape{matmul_shape(b, r, g), {N, C, OC}},
                       ops::matmul_forward_cost(N, C, OC, kBf16, b, r, g)});
     gemm_->forward(arg<bf16>(out, N, OC, "matmul_forward out", true), arg<bf16>(in, N, C, "matmul_forward in"),
                    arg<bf16>(w, OC, C, "matmul_forward w"), bias ? vec<bf16>(bias, OC, "matmul_forward bias") : nullptr,
@@ -258,7 +264,7 @@ class CudaOps final : public Ops {
                        const Tensor& in, const Tensor& w, const Tensor& pre_gelu) override {
     const int N = rows(in), C = cols(in), OC = rows(w);
     const bool b = bool(dbias), g = bool(pre_gelu);
-    const OpScope op({"matmul_backward", "matmul", Shape{matmul_shape(b, false, g), {N, C, OC}},
+    const OpScope op({"matmul_backward", "matmul", OpShape{matmul_shape(b, false, g), {N, C, OC}},
                       ops::matmul_backward_cost(N, C, OC, kBf16, b, g)});
     gemm_->backward(arg<bf16>(dinp, N, C, "matmul_backward dinp"), arg<float>(dw, OC, C, "matmul_backward dw"),
                     dbias ? vec<float>(dbias, OC, "matmul_backward dbias") : nullptr,
@@ -272,7 +278,7 @@ class CudaOps final : public Ops {
                          int NH) override {
     const int C = cols(out);
     const int64_t BT = static_cast<int64_t>(B) * T;
-    const OpScope op({"attention_forward", "attention", Shape{"B=%lld T=%lld C=%lld NH=%lld", {B, T, C, NH}},
+    const OpScope op({"attention_forward", "attention", OpShape{"B=%lld T=%lld C=%lld NH=%lld", {B, T, C, NH}},
                       ops::attention_forward_cost(B, T, C, NH, kBf16), Roof::Device, kAttentionForwardExempt});
     gpu::attention_forward(arg<bf16>(out, BT, C, "attention_forward out"),
                            space<float>(state, attention_rows(B, T, NH), "attention_forward state (lse)"),
@@ -282,7 +288,7 @@ class CudaOps final : public Ops {
                           const Tensor& out, const Tensor& state, int B, int T, int NH) override {
     const int C = cols(dout);
     const int64_t BT = static_cast<int64_t>(B) * T;
-    const OpScope op({"attention_backward", "attention", Shape{"B=%lld T=%lld C=%lld NH=%lld", {B, T, C, NH}},
+    const OpScope op({"attention_backward", "attention", OpShape{"B=%lld T=%lld C=%lld NH=%lld", {B, T, C, NH}},
                       ops::attention_backward_cost(B, T, C, NH, kBf16), Roof::Device, kAttentionBackwardExempt});
     gpu::attention_backward(arg<bf16>(dqkv, BT, 3 * C, "attention_backward dqkv"),
                             space<float>(scratch, attention_rows(B, T, NH), "attention_backward scratch (delta)"),
@@ -295,7 +301,7 @@ class CudaOps final : public Ops {
 
   void bias_residual(const Tensor& out, const Tensor& bias, const Tensor& residual) override {
     const int N = rows(out), C = cols(out);
-    const OpScope op({"bias_residual", "bias_residual", Shape{"N=%lld C=%lld", {N, C}},
+    const OpScope op({"bias_residual", "bias_residual", OpShape{"N=%lld C=%lld", {N, C}},
                       ops::bias_residual_cost(N, C, kBf16)});
     gpu::bias_residual(arg<bf16>(out, N, C, "bias_residual out"), vec<bf16>(bias, C, "bias_residual bias"),
                        arg<bf16>(residual, N, C, "bias_residual residual"), N, C, s_);
@@ -306,7 +312,7 @@ class CudaOps final : public Ops {
                   float dscale) override {
     const int V = cols(logits);
     const int64_t BT = static_cast<int64_t>(B) * T;
-    const OpScope op({dscale != 0 ? "classifier" : "classifier_loss", "classifier", Shape{"N=%lld V=%lld", {BT, V}},
+    const OpScope op({dscale != 0 ? "classifier" : "classifier_loss", "classifier", OpShape{"N=%lld V=%lld", {BT, V}},
                       ops::classifier_cost(BT, V, kBf16, dscale != 0)});
     gpu::classifier_forward_backward(arg<bf16>(logits, BT, V, "classifier logits", true),
                                      vec<float>(losses, BT, "classifier losses"),
@@ -316,7 +322,7 @@ class CudaOps final : public Ops {
 
   void classifier_row_max(const Tensor& logits, const Tensor& row_max) override {
     const int N = rows(logits), V = cols(logits);
-    const OpScope op({"classifier_row_max", "classifier", Shape{"N=%lld V=%lld", {N, V}},
+    const OpScope op({"classifier_row_max", "classifier", OpShape{"N=%lld V=%lld", {N, V}},
                       ops::classifier_row_max_cost(N, V, kBf16)});
     gpu::classifier_row_max(arg<bf16>(logits, N, V, "classifier_row_max logits", true),
                             vec<float>(row_max, N, "classifier_row_max row_max"), N, V, logits_row_stride(logits), s_);
@@ -325,7 +331,7 @@ class CudaOps final : public Ops {
                            int64_t vocab_begin, const Tensor& sums) override {
     const int V = cols(logits);
     const int64_t BT = static_cast<int64_t>(B) * T;
-    const OpScope op({"classifier_row_sums", "classifier", Shape{"N=%lld V=%lld", {BT, V}},
+    const OpScope op({"classifier_row_sums", "classifier", OpShape{"N=%lld V=%lld", {BT, V}},
                       ops::classifier_row_sums_cost(BT, V, kBf16)});
     gpu::classifier_row_sums(arg<bf16>(logits, BT, V, "classifier_row_sums logits", true),
                              vec<float>(row_max, BT, "classifier_row_sums row_max"),
@@ -337,7 +343,7 @@ class CudaOps final : public Ops {
                          const Tensor& tokens, int B, int T, int64_t vocab_begin, float dscale) override {
     const int V = cols(logits);
     const int64_t BT = static_cast<int64_t>(B) * T;
-    const OpScope op({"classifier_finish", "classifier", Shape{"N=%lld V=%lld", {BT, V}},
+    const OpScope op({"classifier_finish", "classifier", OpShape{"N=%lld V=%lld", {BT, V}},
                       ops::classifier_finish_cost(BT, V, kBf16, dscale != 0)});
     gpu::classifier_parallel_finish(arg<bf16>(logits, BT, V, "classifier_finish logits", true),
                                     vec<float>(losses, BT, "classifier_finish losses"),

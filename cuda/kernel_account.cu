@@ -175,6 +175,7 @@ class CudaKernelAccount final : public KernelAccount, public Account {
     r.kernel = kernel;
     r.label = label;
     r.stream = s;
+    r.step = step_;
     r.ended = false;
     r.op = op_of_this_thread();
 #ifdef YUAN_EMU
@@ -184,9 +185,11 @@ class CudaKernelAccount final : public KernelAccount, public Account {
     return &r;
   }
 
+  // Work begun on another thread as the step ended stays out of it: its record may already be the next step's.
   void end(LaunchRecord* r, cudaStream_t s) override {
-    CUDA_CHECK(cudaEventRecord(r->end, s));
     std::lock_guard<std::mutex> lock(mu_);
+    if (!active_ || r->step != step_) return;
+    CUDA_CHECK(cudaEventRecord(r->end, s));
     r->ended = true;
   }
 

@@ -55,7 +55,8 @@ class OpScope {
 struct LaunchRecord {
   const void* kernel = nullptr;
   const char* label = nullptr;
-  int op = -1;  // in the step's ops; -1: outside every scope
+  int op = -1;         // in the step's ops
+  uint64_t step = 0;   // the account's step it was begun in
   cudaStream_t stream = nullptr;
   cudaEvent_t start = nullptr, end = nullptr;
   bool ended = false;

@@ -17,7 +17,8 @@ bin/yuanlm_emu train "${TINY[@]}" "${run[@]}" --profile.kernels=2:3 --run.dir="$
   { cat "$WORK/on.log"; exit 1; }
 bin/yuanlm_emu train "${TINY[@]}" "${run[@]}" --run.dir="$WORK/off" >"$WORK/off.log" 2>&1 ||
   { cat "$WORK/off.log"; exit 1; }
-grep -q "^kernel account, steps 2-3, times meaningless: emulated device" "$WORK/on.log" || { cat "$WORK/on.log"; exit 1; }
+grep -q "^kernel account, steps 2-3, times meaningless: emulated device" "$WORK/on.log" ||
+  { cat "$WORK/on.log"; exit 1; }
 grep -qE "^op +phase +shape +calls +time ms" "$WORK/on.log" || { cat "$WORK/on.log"; exit 1; }
 grep -q "^unaccounted: " "$WORK/on.log" || { cat "$WORK/on.log"; exit 1; }
 if grep -q "kernel account" "$WORK/off.log"; then echo "a run without profile.kernels printed an account"; exit 1; fi
