@@ -238,7 +238,7 @@ class CudaOps final : public Ops {
     const int N = rows(in), C = cols(in);
     YUAN_CHECK(C == C_, "cuda ops: layernorm_backward of width %d, scratch sized for %d", C, C_);
     const OpScope op({"layernorm_backward", "layernorm", OpShape{"N=%lld C=%lld", {N, C}},
-                      ops::layernorm_backward_cost(N, C, kBf16, true), Roof::Device, kLayerNormBackwardExempt});
+                      ops::layernorm_backward_cost(N, C, kBf16, true), Roof::Device});
     gpu::layernorm_backward(arg<float>(dres, N, C, "layernorm_backward dres"),
                             arg<bf16>(dres_op, N, C, "layernorm_backward dres_op (dres in bf16)"),
                             vec<float>(dw, C, "layernorm_backward dw"), vec<float>(db, C, "layernorm_backward db"),

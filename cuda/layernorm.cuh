@@ -15,12 +15,6 @@ void layernorm_backward(float* dres, bf16* dres_bf16, float* dw, float* db, floa
                         const bf16* inp, const bf16* w, const float* mean, const float* rstd, int N, int C,
                         cudaStream_t s);
 size_t layernorm_partials_size(int C);
-// Why the backward moves more than its ideal bytes (the kernel account's "exempt"): the input gradient and the
-// parameter gradients are separate kernels, each reading dout and the input, and dw, db go through fp32 partials
-// per chunk of rows, added in order, so that the result has the same bits every run without atomics.
-constexpr const char* kLayerNormBackwardExempt =
-    "dout and the input read twice (input and parameter gradients in separate kernels); dw, db through fp32 "
-    "partials per chunk of rows, for the same bits every run";
 // out[i, :] += bias + residual[i, :] (CPU twin bias_residual_add): the bias and residual a row-parallel layer adds
 // once its tensor ranks' partial products are summed.
 void bias_residual(bf16* out, const bf16* bias, const bf16* residual, int N, int C, cudaStream_t s);

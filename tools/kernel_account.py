@@ -14,9 +14,14 @@ import json
 import sys
 
 
+def steps(doc):
+    """The number of profiled steps: an account's times, FLOPs and bytes are totals over them."""
+    return doc["steps"][1] - doc["steps"][0] + 1
+
+
 def families(doc):
     """{family: {"time_s", "bytes", "bytes_time_s", "flops", "flops_time_s", "roofline_time_s", "rated_time_s"}}
-    summed over the account's operations."""
+    summed over the account's operations (totals over its steps)."""
     out = {}
     for op in doc["operations"]:
         f = out.setdefault(op["family"], dict.fromkeys(
@@ -36,12 +41,13 @@ def families(doc):
 
 
 def row(doc, fam):
-    """(time ms, share of the step, GB/s, TFLOP/s, roofline fraction) of one family, None where unknown."""
+    """(time ms per step, share of the step, GB/s, TFLOP/s, roofline fraction) of one family, None where
+    unknown."""
     f = families(doc).get(fam)
     if f is None:
         return (None,) * 5
     step = doc["step_time_s"]
-    return (f["time_s"] * 1e3,
+    return (f["time_s"] / steps(doc) * 1e3,
             f["time_s"] / step if step else None,
             f["bytes"] / f["bytes_time_s"] / 1e9 if f["bytes_time_s"] else None,
             f["flops"] / f["flops_time_s"] / 1e12 if f["flops_time_s"] else None,
@@ -78,10 +84,12 @@ def render(docs, labels):
         lines.append(f"{fam:<12}" + "".join(cells(row(doc, fam)) for doc in docs))
     for name, key in (("busy", "busy_s"), ("unaccounted", "unaccounted_s"), ("step", "step_time_s")):
         lines.append(f"{name:<12}" + "".join(
-            cells((d[key] * 1e3, d[key] / d["step_time_s"] if d["step_time_s"] else None, None, None, None))
+            cells((d[key] / steps(d) * 1e3, d[key] / d["step_time_s"] if d["step_time_s"] else None, None, None,
+                   None))
             for d in docs))
     if len(docs) == 2 and docs[1]["step_time_s"]:
-        lines.append(f"step time {labels[0]} / {labels[1]}: {docs[0]['step_time_s'] / docs[1]['step_time_s']:.2f}")
+        per_step = [d["step_time_s"] / steps(d) for d in docs]
+        lines.append(f"step time {labels[0]} / {labels[1]}: {per_step[0] / per_step[1]:.2f}")
     return lines
 
 

@@ -75,14 +75,10 @@ def busy_us(intervals):
     return total
 
 
-def per_step(count, steps):
-    return count // steps if count % steps == 0 else count / steps
-
-
 def account(kernels, *, wall_s, steps, first_step, device, flops=None):
     """The kernels.json document of `steps` profiled steps, the first numbered first_step, which took wall_s in
     all. kernels: (name, start_us, dur_us, phase) of every kernel the steps ran; flops: gemm_flops's map. Times,
-    FLOPs and launches are per step, as the trainer's."""
+    FLOPs and launches are totals over the steps, as the trainer's."""
     flops = flops or {}
     pk = peak(device)
     groups = {}
@@ -92,22 +88,21 @@ def account(kernels, *, wall_s, steps, first_step, device, flops=None):
         g[1] += dur
     ops = []
     for (name, phase), (launches, dur_us) in groups.items():
-        time_s = dur_us / 1e6 / steps
+        time_s = dur_us / 1e6
         f = flops.get((name, phase))
         # Known only when every launch came from a counted GEMM operation: a partial sum would read as slow.
-        op_flops = f[0] / steps if f and f[1] == launches else None
+        op_flops = f[0] if f and f[1] == launches else None
         tflops = op_flops / time_s / 1e12 if op_flops is not None and time_s > 0 else None
         # No bytes from the profiler: the compute roof is the roof, as it is for GEMMs of GPT-2 widths, whose
         # FLOPs per byte are above a Hopper's ridge (about 200).
         roofline = tflops * 1e12 / pk["flops"] if tflops is not None and pk["flops"] else None
-        n = per_step(launches, steps)
-        ops.append({"name": name, "family": family(name), "phase": phase, "shape": None, "calls": n,
-                    "launches": n, "time_s": time_s, "flops": op_flops, "ideal_bytes": None, "tflops": tflops,
+        ops.append({"name": name, "family": family(name), "phase": phase, "shape": None, "calls": launches,
+                    "launches": launches, "time_s": time_s, "flops": op_flops, "ideal_bytes": None, "tflops": tflops,
                     "gbps": None, "roofline_fraction": roofline, "bound": "compute" if roofline is not None else None,
-                    "kernels": [{"name": name, "launches": n, "time_s": time_s}]})
+                    "kernels": [{"name": name, "launches": launches, "time_s": time_s}]})
     ops.sort(key=lambda o: -o["time_s"])
-    step_s = wall_s / steps
-    busy_s = busy_us([(start, dur) for _, start, dur, _ in kernels]) / 1e6 / steps
+    step_s = wall_s
+    busy_s = busy_us([(start, dur) for _, start, dur, _ in kernels]) / 1e6
     return {"device": device, "emulated": False, "times": "measured", "steps": [first_step, first_step + steps - 1],
             "step_time_s": step_s, "busy_s": busy_s, "unaccounted_s": step_s - busy_s,
             "unaccounted_share": (step_s - busy_s) / step_s if step_s > 0 else None, "peak": pk,
@@ -116,19 +111,20 @@ def account(kernels, *, wall_s, steps, first_step, device, flops=None):
 
 def table(doc, limit=40):
     """The operations by time, as lines of text: the longest `limit`, then the rest in one line."""
-    step = doc["step_time_s"]
+    n = doc["steps"][1] - doc["steps"][0] + 1
+    step = doc["step_time_s"] / n
     lines = [f"{doc['device']}, steps {doc['steps'][0]}-{doc['steps'][1]}: step {step * 1e3:.2f} ms, kernels busy "
-             f"{doc['busy_s'] * 1e3:.2f} ms, unaccounted {doc['unaccounted_s'] * 1e3:.2f} ms "
+             f"{doc['busy_s'] / n * 1e3:.2f} ms, unaccounted {doc['unaccounted_s'] / n * 1e3:.2f} ms "
              f"({doc['unaccounted_share']:.1%})",
              f"{'ms/step':>9}{'share':>7}{'launch':>7}{'TFLOP/s':>9}  {'family':<11}{'phase':<10}kernel"]
     ops = doc["operations"]
     for o in ops[:limit]:
         tf = f"{o['tflops']:.1f}" if o["tflops"] is not None else "-"
         name = o["name"] if len(o["name"]) <= 90 else o["name"][:87] + "..."
-        lines.append(f"{o['time_s'] * 1e3:>9.3f}{o['time_s'] / step:>7.1%}{o['launches']:>7}{tf:>9}  "
+        lines.append(f"{o['time_s'] / n * 1e3:>9.3f}{o['time_s'] / n / step:>7.1%}{o['launches'] / n:>7.0f}{tf:>9}  "
                      f"{o['family']:<11}{o['phase']:<10}{name}")
     rest = ops[limit:]
     if rest:
         t = sum(o["time_s"] for o in rest)
-        lines.append(f"{t * 1e3:>9.3f}{t / step:>7.1%}{'':>7}{'':>9}  ({len(rest)} more operations)")
+        lines.append(f"{t / n * 1e3:>9.3f}{t / n / step:>7.1%}{'':>7}{'':>9}  ({len(rest)} more operations)")
     return lines
