@@ -35,28 +35,65 @@ struct alignas(16) Pack {
 using PackBf16 = Pack<bf16>;  // 8 values
 using PackF32 = Pack<float>;  // 4 values
 
+// In the emulator build (cuda/emu) a pack access is one 16-byte access of the emulator, emu::load16/store16, as it
+// is one instruction on the GPU (ld.global.v4): a copy of the struct would reach the emulator as eight element
+// accesses at code addresses of their own, which its request model (docs/EMULATOR.md, "Traffic") would count as
+// eight requests. Binding the reference keeps -fsanitize=alignment's check of the pack's type. The helpers are
+// always inlined, as nvcc's __forceinline__ does and the emulator's does not promise, and never end in a tail call:
+// the emulator takes the access site from the return address, which must lie in the code that asked.
+#ifdef YUAN_EMU
+#define YUAN_PACK_INLINE __attribute__((always_inline))
+#else
+#define YUAN_PACK_INLINE
+#endif
+
 template <typename T>
-__device__ __forceinline__ Pack<T> load_pack(const T* p) {
+__device__ __forceinline__ YUAN_PACK_INLINE Pack<T> load_pack(const T* p) {
+#ifdef YUAN_EMU
+  const Pack<T>& at = *reinterpret_cast<const Pack<T>*>(p);
+  const int4 raw = emu::load16(&at);
+  asm volatile("");
+  Pack<T> x;
+  memcpy(&x, &raw, 16);
+  return x;
+#else
   return *reinterpret_cast<const Pack<T>*>(p);
+#endif
 }
 template <typename T>
-__device__ __forceinline__ void store_pack(T* p, const Pack<T>& x) {
+__device__ __forceinline__ YUAN_PACK_INLINE void store_pack(T* p, const Pack<T>& x) {
+#ifdef YUAN_EMU
+  Pack<T>& at = *reinterpret_cast<Pack<T>*>(p);
+  int4 raw;
+  memcpy(&raw, &x, 16);
+  emu::store16(&at, raw);
+  asm volatile("");
+#else
   *reinterpret_cast<Pack<T>*>(p) = x;
+#endif
 }
 // Streaming ("cache evict first") variants, for data read or written once per pass (the logits), so that it does
-// not push the weights and activations out of L2.
+// not push the weights and activations out of L2. The emulator has no cache: they are the plain accesses there.
 template <typename T>
-__device__ __forceinline__ Pack<T> load_pack_cs(const T* p) {
+__device__ __forceinline__ YUAN_PACK_INLINE Pack<T> load_pack_cs(const T* p) {
+#ifdef YUAN_EMU
+  return load_pack(p);
+#else
   int4 raw = __ldcs(reinterpret_cast<const int4*>(p));
   Pack<T> x;
   memcpy(&x, &raw, 16);
   return x;
+#endif
 }
 template <typename T>
-__device__ __forceinline__ void store_pack_cs(T* p, const Pack<T>& x) {
+__device__ __forceinline__ YUAN_PACK_INLINE void store_pack_cs(T* p, const Pack<T>& x) {
+#ifdef YUAN_EMU
+  store_pack(p, x);
+#else
   int4 raw;
   memcpy(&raw, &x, 16);
   __stcs(reinterpret_cast<int4*>(p), raw);
+#endif
 }
 
 template <typename T>

@@ -399,6 +399,18 @@ void check_shared(uintptr_t p, size_t n, bool write, int tid) {
   t_running = self;
 }
 
+int4 load16(const void* p) {
+  on_access(p, 16, false, true, __builtin_return_address(0));
+  int4 v;
+  std::memcpy(&v, p, 16);
+  return v;
+}
+
+void store16(void* p, int4 v) {
+  on_access(p, 16, true, true, __builtin_return_address(0));
+  std::memcpy(p, &v, 16);
+}
+
 void begin_launch(bool journal) {
   Shared& s = shared();
   s.launch_epoch = ++s.epoch;

@@ -1193,5 +1193,25 @@ TEST(EmulatorShapes, ASumForTheMaximumShowsOverFourRanksWithLargeLogits) {
   expect_no_report();
 }
 
+// The checks see a pack as one 16-byte access too: an uninitialised byte in it, and two blocks writing it.
+__global__ void pack_of(__nv_bfloat16* out, const __nv_bfloat16* in, int write_same) {
+  const yuan::gpu::PackBf16 x = yuan::gpu::load_pack(in);
+  yuan::gpu::store_pack(out + (write_same ? 0 : 8 * blockIdx.x), x);
+}
+
+TEST_F(EmulatorChecks, PackAccessesAreCheckedWhole) {
+  Exact<__nv_bfloat16> in(8, false), out(16);
+  CUDA_CHECK(cudaMemset(in.p, 0, 14));  // the pack's last element never written
+  launch(pack_of, 1, 1, 0, 0, out.p, in.p, 0);
+  expect_report(cudaErrorLaunchFailure, Check::Uninitialised, "pack_of", {0, 0, 0}, {0, 0, 0}, in.p + 7,
+                "byte 14 of a 16-byte allocation");
+  CUDA_CHECK(cudaMemset(in.p, 0, 16));
+  launch(pack_of, 2, 1, 0, 0, out.p, in.p, 0);
+  expect_no_report();  // a pack each
+  launch(pack_of, 2, 1, 0, 0, out.p, in.p, 1);
+  expect_report(cudaErrorLaunchFailure, Check::GlobalRace, "pack_of", {1, 0, 0}, {0, 0, 0}, out.p,
+                "which thread (0,0,0) of block (0,0,0) wrote in this launch");
+}
+
 }  // namespace
 #endif  // YUAN_EMU

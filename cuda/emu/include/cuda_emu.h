@@ -92,6 +92,14 @@ void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b
 // matrix i; this lane receives its fragment of each of the `matrices` matrices.
 void ldmatrix(uint32_t* r, int matrices, bool trans, const void* row);
 
+// ---- 16-byte vector accesses (cuda/common.cuh's packs) ----
+
+// One 16-byte load or store of a kernel thread, checked and counted as the one instruction a GPU executes
+// (ld.global.v4, st.global.v4, or their shared forms) at the caller's code address: a copy of a 16-byte struct would
+// reach the checks as element accesses, each at a code address of its own.
+int4 load16(const void* p);
+void store16(void* p, int4 v);
+
 // ---- atomics: read-modify-write of device or shared memory, checked as one access ----
 
 enum class AtomicType { I32, U32, U64, F32, F64 };
