@@ -145,7 +145,25 @@ EMU_LIBS     := -lboost_context -lpthread
 EMU_STAMP    := build/emu/.flags
 $(shell mkdir -p build/emu; [ "$$(cat $(EMU_STAMP) 2>/dev/null)" = '$(CXX) $(EMU_FLAGS) $(EMU_CUFLAGS)' ] || echo '$(CXX) $(EMU_FLAGS) $(EMU_CUFLAGS)' > $(EMU_STAMP))
 
-emu: bin/test_cuda_emu bin/yuanlm_emu
+# What ptxas makes of each kernel file for CUDA_ARCH: registers, static shared memory and spills per kernel, in
+# build/emu/ptxas.txt (cuda/emu/ptxas_table.sh), from which the emulator computes a launch's occupancy
+# (docs/EMULATOR.md, "Traffic") and tests/cuda/test_codegen.sh checks for spills. Any nvcc will do: the toolkit's, or
+# the one test_codegen.sh installs from NVIDIA's wheels; with neither there is no table, and occupancy is unknown.
+# Compiling only to a cubin costs about 18 s of one core for every kernel file.
+PTXAS_NVCC   ?= $(firstword $(wildcard $(NVCC) build/cuda-tools/nvidia/cu13/bin/nvcc))
+KERNEL_CU    := $(shell grep -l __global__ cuda/*.cu)
+PTXAS_TABLE  := $(if $(PTXAS_NVCC),build/emu/ptxas.txt)
+
+emu: bin/test_cuda_emu bin/yuanlm_emu $(PTXAS_TABLE)
+
+build/emu/ptxas.txt: $(KERNEL_CU:cuda/%.cu=build/codegen/%.cubin) cuda/emu/ptxas_table.sh
+	cuda/emu/ptxas_table.sh $(KERNEL_CU:cuda/%.cu=build/codegen/%.ptxas) > $@
+
+# ptxas -v reports on stderr, where nvcc's warnings go too: both are shown when the compile fails.
+build/codegen/%.cubin: cuda/%.cu
+	@mkdir -p $(@D)
+	$(PTXAS_NVCC) -arch=$(CUDA_ARCH) -cubin -std=c++17 -Xptxas -v -Isrc -Icuda -MMD -MP -MF $(@:.cubin=.d) -o $@ $< \
+	  2> $(@:.cubin=.ptxas) || { cat $(@:.cubin=.ptxas); exit 1; }
 
 bin/test_cuda_emu: $(EMU_TEST_OBJ) $(EMU_CU_OBJ) $(EMU_RT_OBJ) $(call emu_objs,$(CORE_OBJ))
 	@mkdir -p $(@D)
@@ -163,6 +181,9 @@ build/emu/%.o: %.cu $(EMU_STAMP) cuda/emu/gather_shared.sh
 build/emu/cuda/emu/%.o: cuda/emu/%.cpp $(EMU_STAMP)
 	@mkdir -p $(@D)
 	$(CXX) $(EMU_FLAGS) -DOMPI_SKIP_MPICXX $(MPI_INC) -c -o $@ $<
+
+# Where the emulator finds the ptxas table when YUAN_EMU_PTXAS does not say.
+build/emu/cuda/emu/traffic.o: EMU_FLAGS += -DYUAN_EMU_PTXAS_TABLE='"$(CURDIR)/build/emu/ptxas.txt"'
 
 build/emu/src/%.o: src/%.cpp $(FLAGS_STAMP)
 	@mkdir -p $(@D)

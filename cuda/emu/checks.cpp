@@ -16,6 +16,8 @@
 // block's, an earlier block's of this launch (nothing orders blocks: always a race on device memory) or older.
 // Typed accesses are also checked at their type's alignment (-fsanitize=alignment, hook at the end), which sees a
 // 16-byte pack read as one access even when the optimiser splits it into element loads.
+// A launch that asks for its traffic (traffic.cpp) has each access of device and shared memory counted once checked;
+// the cells say which device bytes it reads or writes for the first time.
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -279,6 +281,16 @@ void device_access(uintptr_t a, size_t n, bool write, bool natural, bool atomic,
   Shared& s = shared();
   Cell* cells = s.device_cells + (a - ar.device);
   const Access x(write, s.launch_epoch, pc);
+  if (counter) {  // before the cells record this access (each_byte updates some of them wholesale)
+    uint64_t read = 0, written = 0;
+    for (size_t i = 0; i < n; i++) {
+      const bool wrote = cells[i].written >= x.first;  // a read of what the launch wrote fetches nothing new
+      read += (!write || atomic) && !wrote && cells[i].read < x.first;
+      written += write && !wrote;
+    }
+    count_first_touches(*counter, read, written);
+    count_access(*counter, a, n, true, pc);
+  }
   if (write && s.journaling) {  // what the launch overwrites first, so that it can run again (kernel.cpp)
     Journal& j = s.journal;
     if (j.at.size() + n > kJournalBytes) {
@@ -344,6 +356,7 @@ bool shared_access(uintptr_t a, size_t n, bool write, bool natural, bool atomic,
                                       a, n),
          pc);
   const Access x(write, s.block_epoch, pc);
+  if (counter) count_access(*counter, a, n, false, pc);
   each_byte(cells, n, [&](size_t i) {
     Cell& c = cells[i];
     if (!write || atomic) {  // atomics read what is there too
@@ -388,14 +401,13 @@ void on_access(const void* p, size_t n, bool write, bool natural, const void* pc
 
 }  // namespace
 
-void check_shared(uintptr_t p, size_t n, bool write, int tid) {
+void check_shared(uintptr_t p, size_t n, bool write, int tid, const void* pc) {
   // ldmatrix reads on behalf of the lane that gave the address: the checks run as that lane.
   const ThreadSite* self = t_running;
   const ThreadSite as{tid, tid / 32, tid % 32};
   t_running = &as;
-  if (!shared_access(p, n, write, true, false, __builtin_return_address(0)))
-    fail(Check::OutOfBounds, p, format("ldmatrix row address 0x%zx is not in shared memory", p),
-         __builtin_return_address(0));
+  if (!shared_access(p, n, write, true, false, pc))
+    fail(Check::OutOfBounds, p, format("ldmatrix row address 0x%zx is not in shared memory", p), pc);
   t_running = self;
 }
 

@@ -3,6 +3,7 @@
 //   checks.cpp   the instrumentation hooks every access of a .cu file calls; shared memory's race and init shadow
 //   kernel.cpp   launches: blocks of fibers, barriers, warp collectives, the built-in variables
 //   warp.cpp     what a completed warp collective computes (shuffles, votes, mma.sync, ldmatrix)
+//   traffic.cpp  what a launch that asks does to memory (requests, sectors, bank conflicts) and its occupancy
 //   streams.cpp  streams and events: work runs when the host needs its result, in an order CUDA allows
 //   report.cpp   reports, the sticky error, names of kernels and shared arrays (symbols.cpp reads them)
 //   runtime.cpp, cublaslt.cpp, nccl.cpp: the library APIs on top of those
@@ -43,6 +44,10 @@ const char* report_message(cudaError_t e);
 // symbols.cpp: the demangled name of the function containing `pc` (a return address or a kernel's entry), without
 // its parameter list, or "?".
 std::string function_name(const void* pc);
+// The mangled name of the function starting at `f`, empty when none does.
+std::string mangled_name(const void* f);
+// "function+0x1c": the function containing `pc` and the offset of `pc` in it, for naming an access site.
+std::string code_site(const void* pc);
 // The entries of the functions whose mangled name contains `fragment` (an identifier appears in it as written).
 std::vector<const void*> functions_containing(const char* fragment);
 // The __shared__ array containing p: its name and extent; false when p is in the shared section but in none.
@@ -97,8 +102,8 @@ void copy_shadow(void* dst, const void* src, size_t n);  // device to device cop
 
 // ---- checks.cpp ----
 
-// A kernel's access of shared memory by thread `tid` (ldmatrix reads on behalf of its address lanes).
-void check_shared(uintptr_t p, size_t n, bool write, int tid);
+// A kernel's access of shared memory by thread `tid` at code `pc` (ldmatrix reads on behalf of its address lanes).
+void check_shared(uintptr_t p, size_t n, bool write, int tid, const void* pc);
 // A new launch: accesses of its threads race with each other's only (device memory). With `journal`, each device
 // byte it writes is journaled at its first write, with what it held.
 void begin_launch(bool journal);
@@ -158,11 +163,29 @@ struct LaneCall {  // one lane's part of a warp collective
   uint32_t out[4];    // results
   const char* file;
   int line;
+  const void* pc;     // ldmatrix: the code that called it, the access site of its reads
 };
 // Computes every participating lane's `out` from the calls of the lanes in `mask` (lanes[i] null when lane i is not
 // in it). For ldmatrix, `read` checks each row's shared-memory read on behalf of the lane that named it.
 void complete_warp_op(LaneCall* const* lanes, unsigned mask,
                       const std::function<void(const void* row, int lane)>& read);
+
+// ---- traffic.cpp ----
+
+// The running launch's traffic count (Launch::traffic), null when the launch asks for none or runs again: the one
+// test the access hooks make before counting.
+struct Counter;
+extern Counter* counter;
+// Counting starts with the launch's first run and ends after it, when `out` is filled in.
+void begin_traffic(const Launch& l);
+void end_traffic(Traffic* out);
+// An access of device (`global`) or shared memory at code `pc` by the running kernel thread, once it passed the
+// checks.
+void count_access(Counter& c, uintptr_t a, size_t n, bool global, const void* pc);
+// Device bytes the launch reads or writes for the first time (checks.cpp knows from the race cells).
+void count_first_touches(Counter& c, uint64_t read, uint64_t written);
+// The running block ends: its requests are complete.
+void end_block_traffic(Counter& c);
 
 // ---- streams.cpp ----
 

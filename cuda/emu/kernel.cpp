@@ -230,8 +230,9 @@ bool try_complete(Block& b, Lane* me) {
                           me->site.lane, waits_in(*me).c_str(), j, waits_in(o).c_str()));
     calls[j] = &o.call;
   }
-  complete_warp_op(calls, mask,
-                   [&](const void* row, int lane) { check_shared(reinterpret_cast<uintptr_t>(row), 16, false, base + lane); });
+  complete_warp_op(calls, mask, [&](const void* row, int lane) {
+    check_shared(reinterpret_cast<uintptr_t>(row), 16, false, base + lane, calls[lane]->pc);
+  });
   w.count++;
   w.log.emplace_back(w.count, mask);
   w.waiting &= ~mask;
@@ -352,6 +353,7 @@ void run_block(const Kernel& k, uint3 idx, Block& b) {
       b.aborted = true;
     }
   }
+  if (counter) end_block_traffic(*counter);
   t_block = nullptr;
 }
 
@@ -422,7 +424,9 @@ void run_kernel(const Kernel& k) {
   t_rng = Rng{sched.seed * 0x100000001b3ull ^ serial};
   t_switches = sched.switches;
   t_until_switch = 1;
+  if (k.cfg.traffic) begin_traffic(k.cfg);
   const bool finished = run_grid(k, varied);
+  if (k.cfg.traffic) end_traffic(k.cfg.traffic);  // the first run's: a second one repeats it in another order
   const Journal first = take_journal();
   if (!finished || !varied || !launch_used_atomics() || !first.complete) return;
   // Atomics are the one way a race-free kernel's result can depend on the order (which thread comes first, a sum
@@ -588,6 +592,7 @@ void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b
 void ldmatrix(uint32_t* r, int matrices, bool trans, const void* row) {
   LaneCall call{};
   call.op = WarpOp::Ldmatrix, call.mask = ~0u, call.addr = row, call.matrices = matrices, call.trans = trans;
+  call.pc = __builtin_return_address(0);
   collective(call);
   std::memcpy(r, call.out, 4 * matrices);
 }

@@ -123,6 +123,17 @@ std::string function_name(const void* pc) {
   return s->pretty;
 }
 
+std::string mangled_name(const void* f) {
+  const Symbol* s = containing(symbols().functions, reinterpret_cast<uintptr_t>(f));
+  return s && s->begin == reinterpret_cast<uintptr_t>(f) ? s->name : std::string();
+}
+
+std::string code_site(const void* pc) {
+  const Symbol* s = containing(symbols().functions, reinterpret_cast<uintptr_t>(pc));
+  if (!s) return format("0x%zx", reinterpret_cast<uintptr_t>(pc));
+  return function_name(pc) + format("+0x%zx", reinterpret_cast<uintptr_t>(pc) - s->begin);
+}
+
 std::vector<const void*> functions_containing(const char* fragment) {
   std::vector<const void*> out;
   for (const Symbol& s : symbols().functions)

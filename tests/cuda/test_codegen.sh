@@ -35,20 +35,18 @@ if [ ! -x "$cuobjdump" ]; then
 fi
 echo "nvcc: $nvcc ($("$nvcc" --version | tail -1)), cuobjdump: $cuobjdump"
 
+# The Makefile compiles each kernel file to a cubin with ptxas -v (build/codegen) and gathers ptxas's report in
+# build/emu/ptxas.txt, the table the emulator takes occupancy from (cuda/emu/ptxas_table.sh): one name, registers,
+# static shared bytes, spill stores and loads per kernel. A make running this script must not lend it its jobs.
+MAKEFLAGS= make -s PTXAS_NVCC="$nvcc" CUDA_ARCH="$arch" build/emu/ptxas.txt
 fail=0
-for cu in $(grep -l "__global__" cuda/*.cu); do
-  name=$(basename "$cu" .cu)
-  "$nvcc" -arch="$arch" -cubin -std=c++17 -Xptxas -v -Isrc -Icuda -o "$out/$name.cubin" "$cu" 2>"$out/$name.ptxas"
-  # ptxas prints, per kernel: "Compiling entry function 'NAME'", then "... N bytes spill stores, M bytes spill loads".
-  while read -r kernel stores loads; do
-    if [ "$stores" != 0 ] || [ "$loads" != 0 ]; then
-      echo "FAIL: $(c++filt "$kernel") spills: $stores bytes stored, $loads bytes loaded"
-      fail=1
-    fi
-  done < <(awk '/Compiling entry function/ { gsub(/\x27/, "", $7); k = $7 }
-                /spill stores/ { print k, $5, $9 }' "$out/$name.ptxas")
-  echo "$cu: $(grep -c "Compiling entry function" "$out/$name.ptxas") kernels, $(grep -c " 0 bytes spill stores, 0 bytes spill loads" "$out/$name.ptxas") without spills"
-done
+while read -r kernel _ _ stores loads; do
+  if [ "$stores" != 0 ] || [ "$loads" != 0 ]; then
+    echo "FAIL: $(c++filt "$kernel") spills: $stores bytes stored, $loads bytes loaded"
+    fail=1
+  fi
+done < build/emu/ptxas.txt
+echo "$(wc -l < build/emu/ptxas.txt) kernels, $(awk '$4 == 0 && $5 == 0' build/emu/ptxas.txt | wc -l) without spills"
 
 # Each attention kernel's SASS section must hold tensor-core MMAs and ldmatrix loads.
 PATH=$(dirname "$cuobjdump"):$PATH "$cuobjdump" -sass "$out/attention.cubin" >"$out/attention.sass"

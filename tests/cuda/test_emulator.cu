@@ -1193,6 +1193,210 @@ TEST(EmulatorShapes, ASumForTheMaximumShowsOverFourRanksWithLargeLogits) {
   expect_no_report();
 }
 
+}  // namespace
+
+// Named outside the anonymous namespace, so that a test can spell its mangled name in a ptxas table.
+namespace traffic_probe {
+__global__ void occupancy_probe(float* out) { out[threadIdx.x] = 1.0f; }
+}  // namespace traffic_probe
+
+namespace {
+
+// ---- traffic (docs/EMULATOR.md, "Traffic") ----
+
+// Launches `kernel` as gpu::launch does, asking for its traffic, and waits for it. The schedule is the default one
+// (varied orders, threads switched at random accesses): what is counted must not depend on it.
+template <typename... P, typename... A>
+yuan::emu::Traffic counted(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, A&&... args) {
+  using Call = yuan::gpu::detail::KernelCall<P...>;
+  auto call = std::make_shared<const Call>(Call{kernel, std::tuple<std::decay_t<P>...>(std::forward<A>(args)...)});
+  yuan::emu::Traffic t;
+  const yuan::emu::Launch l{reinterpret_cast<const void*>(kernel), grid, block, smem, 0, &t};
+  EXPECT_EQ(yuan::emu::launch(l, call, sizeof(Call), &Call::run), cudaSuccess);
+  expect_no_report();
+  return t;
+}
+
+bool finds(const yuan::emu::Traffic& t, const std::string& kind, const std::string& where) {
+  for (const std::string& f : t.findings)
+    if (f.compare(0, kind.size(), kind) == 0 && f.find(where) != std::string::npos) return true;
+  return false;
+}
+
+std::string findings_of(const yuan::emu::Traffic& t) {
+  std::string s;
+  for (const std::string& f : t.findings) s += "\n  " + f;
+  return s;
+}
+
+__global__ void copy_packs(__nv_bfloat16* out, const __nv_bfloat16* in) {
+  const int i = (blockIdx.x * blockDim.x + threadIdx.x) * yuan::gpu::PackBf16::kN;
+  yuan::gpu::store_pack(out + i, yuan::gpu::load_pack(in + i));
+}
+
+// Each warp's pack load and store are one request of 16 sectors each, every byte of which it uses: the ideal.
+TEST(EmulatorTraffic, ACoalescedCopyMovesWhatItTouches) {
+  const int blocks = 3, threads = 256, n = blocks * threads * yuan::gpu::PackBf16::kN;
+  Exact<__nv_bfloat16> in(n), out(n);
+  const yuan::emu::Traffic t = counted(copy_packs, blocks, threads, 0, out.p, in.p);
+  const uint64_t bytes = n * sizeof(__nv_bfloat16);
+  EXPECT_EQ(t.read_bytes, bytes);
+  EXPECT_EQ(t.written_bytes, bytes);
+  EXPECT_EQ(t.touched_bytes(), 2 * bytes);
+  EXPECT_EQ(t.requests, 2u * blocks * threads / 32);
+  EXPECT_EQ(t.sectors, 2 * bytes / 32);
+  EXPECT_EQ(t.used_bytes, 2 * bytes);
+  EXPECT_EQ(t.sector_efficiency(), 1.0);
+  EXPECT_EQ(t.shared_requests, 0u);
+  EXPECT_TRUE(t.findings.empty()) << findings_of(t);
+}
+
+// The planted waste: lane i reads element i * stride, so each of a warp's 2-byte loads fetches a sector of its own.
+__global__ void strided_copy(__nv_bfloat16* out, const __nv_bfloat16* in, int stride) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  out[i] = in[i * stride];
+}
+
+TEST(EmulatorTraffic, AStridedLoadIsUncoalesced) {
+  const int threads = 128, stride = 64;
+  Exact<__nv_bfloat16> in(threads * stride), out(threads);
+  const yuan::emu::Traffic t = counted(strided_copy, 1, threads, 0, out.p, in.p, stride);
+  EXPECT_EQ(t.read_bytes, threads * 2u);
+  EXPECT_EQ(t.requests, 2u * threads / 32);
+  EXPECT_EQ(t.sectors, (32u + 2u) * threads / 32);  // the load: 32 sectors per warp; the store: 2
+  EXPECT_LT(t.sector_efficiency(), 0.2);
+  EXPECT_TRUE(finds(t, "uncoalesced: ", "strided_copy+0x")) << findings_of(t);
+  EXPECT_NE(findings_of(t).find("32.0 sectors for 64.0 bytes used per request (efficiency 0.06)"), std::string::npos)
+      << findings_of(t);
+  EXPECT_FALSE(finds(t, "re-read", "")) << findings_of(t);
+}
+
+// A row's variance in two passes, the mean first and then the squared deviations: the second pass reads the row
+// again, where a thread could have kept its 8 values in registers (or summed x and x^2 in one pass).
+__global__ void row_variance_two_passes(float* var, const float* in, int C) {
+  const float* row = in + blockIdx.x * C;
+  float sum = 0.0f;
+  for (int c = threadIdx.x; c < C; c += 32) sum += row[c];
+  const float mean = yuan::gpu::warp_sum(sum) / C;
+  float sq = 0.0f;
+  for (int c = threadIdx.x; c < C; c += 32) sq += (row[c] - mean) * (row[c] - mean);
+  sq = yuan::gpu::warp_sum(sq);
+  if (threadIdx.x == 0) var[blockIdx.x] = sq / C;
+}
+
+TEST(EmulatorTraffic, ASecondPassRereads) {
+  const int rows = 4, C = 256;
+  Exact<float> in(rows * C), var(rows);
+  const yuan::emu::Traffic t = counted(row_variance_two_passes, rows, 32, 0, var.p, in.p, C);
+  EXPECT_EQ(t.read_bytes, rows * C * 4u);
+  EXPECT_EQ(t.written_bytes, rows * 4u);
+  const double fetched = 32.0 * t.sectors / t.touched_bytes();
+  EXPECT_GT(fetched, 1.9);
+  EXPECT_LT(fetched, 2.1);
+  EXPECT_TRUE(finds(t, "re-read: the launch fetched 2.0x the bytes it touched", "")) << findings_of(t);
+  EXPECT_FALSE(finds(t, "uncoalesced", "")) << findings_of(t);
+}
+
+// The classic 32x32 float transpose through shared memory: written by rows, read by columns. Without padding a
+// column is 32 words of one bank (32 wavefronts a request); with one word of padding per row, of 32 banks.
+template <int Pad>
+__global__ void transpose_tile(float* out, const float* in) {
+  __shared__ float tile[32][32 + Pad];
+  const int x = threadIdx.x, y = threadIdx.y;
+  tile[y][x] = in[y * 32 + x];
+  __syncthreads();
+  out[y * 32 + x] = tile[x][y];
+}
+
+TEST(EmulatorTraffic, AColumnOfAnUnpaddedTileConflicts) {
+  Exact<float> in(32 * 32), out(32 * 32);
+  const yuan::emu::Traffic t = counted(transpose_tile<0>, 1, dim3(32, 32), 0, out.p, in.p);
+  EXPECT_EQ(t.shared_requests, 2u * 32);      // each warp's row write and column read
+  EXPECT_EQ(t.bank_conflicts, 31u * 32);      // the reads': 32 wavefronts where 1 would do
+  EXPECT_TRUE(finds(t, "bank conflicts: ", "transpose_tile<0>+0x")) << findings_of(t);
+  EXPECT_NE(findings_of(t).find("32.0 wavefronts per request (1.0 ideal)"), std::string::npos) << findings_of(t);
+  EXPECT_EQ(t.sector_efficiency(), 1.0);
+
+  const yuan::emu::Traffic padded = counted(transpose_tile<1>, 1, dim3(32, 32), 0, out.p, in.p);
+  EXPECT_EQ(padded.shared_requests, 2u * 32);
+  EXPECT_EQ(padded.bank_conflicts, 0u);
+  EXPECT_TRUE(padded.findings.empty()) << findings_of(padded);
+}
+
+// ldmatrix reads 16 bytes a lane, 8 lanes (one matrix) a phase: rows 16 bytes apart take one wavefront a matrix,
+// rows 128 bytes apart sit in the same 4 banks and take 8.
+template <int RowBytes>
+__global__ void ldmatrix_rows(uint32_t* out) {
+  __shared__ uint32_t tile[32 * RowBytes / 4];
+  for (int i = threadIdx.x; i < 32 * RowBytes / 4; i += 32) tile[i] = i;
+  __syncthreads();
+  uint32_t r[4];
+  yuan::gpu::ldmatrix_x4(r, reinterpret_cast<const unsigned char*>(tile) + threadIdx.x * RowBytes);
+  out[threadIdx.x] = r[0] ^ r[1] ^ r[2] ^ r[3];
+}
+
+TEST(EmulatorTraffic, LdmatrixRowsInTheSameBanksConflict) {
+  Exact<uint32_t> out(32);
+  const yuan::emu::Traffic dense = counted(ldmatrix_rows<16>, 1, 32, 0, out.p);
+  EXPECT_EQ(dense.shared_requests, 16u / 4 + 1);  // the fill's writes, one ldmatrix
+  EXPECT_EQ(dense.bank_conflicts, 0u);
+  const yuan::emu::Traffic apart = counted(ldmatrix_rows<128>, 1, 32, 0, out.p);
+  EXPECT_EQ(apart.shared_requests, 128u / 4 + 1);
+  EXPECT_EQ(apart.bank_conflicts, 4u * (8 - 1));
+  EXPECT_TRUE(finds(apart, "bank conflicts: ", "ldmatrix_rows<128>+0x")) << findings_of(apart);
+}
+
+// A launch that used atomics runs twice (the varied schedule's second order); its traffic is its first run's.
+__global__ void sum_packs(float* total, const float* in) {
+  const yuan::gpu::PackF32 x = yuan::gpu::load_pack(in + 4 * (blockIdx.x * blockDim.x + threadIdx.x));
+  atomicAdd(total, x.v[0] + x.v[1] + x.v[2] + x.v[3]);
+}
+
+TEST(EmulatorTraffic, AnAtomicLaunchCountsItsFirstRun) {
+  const int blocks = 2, threads = 64;
+  Exact<float> in(blocks * threads * 4), total(1);
+  const yuan::emu::Traffic t = counted(sum_packs, blocks, threads, 0, total.p, in.p);
+  EXPECT_EQ(t.read_bytes, blocks * threads * 16u + 4u);  // the packs, and the total the first atomic reads
+  EXPECT_EQ(t.written_bytes, 4u);
+  EXPECT_EQ(t.requests, 2u * blocks * threads / 32);  // a pack load and an atomic per warp, once
+}
+
+// Occupancy from a ptxas table the test writes: the probe's registers and static shared memory as ptxas would
+// report them, with the launch's block and dynamic shared memory.
+TEST(EmulatorTraffic, OccupancyFromPtxasReport) {
+  const std::string path = ::testing::TempDir() + "emulator_ptxas.txt";
+  Exact<float> out(1024);
+  auto occupancy = [&](int registers, int static_shared, unsigned threads, size_t dynamic_shared) {
+    FILE* f = std::fopen(path.c_str(), "w");
+    std::fprintf(f, "_ZN12other_kernel1fEv 255 0 0 0\n_ZN13traffic_probe15occupancy_probeEPf %d %d 0 0\n",
+                 registers, static_shared);
+    std::fclose(f);
+    yuan::emu::set_ptxas_table(path);
+    const yuan::emu::Traffic t =
+        counted(traffic_probe::occupancy_probe, 1, threads, dynamic_shared, out.p);
+    EXPECT_EQ(t.registers, registers);
+    return t.occupancy;
+  };
+  EXPECT_EQ(occupancy(32, 0, 256, 0), 1.0);       // 8 blocks of 8 warps: the SM's 64
+  EXPECT_EQ(occupancy(128, 0, 256, 0), 0.25);     // 4096 registers a warp: 16 warps
+  EXPECT_EQ(occupancy(64, 0, 1024, 0), 0.5);      // one block of 32 warps
+  EXPECT_EQ(occupancy(33, 0, 256, 0), 0.75);      // 33 registers allocate as 40: 6 blocks
+  EXPECT_EQ(occupancy(32, 100 << 10, 256, 0), 0.25);  // 101 KiB a block with the reserved 1 KiB: 2 blocks
+  ASSERT_EQ(cudaFuncSetAttribute(traffic_probe::occupancy_probe, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 100 << 10),
+            cudaSuccess);
+  EXPECT_EQ(occupancy(32, 0, 256, 100 << 10), 0.25);  // dynamic shared memory counts the same
+  EXPECT_EQ(occupancy(32, 0, 32, 0), 0.5);        // 32 blocks of 1 warp: the block limit
+
+  yuan::emu::set_ptxas_table(path + ".missing");  // no table: unknown, and the launch is counted all the same
+  const yuan::emu::Traffic t = counted(traffic_probe::occupancy_probe, 1, 256, 0, out.p);
+  EXPECT_EQ(t.registers, -1);
+  EXPECT_EQ(t.occupancy, -1.0);
+  EXPECT_EQ(t.written_bytes, 256u * 4);
+  yuan::emu::set_ptxas_table("");
+  std::remove(path.c_str());
+}
+
 // The checks see a pack as one 16-byte access too: an uninitialised byte in it, and two blocks writing it.
 __global__ void pack_of(__nv_bfloat16* out, const __nv_bfloat16* in, int write_same) {
   const yuan::gpu::PackBf16 x = yuan::gpu::load_pack(in);

@@ -37,10 +37,13 @@ struct Traffic {
   // the kernel is not known to the emulator.
   double occupancy = -1;
   int registers = -1;
-  // The access sites that waste most, in words ("uncoalesced: NAME+0x1c, 4.0 sectors of 32 bytes per 16 bytes
-  // used"), for a person reading the account.
+  // The access sites that waste most, in words ("uncoalesced: NAME+0x1c: 16.0 sectors for 64 bytes used per request
+  // (efficiency 0.12)"), for a person reading the account.
   std::vector<std::string> findings;
 };
+// Reads ptxas's registers and static shared memory per kernel (build/emu/ptxas.txt, docs/EMULATOR.md "Traffic")
+// from `path` instead of the table found at start (YUAN_EMU_PTXAS, else the build's); empty: that one again.
+void set_ptxas_table(const std::string& path);
 
 struct Launch {
   const void* kernel;  // the __global__ function: its name in reports, its attributes

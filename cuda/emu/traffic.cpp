@@ -1,0 +1,284 @@
+// What a launch does to memory as a GPU's memory system sees it, and its theoretical occupancy on sm_90, for the
+// launches that ask (Launch::traffic; docs/EMULATOR.md, "Traffic"). While one runs its first time, checks.cpp hands
+// every access of device or shared memory that passed the checks to count_access, made by the running thread
+// (t_running), and tells count_first_touches which device bytes the launch touches for the first time.
+//
+// A warp-wide request is what the lanes of one warp do at one access site (the code address of the access) for the
+// n-th time each. Lanes run one after another here, not in lockstep, so the site and the count stand in for the
+// instruction a warp issues: a lane that skips a branch does not shift the others' requests. A request is complete
+// when every lane of its warp has made its access, or when the block ends (lanes that diverged); blocks never
+// overlap, so what is kept is one block's open requests and per-lane counts, dropped when it ends.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <unordered_map>
+#include <vector>
+
+#include "emulator.h"
+
+namespace yuan::emu {
+
+Counter* counter = nullptr;
+
+namespace {
+
+constexpr uintptr_t kSectorBytes = 32;  // the unit a global request fetches
+constexpr int kBanks = 32;              // shared memory: 32 banks of 4-byte words
+// sm_90's resources per SM (the CUDA C++ Programming Guide's table of compute capabilities, and its occupancy
+// calculator's allocation units).
+constexpr int kRegistersPerSm = 65536, kRegisterUnit = 256, kWarpsPerSm = 64, kBlocksPerSm = 32;
+constexpr size_t kSharedPerSm = 228 << 10, kSharedReservedPerBlock = 1 << 10, kSharedUnit = 128;
+// A site is a finding when it wastes at least this share of what its launch moves: a warp reading one float (a
+// row's mean) wastes most of its sector, but no kernel is slower for it.
+constexpr double kFindingShare = 0.1;
+constexpr size_t kFindingsOfAKind = 2;
+// Requests that use at least this many times the bytes the launch touches read something again.
+constexpr double kRereadRatio = 1.25;
+
+struct Piece {  // one lane's access in a request
+  uintptr_t a;
+  uint32_t n, lane;
+};
+
+struct Request {
+  int count = 0;  // lanes that made their access
+  Piece pieces[32];
+};
+
+struct RequestKey {
+  uintptr_t pc;
+  uint32_t nth;  // each lane's nth access at pc
+  uint16_t warp;
+  bool global;
+  bool operator==(const RequestKey& o) const {
+    return pc == o.pc && nth == o.nth && warp == o.warp && global == o.global;
+  }
+};
+struct RequestHash {
+  size_t operator()(const RequestKey& k) const {
+    return (k.pc * 0x9e3779b97f4a7c15ull) ^ (uint64_t(k.nth) << 16) ^ (uint64_t(k.warp) << 1) ^ k.global;
+  }
+};
+
+struct Site {  // one access site's requests over the launch
+  uint64_t requests = 0;
+  uint64_t sectors = 0, used = 0;        // global memory
+  uint64_t wavefronts = 0, phases = 0;   // shared memory: phases are the fewest wavefronts the requests could take
+};
+
+// What ptxas reported for each kernel (the table build/emu/ptxas.txt, tests/cuda/test_codegen.sh's too): lines of
+// "mangled-name registers static-shared-bytes ...", g++'s spelling of the name (cuda/emu/ptxas_table.sh).
+struct Resources {
+  int registers = -1;
+  size_t static_shared = 0;
+};
+struct PtxasTable {
+  std::string path;
+  bool loaded = false;
+  std::unordered_map<std::string, Resources> kernels;
+};
+
+std::string default_table() {
+  if (const char* p = std::getenv("YUAN_EMU_PTXAS")) return p;
+  return YUAN_EMU_PTXAS_TABLE;  // the build's (Makefile)
+}
+
+PtxasTable& ptxas_table() {
+  static PtxasTable* t = new PtxasTable{default_table(), false, {}};
+  return *t;
+}
+
+// Read when first needed: a missing table leaves every occupancy unknown, and changes nothing else.
+const std::unordered_map<std::string, Resources>& ptxas_kernels() {
+  PtxasTable& t = ptxas_table();
+  if (!t.loaded) {
+    t.loaded = true;
+    t.kernels.clear();
+    if (FILE* f = std::fopen(t.path.c_str(), "r")) {
+      char name[4096];
+      Resources r;
+      while (std::fscanf(f, "%4095s %d %zu%*[^\n]", name, &r.registers, &r.static_shared) == 3) t.kernels[name] = r;
+      std::fclose(f);
+    }
+  }
+  return t.kernels;
+}
+
+// Resident warps per SM over the 64 sm_90 holds: blocks fit as registers (allocated per warp, in units of 256),
+// warps, blocks and shared memory (in units of 128 bytes, plus 1 KiB reserved per block) allow.
+double occupancy(int registers, size_t shared_bytes, unsigned threads) {
+  const int warps = static_cast<int>((threads + 31) / 32);
+  const int per_warp = (registers * 32 + kRegisterUnit - 1) / kRegisterUnit * kRegisterUnit;
+  int blocks = std::min(kBlocksPerSm, kWarpsPerSm / warps);
+  if (per_warp > 0) blocks = std::min(blocks, kRegistersPerSm / (per_warp * warps));
+  const size_t shared = (shared_bytes + kSharedUnit - 1) / kSharedUnit * kSharedUnit + kSharedReservedPerBlock;
+  blocks = std::min(blocks, static_cast<int>(kSharedPerSm / shared));
+  return static_cast<double>(blocks * warps) / kWarpsPerSm;
+}
+
+}  // namespace
+
+struct Counter {
+  Launch launch;
+  int threads = 0;
+  Traffic totals;
+  std::unordered_map<uint64_t, uint32_t> seen;  // pc << 10 | thread: the thread's accesses at pc so far
+  std::unordered_map<RequestKey, Request, RequestHash> open;
+  std::unordered_map<uintptr_t, Site> global_sites, shared_sites;
+  std::vector<uintptr_t> words;  // scratch of complete_shared
+};
+
+namespace {
+
+// A global request's distinct bytes and the distinct 32-byte sectors holding them.
+void complete_global(Counter& c, uintptr_t pc, Request& r) {
+  std::sort(r.pieces, r.pieces + r.count, [](const Piece& x, const Piece& y) { return x.a < y.a; });
+  uint64_t used = 0, sectors = 0;
+  uintptr_t next_byte = 0, next_sector = 0;  // the first byte and sector above those counted
+  for (int i = 0; i < r.count; i++) {
+    const uintptr_t begin = r.pieces[i].a, end = begin + r.pieces[i].n;
+    if (end > std::max(begin, next_byte)) used += end - std::max(begin, next_byte);
+    next_byte = std::max(next_byte, end);
+    const uintptr_t first = std::max(begin / kSectorBytes, next_sector), last = (end - 1) / kSectorBytes;
+    if (last >= first) sectors += last - first + 1;
+    next_sector = std::max(next_sector, last + 1);
+  }
+  Site& s = c.global_sites[pc];
+  s.requests++;
+  s.sectors += sectors;
+  s.used += used;
+  c.totals.requests++;
+  c.totals.sectors += sectors;
+  c.totals.used_bytes += used;
+}
+
+// A shared request's wavefronts: its lanes go through the banks in phases, as many lanes at a time as move 128
+// bytes (all 32 for 4-byte accesses, 16 for 8-byte, 8 for 16-byte); in a phase a bank serves one 4-byte word per
+// wavefront, and lanes reading the same word share it.
+void complete_shared(Counter& c, uintptr_t pc, const Request& r) {
+  uint32_t width = 0;
+  for (int i = 0; i < r.count; i++) width = std::max(width, r.pieces[i].n);
+  const uint32_t lanes = width <= 4 ? 32 : width <= 8 ? 16 : 8;
+  uint64_t wavefronts = 0, phases = 0;
+  for (uint32_t phase = 0; phase < 32 / lanes; phase++) {
+    c.words.clear();
+    for (int i = 0; i < r.count; i++) {
+      const Piece& p = r.pieces[i];
+      if (p.lane / lanes != phase) continue;
+      for (uintptr_t w = p.a / 4; w <= (p.a + p.n - 1) / 4; w++) c.words.push_back(w);
+    }
+    if (c.words.empty()) continue;
+    std::sort(c.words.begin(), c.words.end());
+    c.words.erase(std::unique(c.words.begin(), c.words.end()), c.words.end());
+    int per_bank[kBanks] = {}, most = 0;
+    for (uintptr_t w : c.words) most = std::max(most, ++per_bank[w % kBanks]);
+    wavefronts += most;
+    phases++;
+  }
+  Site& s = c.shared_sites[pc];
+  s.requests++;
+  s.wavefronts += wavefronts;
+  s.phases += phases;
+  c.totals.shared_requests++;
+  c.totals.bank_conflicts += wavefronts - phases;
+}
+
+void complete(Counter& c, const RequestKey& k, Request& r) {
+  if (k.global)
+    complete_global(c, k.pc, r);
+  else
+    complete_shared(c, k.pc, r);
+}
+
+// The sites that waste most, worst first, at most kFindingsOfAKind of each kind, and whether requests read bytes
+// again.
+std::vector<std::string> findings(const Counter& c) {
+  const Traffic& t = c.totals;
+  std::vector<std::string> out;
+  auto worst = [&](const std::unordered_map<uintptr_t, Site>& sites, auto waste, uint64_t of, auto say) {
+    std::vector<std::pair<uint64_t, uintptr_t>> ranked;
+    for (const auto& [pc, s] : sites) {
+      const uint64_t w = waste(s);
+      if (w > 0 && w >= kFindingShare * of) ranked.emplace_back(w, pc);
+    }
+    std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    for (size_t i = 0; i < ranked.size() && i < kFindingsOfAKind; i++)
+      out.push_back(say(code_site(reinterpret_cast<const void*>(ranked[i].second)), sites.at(ranked[i].second)));
+  };
+  // Uncoalesced: a site fetching more than twice the bytes it uses.
+  worst(c.global_sites,
+        [](const Site& s) { return s.used * 2 < s.sectors * kSectorBytes ? s.sectors * kSectorBytes - s.used : 0; },
+        t.sectors * kSectorBytes, [](const std::string& at, const Site& s) {
+          return format("uncoalesced: %s: %.1f sectors for %.1f bytes used per request (efficiency %.2f)", at.c_str(),
+                        double(s.sectors) / s.requests, double(s.used) / s.requests,
+                        double(s.used) / double(s.sectors * kSectorBytes));
+        });
+  uint64_t wavefronts = 0;
+  for (const auto& [pc, s] : c.shared_sites) wavefronts += s.wavefronts;
+  worst(c.shared_sites, [](const Site& s) { return s.wavefronts - s.phases; }, wavefronts,
+        [](const std::string& at, const Site& s) {
+          return format("bank conflicts: %s: %.1f wavefronts per request (%.1f ideal)", at.c_str(),
+                        double(s.wavefronts) / s.requests, double(s.phases) / s.requests);
+        });
+  const uint64_t touched = t.touched_bytes();
+  if (touched > 0 && double(t.used_bytes) >= kRereadRatio * double(touched))
+    out.push_back(format("re-read: the launch fetched %.1fx the bytes it touched (its requests used each byte %.1f "
+                         "times)",
+                         double(t.sectors * kSectorBytes) / double(touched), double(t.used_bytes) / double(touched)));
+  return out;
+}
+
+}  // namespace
+
+void begin_traffic(const Launch& l) {
+  counter = new Counter;
+  counter->launch = l;
+  counter->threads = static_cast<int>(l.block.x * l.block.y * l.block.z);
+}
+
+void count_access(Counter& c, uintptr_t a, size_t n, bool global, const void* pc) {
+  const ThreadSite& me = *t_running;
+  const uintptr_t code = reinterpret_cast<uintptr_t>(pc);
+  const RequestKey k{code, c.seen[code << 10 | static_cast<unsigned>(me.tid)]++, static_cast<uint16_t>(me.warp),
+                     global};
+  Request& r = c.open[k];
+  r.pieces[r.count++] = Piece{a, static_cast<uint32_t>(n), static_cast<uint32_t>(me.lane)};
+  if (r.count < std::min(32, c.threads - 32 * me.warp)) return;
+  complete(c, k, r);
+  c.open.erase(k);
+}
+
+void count_first_touches(Counter& c, uint64_t read, uint64_t written) {
+  c.totals.read_bytes += read;
+  c.totals.written_bytes += written;
+}
+
+void end_block_traffic(Counter& c) {
+  for (auto& [k, r] : c.open) complete(c, k, r);
+  c.open.clear();
+  c.seen.clear();
+}
+
+void end_traffic(Traffic* out) {
+  Counter& c = *counter;
+  Traffic& t = c.totals;
+  const auto& kernels = ptxas_kernels();  // the launch runs under the emulator's lock
+  const auto it = kernels.find(mangled_name(c.launch.kernel));
+  if (it != kernels.end()) {
+    t.registers = it->second.registers;
+    t.occupancy = occupancy(it->second.registers, it->second.static_shared + c.launch.shared_bytes, c.threads);
+  }
+  t.findings = findings(c);
+  *out = std::move(t);
+  delete counter;
+  counter = nullptr;
+}
+
+void set_ptxas_table(const std::string& path) {
+  Lock lock(mutex());
+  PtxasTable& t = ptxas_table();
+  t.path = path.empty() ? default_table() : path;
+  t.loaded = false;
+}
+
+}  // namespace yuan::emu
