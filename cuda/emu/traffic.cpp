@@ -63,6 +63,7 @@ struct RequestHash {
 struct Site {  // one access site's requests over the launch
   uint64_t requests = 0;
   uint64_t sectors = 0, used = 0;        // global memory
+  uint64_t fewest = 0;                   // the sectors the used bytes would fill: one lane's load wastes none
   uint64_t wavefronts = 0, phases = 0;   // shared memory: phases are the fewest wavefronts the requests could take
 };
 
@@ -147,6 +148,7 @@ void complete_global(Counter& c, uintptr_t pc, Request& r) {
   s.requests++;
   s.sectors += sectors;
   s.used += used;
+  s.fewest += (used + kSectorBytes - 1) / kSectorBytes;
   c.totals.requests++;
   c.totals.sectors += sectors;
   c.totals.used_bytes += used;
@@ -205,9 +207,9 @@ std::vector<std::string> findings(const Counter& c) {
     for (size_t i = 0; i < ranked.size() && i < kFindingsOfAKind; i++)
       out.push_back(say(code_site(reinterpret_cast<const void*>(ranked[i].second)), sites.at(ranked[i].second)));
   };
-  // Uncoalesced: a site fetching more than twice the bytes it uses.
+  // Uncoalesced: a site fetching more than twice the sectors its bytes would fill.
   worst(c.global_sites,
-        [](const Site& s) { return s.used * 2 < s.sectors * kSectorBytes ? s.sectors * kSectorBytes - s.used : 0; },
+        [](const Site& s) { return s.sectors > 2 * s.fewest ? (s.sectors - s.fewest) * kSectorBytes : 0; },
         t.sectors * kSectorBytes, [](const std::string& at, const Site& s) {
           return format("uncoalesced: %s: %.1f sectors for %.1f bytes used per request (efficiency %.2f)", at.c_str(),
                         double(s.sectors) / s.requests, double(s.used) / s.requests,
