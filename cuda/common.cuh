@@ -27,18 +27,21 @@ constexpr int kWarpSize = 32;
 
 // 16 bytes of T: the unit of every vector load and store, so that a warp moves 512 contiguous bytes per
 // instruction. Callers guarantee 16-byte alignment (every tensor offset is a multiple of C, and C % 8 == 0).
-template <typename T>
-struct alignas(16) Pack {
-  static constexpr int kN = 16 / sizeof(T);
+// Half packs (8 bytes) serve a loop that moves bf16 and fp32 data by the same channels: 4 channels a lane are 8
+// bytes of bf16 and 16 of fp32, and both make contiguous warp-wide requests.
+template <typename T, int Bytes = 16>
+struct alignas(Bytes) Pack {
+  static constexpr int kN = Bytes / sizeof(T);
   T v[kN];
 };
 using PackBf16 = Pack<bf16>;  // 8 values
 using PackF32 = Pack<float>;  // 4 values
+using HalfPackBf16 = Pack<bf16, 8>;  // 4 values
 
-// In the emulator build (cuda/emu) a pack access is one 16-byte access of the emulator, emu::load16/store16, as it
-// is one instruction on the GPU (ld.global.v4): a copy of the struct would reach the emulator as eight element
+// In the emulator build (cuda/emu) a pack access is one access of the emulator, emu::load_vector/store_vector, as
+// it is one instruction on the GPU (ld.global.v4, .v2): a copy of the struct would reach the emulator as element
 // accesses at code addresses of their own, which its request model (docs/EMULATOR.md, "Traffic") would count as
-// eight requests. Binding the reference keeps -fsanitize=alignment's check of the pack's type. The helpers are
+// that many requests. Binding the reference keeps -fsanitize=alignment's check of the pack's type. The helpers are
 // always inlined, as nvcc's __forceinline__ does and the emulator's does not promise, and never end in a tail call:
 // the emulator takes the access site from the return address, which must lie in the code that asked.
 #ifdef YUAN_EMU
@@ -47,29 +50,26 @@ using PackF32 = Pack<float>;  // 4 values
 #define YUAN_PACK_INLINE
 #endif
 
-template <typename T>
-__device__ __forceinline__ YUAN_PACK_INLINE Pack<T> load_pack(const T* p) {
+template <int Bytes = 16, typename T>
+__device__ __forceinline__ YUAN_PACK_INLINE Pack<T, Bytes> load_pack(const T* p) {
 #ifdef YUAN_EMU
-  const Pack<T>& at = *reinterpret_cast<const Pack<T>*>(p);
-  const int4 raw = emu::load16(&at);
+  const Pack<T, Bytes>& at = *reinterpret_cast<const Pack<T, Bytes>*>(p);
+  Pack<T, Bytes> x;
+  emu::load_vector(&x, &at, Bytes);
   asm volatile("");
-  Pack<T> x;
-  memcpy(&x, &raw, 16);
   return x;
 #else
-  return *reinterpret_cast<const Pack<T>*>(p);
+  return *reinterpret_cast<const Pack<T, Bytes>*>(p);
 #endif
 }
-template <typename T>
-__device__ __forceinline__ YUAN_PACK_INLINE void store_pack(T* p, const Pack<T>& x) {
+template <typename T, int Bytes>
+__device__ __forceinline__ YUAN_PACK_INLINE void store_pack(T* p, const Pack<T, Bytes>& x) {
 #ifdef YUAN_EMU
-  Pack<T>& at = *reinterpret_cast<Pack<T>*>(p);
-  int4 raw;
-  memcpy(&raw, &x, 16);
-  emu::store16(&at, raw);
+  Pack<T, Bytes>& at = *reinterpret_cast<Pack<T, Bytes>*>(p);
+  emu::store_vector(&at, &x, Bytes);
   asm volatile("");
 #else
-  *reinterpret_cast<Pack<T>*>(p) = x;
+  *reinterpret_cast<Pack<T, Bytes>*>(p) = x;
 #endif
 }
 // Streaming ("cache evict first") variants, for data read or written once per pass (the logits), so that it does

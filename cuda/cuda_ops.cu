@@ -213,7 +213,7 @@ class CudaOps final : public Ops {
                static_cast<long long>(dwpe.rows));
     const int begin = vocab_part(vocab_begin, dwte.rows, "encoder_backward");
     const OpScope op({"encoder_backward", "encoder", OpShape{"B=%lld T=%lld C=%lld", {B, T, C}},
-                      ops::encoder_backward_cost(B, T, C)});
+                      ops::encoder_backward_cost(B, T, C), Roof::Device, kEncoderBackwardExempt});
     const std::vector<int32_t>& groups = g->second.groups;
     gpu::encoder_backward(arg<float>(dwte, dwte.rows, C, "encoder_backward dwte"),
                           arg<float>(dwpe, dwpe.rows, C, "encoder_backward dwpe"),

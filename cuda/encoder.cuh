@@ -25,6 +25,11 @@ struct TokenGroupRange {
 };
 TokenGroupRange token_group_range(const std::vector<int32_t>& groups, int vocab_begin, int vocab_rows);
 // dwte (rows from id vocab_begin) += the dout rows of the `held` groups; dwpe += every dout row.
+// Why the backward reads dout twice (the kernel account's "exempt"): each gradient row has one writer that sums its
+// dout rows in a fixed order, without atomics, and the two gradients order the rows differently: dwte's by token
+// (the groups), dwpe's by position.
+constexpr const char* kEncoderBackwardExempt =
+    "dout read twice: dwte sums its rows by token, dwpe by position, each row one writer in a fixed order";
 void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* groups, int n_groups,
                       TokenGroupRange held, int vocab_begin, int B, int T, int C, cudaStream_t s);
 

@@ -67,10 +67,9 @@ __global__ void layernorm_forward_kernel(bf16* out, float* mean, float* rstd, co
 // and the block's sums of dy * xhat (dw) and dy (db) per channel into partials[block] = [dw | db]; the reduce
 // kernel adds the blocks' partials in block order. One pass over dy and x serves both gradients (a separate
 // parameter-gradient pass would read them again: 4 of the 14 bytes per element the op must move).
-// Each warp sums its rows into its own slice of shared memory, so no two threads add into one float and every
-// sum has a fixed order: deterministic, without atomics. A slice holds a lane's 8 channels as two 16-byte halves
-// in separate half-slices (channel 8p + 4h + k at h * C/2 + 4p + k), so that the 8 lanes of a 16-byte phase hit
-// 8 distinct groups of 4 banks.
+// A lane takes 4 channels at a time, so that its bf16 reads (8 bytes) and fp32 reads and writes (16 bytes) are
+// each one contiguous request of the warp. Each warp sums its rows into its own slice of shared memory, so no two
+// threads add into one float and every sum has a fixed order: deterministic, without atomics.
 __global__ void layernorm_backward_kernel(float* partials, float* dres, bf16* dres_bf16, const bf16* dout,
                                           const bf16* inp, const bf16* w, const float* mean, const float* rstd, int N,
                                           int C, int rows_per_block) {
@@ -78,22 +77,19 @@ __global__ void layernorm_backward_kernel(float* partials, float* dres, bf16* dr
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, warps = blockDim.x / kWarpSize;
   float* dw_acc = slices + static_cast<size_t>(warp) * 2 * C;
   float* db_acc = dw_acc + C;
-  constexpr int P = PackBf16::kN;
-  const int half = C / 2;
-  auto at = [half](int c, int h) { return h * half + c / 2; };  // c = 8p: the half-slice offset of 4p + 0
+  constexpr int P = HalfPackBf16::kN;
   const PackF32 zero = {};
-  for (int c = lane * P; c < C; c += kWarpSize * P)
-    for (int h = 0; h < 2; h++) {
-      store_pack(dw_acc + at(c, h), zero);
-      store_pack(db_acc + at(c, h), zero);
-    }
+  for (int c = lane * P; c < C; c += kWarpSize * P) {
+    store_pack(dw_acc + c, zero);
+    store_pack(db_acc + c, zero);
+  }
   const int r0 = blockIdx.x * rows_per_block, r1 = min(N, r0 + rows_per_block);
   for (int row = r0 + warp; row < r1; row += warps) {
     const size_t base = static_cast<size_t>(row) * C;
     const float m = mean[row], s = rstd[row];
     float dn_mean = 0, dn_xhat_mean = 0;
     for (int c = lane * P; c < C; c += kWarpSize * P) {
-      PackBf16 dy = load_pack(dout + base + c), x = load_pack(inp + base + c), wv = load_pack(w + c);
+      const HalfPackBf16 dy = load_pack<8>(dout + base + c), x = load_pack<8>(inp + base + c), wv = load_pack<8>(w + c);
 #pragma unroll
       for (int k = 0; k < P; k++) {
         float dn = __bfloat162float(wv.v[k]) * __bfloat162float(dy.v[k]);
@@ -105,36 +101,29 @@ __global__ void layernorm_backward_kernel(float* partials, float* dres, bf16* dr
     dn_xhat_mean = warp_sum(dn_xhat_mean) / C;
     // The row's second reading of dy and x is the same warp's, right after the first: it hits L1.
     for (int c = lane * P; c < C; c += kWarpSize * P) {
-      PackBf16 dy = load_pack(dout + base + c), x = load_pack(inp + base + c), wv = load_pack(w + c), o;
-      PackF32 r[2] = {load_pack(dres + base + c), load_pack(dres + base + c + 4)};
-      PackF32 gw[2] = {load_pack(dw_acc + at(c, 0)), load_pack(dw_acc + at(c, 1))};
-      PackF32 gb[2] = {load_pack(db_acc + at(c, 0)), load_pack(db_acc + at(c, 1))};
+      const HalfPackBf16 dy = load_pack<8>(dout + base + c), x = load_pack<8>(inp + base + c), wv = load_pack<8>(w + c);
+      PackF32 r = load_pack(dres + base + c), gw = load_pack(dw_acc + c), gb = load_pack(db_acc + c);
+      HalfPackBf16 o;
 #pragma unroll
       for (int k = 0; k < P; k++) {
         const float xhat = (__bfloat162float(x.v[k]) - m) * s, g = __bfloat162float(dy.v[k]);
         const float dx = s * (__bfloat162float(wv.v[k]) * g - dn_mean - xhat * dn_xhat_mean);
-        float& acc = r[k / 4].v[k % 4];
-        acc += dx;
-        o.v[k] = __float2bfloat16(acc);
-        gw[k / 4].v[k % 4] += g * xhat;
-        gb[k / 4].v[k % 4] += g;
+        r.v[k] += dx;
+        o.v[k] = __float2bfloat16(r.v[k]);
+        gw.v[k] += g * xhat;
+        gb.v[k] += g;
       }
-      store_pack(dres + base + c, r[0]);
-      store_pack(dres + base + c + 4, r[1]);
+      store_pack(dres + base + c, r);
       store_pack(dres_bf16 + base + c, o);
-      for (int h = 0; h < 2; h++) {
-        store_pack(dw_acc + at(c, h), gw[h]);
-        store_pack(db_acc + at(c, h), gb[h]);
-      }
+      store_pack(dw_acc + c, gw);
+      store_pack(db_acc + c, gb);
     }
   }
   __syncthreads();
   float* out = partials + static_cast<size_t>(blockIdx.x) * 2 * C;
-  for (int i = threadIdx.x; i < 2 * C; i += blockDim.x) {
-    const int part = i / C, c = i % C;  // out[i]: dw of channel c, then db
-    const int slot = part * C + (c % P / 4) * half + c / P * 4 + c % 4;
+  for (int i = threadIdx.x; i < 2 * C; i += blockDim.x) {  // dw of channel i, then db of channel i - C
     float sum = 0;
-    for (int k = 0; k < warps; k++) sum += slices[static_cast<size_t>(k) * 2 * C + slot];
+    for (int k = 0; k < warps; k++) sum += slices[static_cast<size_t>(k) * 2 * C + i];
     out[i] = sum;
   }
 }

@@ -411,16 +411,14 @@ void check_shared(uintptr_t p, size_t n, bool write, int tid, const void* pc) {
   t_running = self;
 }
 
-int4 load16(const void* p) {
-  on_access(p, 16, false, true, __builtin_return_address(0));
-  int4 v;
-  std::memcpy(&v, p, 16);
-  return v;
+void load_vector(void* out, const void* p, size_t bytes) {
+  on_access(p, bytes, false, true, __builtin_return_address(0));
+  std::memcpy(out, p, bytes);
 }
 
-void store16(void* p, int4 v) {
-  on_access(p, 16, true, true, __builtin_return_address(0));
-  std::memcpy(p, &v, 16);
+void store_vector(void* p, const void* in, size_t bytes) {
+  on_access(p, bytes, true, true, __builtin_return_address(0));
+  std::memcpy(p, in, bytes);
 }
 
 void begin_launch(bool journal) {

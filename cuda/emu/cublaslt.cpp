@@ -249,8 +249,8 @@ struct Gemm {
     const bool ta = d.transa == CUBLAS_OP_T, tb = d.transb == CUBLAS_OP_T;
     const size_t m = p.m, n = p.n, k = p.k;
     // op(A) by rows and op(B) by rows of k, so that the inner loop runs over n contiguous columns; each element is
-    // still one sum in k order.
-    std::vector<float> opa(m * k), opb(k * n), row(n), out(m * n);
+    // still one sum in k order, whichever thread computes its row and however wide the vectors of columns are.
+    std::vector<float> opa(m * k), opb(k * n), out(m * n);
     for (int batch = 0; batch < dd.batch; batch++) {
       const size_t oa = batch * a.batch_stride, ob = batch * b.batch_stride, oc = batch * c.batch_stride,
                    od = batch * dd.batch_stride;
@@ -260,12 +260,15 @@ struct Gemm {
         for (size_t j = 0; j < n; j++) opb[kk * n + j] = load(B, b.type, ob + (tb ? j + kk * b.ld : kk + j * b.ld));
       const char* aux = static_cast<const char*>(d.aux) + batch * d.aux_batch_stride * type_size(dd.type);
       char* bias = static_cast<char*>(const_cast<void*>(d.bias)) + batch * d.bias_batch_stride * type_size(dd.type);
+#pragma omp parallel for schedule(static)
       for (size_t i = 0; i < m; i++) {
-        std::fill(row.begin(), row.end(), 0.0f);
+        std::vector<float> row(n, 0.0f);
         for (size_t kk = 0; kk < k; kk++) {
           const float x = opa[i * k + kk];
           const float* bk = &opb[kk * n];
-          for (size_t j = 0; j < n; j++) row[j] += x * bk[j];
+          float* r = row.data();
+#pragma omp simd
+          for (size_t j = 0; j < n; j++) r[j] += x * bk[j];
         }
         for (size_t j = 0; j < n; j++) {
           float v = alpha * row[j];

@@ -31,6 +31,13 @@ struct Event {
   std::shared_ptr<std::optional<Clock::time_point>> reached;
 };
 
+std::map<std::pair<std::string, std::string>, uint64_t>& host_call_counts() {  // (call, caller): count
+  static auto* m = new std::map<std::pair<std::string, std::string>, uint64_t>;
+  return *m;
+}
+// A call that waits for the device or allocates (host_calls), from the code at `caller`.
+void note_host_call(const char* call, const void* caller) { host_call_counts()[{call, function_name(caller)}]++; }
+
 const char* default_message(cudaError_t e) {
   switch (e) {
     case cudaSuccess: return "no error";
@@ -186,6 +193,7 @@ cudaError_t copy(const char* call, const void* caller, void* dst, const void* sr
     });
     return cudaSuccess;
   }
+  if (async) note_host_call(call, caller);  // pageable memory: the call waits for the stream, as the driver's does
   run_until(stream_point(async ? stream : cudaStreamLegacy), true);
   if (sticky_error()) return done(sticky_error());
   run();
@@ -206,6 +214,13 @@ cudaError_t memset_on(const char* call, void* p, int value, size_t n, cudaStream
 }
 
 }  // namespace
+
+std::vector<HostCall> host_calls() {
+  Lock lock(mutex());
+  std::vector<HostCall> out;
+  for (const auto& [key, n] : host_call_counts()) out.push_back({key.first, key.second, n});
+  return out;
+}
 
 cudaError_t& last_error() {
   static cudaError_t e = cudaSuccess;
@@ -275,6 +290,7 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
 
 cudaError_t cudaDeviceSynchronize() {
   Lock lock(mutex());
+  note_host_call("cudaDeviceSynchronize", __builtin_return_address(0));
   Calling calling("cudaDeviceSynchronize", __builtin_return_address(0));
   run_all_streams();
   return done(sticky_error());
@@ -322,6 +338,7 @@ const char* cudaGetErrorName(cudaError_t error) {
 
 cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   Lock lock(mutex());
+  note_host_call("cudaMalloc", __builtin_return_address(0));
   if (sticky_error()) return done(sticky_error());
   *ptr = nullptr;
   if (bytes == 0) return cudaSuccess;
@@ -332,6 +349,7 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
 // cudaFree waits for the device: work still queued may use the memory.
 cudaError_t cudaFree(void* ptr) {
   Lock lock(mutex());
+  note_host_call("cudaFree", __builtin_return_address(0));
   Calling calling("cudaFree", __builtin_return_address(0));
   if (!ptr) return cudaSuccess;
   run_all_streams();
@@ -342,6 +360,7 @@ cudaError_t cudaFree(void* ptr) {
 
 cudaError_t cudaHostAlloc(void** ptr, size_t bytes, unsigned) {
   Lock lock(mutex());
+  note_host_call("cudaHostAlloc", __builtin_return_address(0));
   *ptr = bytes ? allocate(Space::Pinned, bytes) : nullptr;
   return *ptr || !bytes ? cudaSuccess : done(cudaErrorMemoryAllocation);
 }
@@ -350,6 +369,7 @@ cudaError_t cudaMallocHost(void** ptr, size_t bytes) { return cudaHostAlloc(ptr,
 
 cudaError_t cudaFreeHost(void* ptr) {
   Lock lock(mutex());
+  note_host_call("cudaFreeHost", __builtin_return_address(0));
   Calling calling("cudaFreeHost", __builtin_return_address(0));
   if (!ptr) return cudaSuccess;
   run_all_streams();
@@ -360,6 +380,7 @@ cudaError_t cudaFreeHost(void* ptr) {
 
 cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
   Lock lock(mutex());
+  note_host_call("cudaMemset", __builtin_return_address(0));
   return memset_on("cudaMemset", ptr, value, bytes, cudaStreamLegacy, false);
 }
 
@@ -370,6 +391,7 @@ cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t str
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
   Lock lock(mutex());
+  note_host_call("cudaMemcpy", __builtin_return_address(0));
   Calling calling("cudaMemcpy", __builtin_return_address(0));
   return copy("cudaMemcpy", __builtin_return_address(0), dst, src, bytes, 1, bytes, bytes, kind, cudaStreamLegacy, false);
 }
@@ -408,6 +430,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   Lock lock(mutex());
+  note_host_call("cudaStreamSynchronize", __builtin_return_address(0));
   Calling calling("cudaStreamSynchronize", __builtin_return_address(0));
   if (!valid_stream(stream)) return refuse("cudaStreamSynchronize", "not a live stream", cudaErrorInvalidResourceHandle);
   run_stream(stream, true);
@@ -481,6 +504,7 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   Lock lock(mutex());
+  note_host_call("cudaEventSynchronize", __builtin_return_address(0));
   Calling calling("cudaEventSynchronize", __builtin_return_address(0));
   if (!event) return refuse("cudaEventSynchronize", "a null event", cudaErrorInvalidResourceHandle);
   run_until(reinterpret_cast<Event*>(event)->point, true);

@@ -69,6 +69,16 @@ struct KernelLaunches {
 };
 std::vector<KernelLaunches> kernel_launches();
 
+// The runtime calls that make the host wait for the device (cudaDeviceSynchronize, cudaStreamSynchronize,
+// cudaEventSynchronize, cudaMemcpy, cudaMemset, a cudaMemcpyAsync of pageable memory, cudaFree, cudaFreeHost) or
+// allocate (cudaMalloc, cudaHostAlloc), counted by call and calling function since the program started: what a
+// training step may do only where it says so (a test reads them around a step).
+struct HostCall {
+  std::string call, caller;
+  uint64_t count = 0;
+};
+std::vector<HostCall> host_calls();
+
 // ---- built-in variables and block-wide operations of the running thread ----
 
 uint3 thread_idx() __attribute__((const));
@@ -95,13 +105,13 @@ void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b
 // matrix i; this lane receives its fragment of each of the `matrices` matrices.
 void ldmatrix(uint32_t* r, int matrices, bool trans, const void* row);
 
-// ---- 16-byte vector accesses (cuda/common.cuh's packs) ----
+// ---- vector accesses (cuda/common.cuh's packs) ----
 
-// One 16-byte load or store of a kernel thread, checked and counted as the one instruction a GPU executes
-// (ld.global.v4, st.global.v4, or their shared forms) at the caller's code address: a copy of a 16-byte struct would
-// reach the checks as element accesses, each at a code address of its own.
-int4 load16(const void* p);
-void store16(void* p, int4 v);
+// One 8- or 16-byte load or store of a kernel thread, checked and counted as the one instruction a GPU executes
+// (ld.global.v2/.v4, st.global.v2/.v4, or their shared forms) at the caller's code address: a copy of a struct that
+// size would reach the checks as element accesses, each at a code address of its own.
+void load_vector(void* out, const void* p, size_t bytes);
+void store_vector(void* p, const void* in, size_t bytes);
 
 // ---- atomics: read-modify-write of device or shared memory, checked as one access ----
 
