@@ -22,9 +22,6 @@ double rate_of(const AccountedOp& op, const AccountPeak& p) {
 
 Json number_or_null(std::optional<double> v) { return v && std::isfinite(*v) ? Json(*v) : Json(nullptr); }
 
-// The sector efficiency of summed counts, as the emulator's Traffic gives it for one launch.
-double sector_efficiency(uint64_t used, uint64_t sectors) { return sectors ? double(used) / (32.0 * sectors) : 1.0; }
-
 Json kernel_object(const KernelTime& k, bool emulated) {
   Json j = {{"name", k.name}, {"launches", k.launches}, {"time_s", k.time_s}};
   if (!emulated) return j;
@@ -33,7 +30,7 @@ Json kernel_object(const KernelTime& k, bool emulated) {
   j["written_bytes"] = k.written_bytes;
   j["requests"] = k.requests;
   j["sectors"] = k.sectors;
-  j["sector_efficiency"] = sector_efficiency(k.used_bytes, k.sectors);
+  j["sector_efficiency"] = sector_efficiency(k);
   j["shared_requests"] = k.shared_requests;
   j["bank_conflicts"] = k.bank_conflicts;
   j["occupancy"] = k.occupancy;
@@ -43,6 +40,25 @@ Json kernel_object(const KernelTime& k, bool emulated) {
 }
 
 }  // namespace
+
+double sector_efficiency(const KernelTime& k) {
+  return k.sectors ? double(k.used_bytes) / (32.0 * double(k.sectors)) : 1.0;
+}
+
+KernelTime op_traffic(const AccountedOp& op) {
+  KernelTime t;
+  for (const KernelTime& k : op.kernels) {
+    t.read_bytes += k.read_bytes;
+    t.written_bytes += k.written_bytes;
+    t.requests += k.requests;
+    t.sectors += k.sectors;
+    t.used_bytes += k.used_bytes;
+    t.shared_requests += k.shared_requests;
+    t.bank_conflicts += k.bank_conflicts;
+    t.findings.insert(t.findings.end(), k.findings.begin(), k.findings.end());
+  }
+  return t;
+}
 
 Roofline roofline(const AccountedOp& op, const AccountPeak& p) {
   Roofline r;
@@ -127,14 +143,9 @@ std::string kernel_json(const KernelReport& r) {
               {"bound", f.bound}};
     if (!op.exempt.empty()) o["exempt"] = op.exempt;
     if (r.emulated) {
-      uint64_t touched = 0, used = 0, sectors = 0;
-      for (const KernelTime& k : op.kernels) {
-        touched += k.read_bytes + k.written_bytes;
-        used += k.used_bytes;
-        sectors += k.sectors;
-      }
-      o["touched_bytes"] = touched;
-      o["sector_efficiency"] = sector_efficiency(used, sectors);
+      const KernelTime t = op_traffic(op);
+      o["touched_bytes"] = t.read_bytes + t.written_bytes;
+      o["sector_efficiency"] = sector_efficiency(t);
     }
     Json ks = Json::array();
     for (const KernelTime& k : op.kernels) ks.push_back(kernel_object(k, r.emulated));

@@ -31,6 +31,10 @@ struct KernelTime {
   std::vector<std::string> findings;
 };
 
+// Bytes used over bytes in the 32-byte sectors fetched, of counts summed over launches (as the emulator's Traffic
+// gives it for one): 1.0 with no sectors.
+double sector_efficiency(const KernelTime& k);
+
 // Which rate an operation's bytes are held to.
 enum class Roof { Device, Link, Host };  // HBM and tensor peak; the link between devices (NCCL); host <-> device
 
@@ -42,6 +46,10 @@ struct AccountedOp {
   double time_s = 0, flops = 0, ideal_bytes = 0;
   std::vector<KernelTime> kernels;
 };
+
+// The emulator's traffic of an operation's kernels, summed into one KernelTime (name, launches and times left
+// empty; occupancy and registers are per kernel and stay unset).
+KernelTime op_traffic(const AccountedOp& op);
 
 struct AccountPeak {
   double flops = 0, bytes_per_s = 0;  // the device's dense bf16 tensor peak and its memory bandwidth

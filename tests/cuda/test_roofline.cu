@@ -46,24 +46,6 @@ std::vector<float> small_weights(size_t n) {
   return v;
 }
 
-struct Traffic {
-  double touched = 0, requests = 0, sectors = 0, used = 0, shared_requests = 0, conflicts = 0;
-  std::vector<std::string> findings;
-};
-Traffic traffic_of(const AccountedOp& op) {
-  Traffic t;
-  for (const KernelTime& k : op.kernels) {
-    t.touched += double(k.read_bytes + k.written_bytes);
-    t.requests += double(k.requests);
-    t.sectors += double(k.sectors);
-    t.used += double(k.used_bytes);
-    t.shared_requests += double(k.shared_requests);
-    t.conflicts += double(k.bank_conflicts);
-    t.findings.insert(t.findings.end(), k.findings.begin(), k.findings.end());
-  }
-  return t;
-}
-
 #ifdef YUAN_EMU
 // The host calls that waited for the device or allocated between two readings of emu::host_calls(), in words.
 std::vector<std::string> host_calls_between(const std::vector<emu::HostCall>& before,
@@ -144,17 +126,18 @@ TEST_P(Roofline, MemoryBoundOpsMoveTheirIdealBytes) {
     // micro-batch's rows anyway; here, at 64, its FLOPs per byte fall below the ridge).
     bool library = false;
     for (const KernelTime& k : op.kernels) library |= k.name.rfind("cublasLt", 0) == 0;
-    const Traffic t = traffic_of(op);
+    const KernelTime t = op_traffic(op);
     if (library || t.requests == 0) continue;  // t.requests == 0: a copy or memset of the runtime
-    const double touched = t.touched / op.ideal_bytes, efficiency = t.sectors ? t.used / (32 * t.sectors) : 1.0;
+    const double touched_bytes = double(t.read_bytes + t.written_bytes);
+    const double touched = touched_bytes / op.ideal_bytes, efficiency = sector_efficiency(t);
     std::printf("%-22s %-9s %-26s %12.0f %8.3f %7.3f %9.2f %s\n", op.name.c_str(), op.phase.c_str(), op.shape.c_str(),
-                op.ideal_bytes, touched, efficiency, t.shared_requests ? t.conflicts / t.shared_requests : 0.0,
-                op.exempt.c_str());
+                op.ideal_bytes, touched, efficiency,
+                t.shared_requests ? double(t.bank_conflicts) / double(t.shared_requests) : 0.0, op.exempt.c_str());
     for (const std::string& f : t.findings) std::printf("    %s\n", f.c_str());
     checked++;
     if (!op.exempt.empty()) continue;
-    EXPECT_LE(touched, kMaxTouched) << op.name << " (" << op.phase << ", " << op.shape << ") touches " << t.touched
-                                    << " bytes of an ideal " << op.ideal_bytes;
+    EXPECT_LE(touched, kMaxTouched) << op.name << " (" << op.phase << ", " << op.shape << ") touches "
+                                    << touched_bytes << " bytes of an ideal " << op.ideal_bytes;
     EXPECT_GE(efficiency, kMinSectorEfficiency) << op.name << " (" << op.phase << ", " << op.shape << ")";
   }
   // The program's memory-bound families, and the optimizer's: none may drop out of the account unnoticed.
