@@ -10,6 +10,7 @@
 #include "prep/prep.h"
 #include "run/commands.h"
 #include "train/train.h"
+#include "util/crash_report.h"
 #include "util/error.h"
 #include "util/threads.h"
 
@@ -49,6 +50,10 @@ void usage(std::FILE* f) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // First, before MPI_Init and any thread: a rank that dies of SIGSEGV, SIGBUS, SIGFPE, SIGILL or SIGABRT names
+  // itself, its node and the signal with a backtrace, whenever it dies (util/crash_report.h; Open MPI then leaves
+  // those signals to it).
+  yuan::install_crash_report();
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
     usage(stdout);
     return argc < 2 ? 1 : 0;

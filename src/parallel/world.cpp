@@ -12,6 +12,7 @@
 
 #include "parallel/mpi_check.h"
 #include "parallel/watchdog.h"
+#include "util/crash_report.h"
 
 namespace yuan::parallel {
 
@@ -112,6 +113,9 @@ void init(int* argc, char*** argv) {
   g_nodes = NodeMap::from_leaders(leaders, g_hosts);
   g_world.node = g_nodes.node[g_world.rank];
   set_process_identity(g_world.rank, g_world.host);
+  // The fatal-signal report (installed by main before MPI_Init) names the rank and node from now on, and takes
+  // back any of its signals that MPI's start-up gave another handler.
+  set_crash_identity(g_world.rank, g_world.host.c_str());
 }
 
 void finalize() {
