@@ -54,6 +54,9 @@ int main(int argc, char** argv) {
   // itself, its node and the signal with a backtrace, whenever it dies (util/crash_report.h; Open MPI then leaves
   // those signals to it).
   yuan::install_crash_report();
+  // The environment OpenBLAS reads, set while this is the only thread: setenv with MPI's threads running could
+  // crash them (util/threads.h).
+  yuan::prepare_blas_environment();
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
     usage(stdout);
     return argc < 2 ? 1 : 0;

@@ -42,6 +42,7 @@ class RankAggregator : public testing::EmptyTestEventListener {
 
 int main(int argc, char** argv) {
   testing::InitGoogleTest(&argc, argv);
+  yuan::prepare_blas_environment();  // before MPI's threads (util/threads.h)
   yuan::parallel::init(&argc, &argv);
   yuan::configure_threads(yuan::parallel::world().local_size);
   testing::TestEventListeners& listeners = testing::UnitTest::GetInstance()->listeners();

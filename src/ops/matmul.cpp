@@ -10,6 +10,7 @@
 
 #include "ops/reference_ops.h"
 #include "util/error.h"
+#include "util/threads.h"
 
 // Debian's directory for this architecture's libraries, where its OpenBLAS variants live.
 #if defined(__x86_64__)
@@ -31,12 +32,11 @@ using SgemmFn = void (*)(CBLAS_ORDER, CBLAS_TRANSPOSE, CBLAS_TRANSPOSE, blasint,
 // ourselves after naming the kernel family the CPU supports (a user's OPENBLAS_CORETYPE wins).
 // We also prefer OpenBLAS's OpenMP build: the pthread build's own spinning threads fight the OpenMP threads of
 // every other op, which halved the tiny model's step rate on 2 cores (docs/BENCHMARKS.md).
+// The thread count (util/threads.h) goes to it through openblas_set_num_threads once it is loaded, unless the user's
+// OPENBLAS_NUM_THREADS said otherwise: setting the variable here, with other threads running, could crash them.
 SgemmFn sgemm() {
   static SgemmFn fn = [] {
-    if (__builtin_cpu_supports("avx512f"))
-      setenv("OPENBLAS_CORETYPE", "SkylakeX", 0);
-    else if (__builtin_cpu_supports("avx2"))
-      setenv("OPENBLAS_CORETYPE", "Haswell", 0);
+    prepare_blas_environment();  // set at the start of main already (before any thread); else now
     const char* explicit_path = std::getenv("YUAN_OPENBLAS");
     const char* candidates[] = {
         explicit_path,                                                 // the user's choice
@@ -54,6 +54,9 @@ SgemmFn sgemm() {
     YUAN_CHECK(lib, "cannot load OpenBLAS (set YUAN_OPENBLAS to its libopenblas.so): %s", tried.c_str());
     auto f = reinterpret_cast<SgemmFn>(dlsym(lib, "cblas_sgemm"));
     YUAN_CHECK(f, "the OpenBLAS library loaded has no cblas_sgemm");
+    using SetThreadsFn = void (*)(int);
+    const auto set_threads = reinterpret_cast<SetThreadsFn>(dlsym(lib, "openblas_set_num_threads"));
+    if (set_threads && blas_threads() > 0 && !std::getenv("OPENBLAS_NUM_THREADS")) set_threads(blas_threads());
     return f;
   }();
   return fn;

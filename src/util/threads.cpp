@@ -4,10 +4,14 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
-#include <string>
 
 namespace yuan {
+
+namespace {
+std::atomic<int> g_blas_threads{0};
+}  // namespace
 
 int configure_threads(int ranks_on_node) {
   int threads;
@@ -22,9 +26,19 @@ int configure_threads(int ranks_on_node) {
     if (threads < 1) threads = 1;
     omp_set_num_threads(threads);
   }
-  // Read by OpenBLAS when src/ops/matmul.cpp loads it, which happens after this.
-  setenv("OPENBLAS_NUM_THREADS", std::to_string(threads).c_str(), 0);
+  g_blas_threads.store(threads);  // given to OpenBLAS when src/ops/matmul.cpp loads it, which happens after this
   return threads;
+}
+
+int blas_threads() { return g_blas_threads.load(); }
+
+void prepare_blas_environment() {
+  static std::atomic<bool> done{false};
+  if (done.exchange(true)) return;
+  if (__builtin_cpu_supports("avx512f"))
+    setenv("OPENBLAS_CORETYPE", "SkylakeX", 0);
+  else if (__builtin_cpu_supports("avx2"))
+    setenv("OPENBLAS_CORETYPE", "Haswell", 0);
 }
 
 }  // namespace yuan
