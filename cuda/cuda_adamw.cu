@@ -1,11 +1,10 @@
 // CudaAdamW (backend/cuda_adamw.h): the optimizer state of a range of a CUDA backend's flat buffer in device
-// memory, updated by the kernel of adamw_kernel.cu on the backend's compute stream.
+// memory, updated by the backend's adamw op on its compute stream.
 #include "backend/cuda_adamw.h"
 
-#include "adamw_kernel.cuh"
 #include "backend/cuda_backend.h"
+#include "common.cuh"
 #include "device.cuh"
-#include "grad_norm.cuh"
 #include "kernel_account.cuh"
 #include "model/gpt.h"
 
@@ -14,11 +13,10 @@ namespace yuan {
 struct CudaAdamW::State {
   Backend* backend = nullptr;
   size_t offset = 0, count = 0;
-  Allocation memory;  // master | m | v (count floats each), then the sum of squares' partials
+  Allocation memory;  // master | m | v (count floats each)
   std::vector<DecaySegment> segments;
   cudaStream_t stream() const { return backend->stream(); }
   float* master() const { return memory.as<float>(); }
-  double* partials() const { return reinterpret_cast<double*>(master() + 3 * count); }
 };
 
 CudaAdamW::CudaAdamW(Backend& cuda_backend, size_t offset, size_t count, const float* init_master,
@@ -30,9 +28,7 @@ CudaAdamW::CudaAdamW(Backend& cuda_backend, size_t offset, size_t count, const f
   s_->backend = &cuda_backend;
   s_->offset = offset;
   s_->count = count;
-  // The partials are doubles: the 3*count floats before them round up to a multiple of 8 bytes.
-  const size_t floats = (3 * count + 1) / 2 * 2;
-  const size_t bytes = floats * sizeof(float) + gpu::sum_squares_partials_size() * sizeof(double);
+  const size_t bytes = 3 * count * sizeof(float);
   const size_t free_bytes = cuda_free_bytes();
   YUAN_CHECK(bytes <= free_bytes, "GPU AdamW: needs %.2f GiB for the fp32 master weights and moments of %zu "
              "parameters, device has %.2f GiB free; keep the optimizer on the host (optim.offload)",
@@ -55,22 +51,23 @@ CudaAdamW::CudaAdamW(Backend& cuda_backend, size_t offset, size_t count, const f
 CudaAdamW::~CudaAdamW() = default;
 
 double CudaAdamW::grad_sum_squares() {
-  return gpu::sum_squares(s_->backend->grads().as<float>() + s_->offset, s_->count, s_->partials(), s_->stream());
+  return s_->backend->ops().sum_squares(Tensor(s_->backend->grads().as<float>() + s_->offset, DType::F32, 1,
+                                               static_cast<int64_t>(s_->count)));
 }
 
 void CudaAdamW::step(const ops::AdamWHyper& h) {
+  Backend& b = *s_->backend;
+  const auto f32 = [](float* p, size_t n) { return Tensor(p, DType::F32, 1, static_cast<int64_t>(n)); };
   float *master = s_->master(), *m = master + s_->count, *v = m + s_->count;
-  float* grads = s_->backend->grads().as<float>();
-  gpu::bf16* weights = s_->backend->weights().as<gpu::bf16>();
   // Every decay segment's update is one call of the op: master, m, v and gradient in fp32, the bf16 working copy.
-  const gpu::OpScope op({"adamw", "adamw", {"n=%lld", {static_cast<long long>(s_->count)}},
-                         ops::adamw_cost(static_cast<double>(s_->count), 2)});
   for (const DecaySegment& seg : s_->segments) {
     ops::AdamWHyper hs = h;
     hs.weight_decay = seg.decay ? h.weight_decay : 0.0;
     const size_t i = seg.offset - s_->offset;
-    gpu::adamw_update(master + i, m + i, v + i, grads + seg.offset, weights + seg.offset, seg.count, hs,
-                      s_->stream());
+    b.ops().adamw(f32(master + i, seg.count), f32(m + i, seg.count), f32(v + i, seg.count),
+                  f32(b.grads().as<float>() + seg.offset, seg.count),
+                  Tensor(b.weights().as<gpu::bf16>() + seg.offset, DType::BF16, 1, static_cast<int64_t>(seg.count)),
+                  hs);
   }
   CUDA_CHECK(cudaStreamSynchronize(s_->stream()));
 }

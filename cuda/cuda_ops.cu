@@ -16,11 +16,13 @@
 #include <unordered_map>
 #include <vector>
 
+#include "adamw_kernel.cuh"
 #include "attention.cuh"
 #include "cast.cuh"
 #include "classifier.cuh"
 #include "device.cuh"
 #include "encoder.cuh"
+#include "grad_norm.cuh"
 #include "kernel_account.cuh"
 #include "layernorm.cuh"
 #include "matmul.cuh"
@@ -108,9 +110,10 @@ size_t bias_scratch_count(int C) { return 4 * static_cast<size_t>(C); }
 
 // The scratch of one CudaOps: one allocation, carved in 256-byte steps (cuBLASLt's preferred alignment).
 struct Scratch {
-  size_t ln_partials = 0, bias = 0, workspace = 0, bytes = 0;  // offsets, and the total
+  size_t ln_partials = 0, norm_partials = 0, bias = 0, workspace = 0, bytes = 0;  // offsets, and the total
   explicit Scratch(int C) {
     ln_partials = take(layernorm_partials_size(C) * sizeof(float));
+    norm_partials = take(sum_squares_partials_size() * sizeof(double));
     bias = take(bias_scratch_count(C) * sizeof(float));
     workspace = take(Matmul::kWorkspaceBytes);
   }
@@ -127,6 +130,7 @@ class CudaOps final : public Ops {
     const Scratch k(C);
     char* base = scratch_.as<char>();
     ln_partials_ = reinterpret_cast<float*>(base + k.ln_partials);
+    norm_partials_ = reinterpret_cast<double*>(base + k.norm_partials);
     gemm_ = std::make_unique<Matmul>(base + k.workspace, reinterpret_cast<float*>(base + k.bias),
                                      bias_scratch_count(C));
     CUDA_CHECK(cudaEventCreateWithFlags(&staged_, cudaEventDisableTiming));
@@ -166,6 +170,13 @@ class CudaOps final : public Ops {
     std::vector<uint16_t> bits(src.numel());
     download(bits.data(), src);
     for (size_t i = 0; i < bits.size(); i++) dst[i] = ::yuan::bf16_to_f32(bits[i]);
+  }
+  void from_host_f32(const Tensor& dst, const float* src) override {
+    if (dst.numel() == 0) return;
+    arg<float>(dst, dst.rows, dst.cols, "from_host_f32 dst", true);
+    const size_t w = sizeof(float);
+    copy_2d_async(dst.data, dst.ld * w, src, dst.cols * w, dst.cols * w, dst.rows, cudaMemcpyHostToDevice, s_);
+    CUDA_CHECK(cudaStreamSynchronize(s_));
   }
   void load_tokens(const Tensor& tokens, const int32_t* host) override {
     const int B = rows(tokens), stride = cols(tokens);
@@ -354,6 +365,23 @@ class CudaOps final : public Ops {
                                     vocab_part(vocab_begin, V, "classifier_finish"), dscale, s_);
   }
 
+  // ---- optimizer ----
+  void adamw(const Tensor& master, const Tensor& m, const Tensor& v, const Tensor& grad, const Tensor& weights,
+             const ops::AdamWHyper& h) override {
+    const int64_t n = static_cast<int64_t>(master.numel());
+    const bool bf16_copy = weights && weights.dtype == DType::BF16;
+    const OpScope op({"adamw", "adamw", {"n=%lld", {static_cast<long long>(n)}},
+                      ops::adamw_cost(static_cast<double>(n), weights ? static_cast<int>(dtype_size(weights.dtype)) : 0)});
+    float* p = vec<float>(master, n, "adamw master");
+    gpu::adamw_update(p, vec<float>(m, n, "adamw m"), vec<float>(v, n, "adamw v"), vec<float>(grad, n, "adamw grad"),
+                      bf16_copy ? vec<bf16>(weights, n, "adamw weights") : nullptr, static_cast<size_t>(n), h, s_);
+    if (weights && !bf16_copy)  // fp32 working weights: the master values themselves
+      copy_async(vec<float>(weights, n, "adamw weights"), p, n * sizeof(float), cudaMemcpyDeviceToDevice, s_);
+  }
+  double sum_squares(const Tensor& x) override {
+    return gpu::sum_squares(arg<float>(x, x.rows, x.cols, "sum_squares x"), x.numel(), norm_partials_, s_);
+  }
+
  private:
   struct Grouping {  // the embedding backward's grouping in a token buffer, as token_groups gave it
     int B = 0, T = 0;
@@ -369,8 +397,9 @@ class CudaOps final : public Ops {
 
   const int C_;
   cudaStream_t s_;
-  Allocation scratch_;  // Scratch(C_): LayerNorm backward partials, bias-gradient scratch, cuBLASLt workspace
+  Allocation scratch_;  // Scratch(C_): LayerNorm backward and norm partials, bias-gradient scratch, cuBLASLt workspace
   float* ln_partials_ = nullptr;
+  double* norm_partials_ = nullptr;
   std::unique_ptr<Matmul> gemm_;
   Allocation staging_;            // pinned: ids and grouping on their way to a token buffer
   cudaEvent_t staged_ = nullptr;  // the last copy out of staging_

@@ -90,7 +90,8 @@ struct Arenas {
 };
 const Arenas& arenas();
 size_t device_bytes_in_use();
-constexpr size_t kDeviceBytes = size_t(16) << 30;  // the emulated device's memory
+// The emulated device's memory: 16 GiB, or YUAN_EMU_DEVICE_MB MiB (a test's small GPU, or an H100's 80 GB).
+size_t device_memory_bytes();
 
 // Per-byte state of the device arena (Arenas::shadow).
 enum : uint8_t { kNoAccess = 0, kUninitialised = 2, kInitialised = 3 };

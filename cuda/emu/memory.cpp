@@ -63,9 +63,25 @@ bool in_arena(Space s, uintptr_t p) { return p - memory().arena[static_cast<int>
 
 size_t device_bytes_in_use() { return memory().device_in_use; }
 
+size_t device_memory_bytes() {
+  static const size_t bytes = [] {
+    const char* mb = std::getenv("YUAN_EMU_DEVICE_MB");
+    if (!mb || !*mb) return size_t(16) << 30;
+    char* end = nullptr;
+    const unsigned long long v = std::strtoull(mb, &end, 10);
+    if (*end || v == 0 || v > (kReserve >> 20)) {
+      std::fprintf(stderr, "cuda emulator: YUAN_EMU_DEVICE_MB = '%s': expected a whole number of MiB, 1 to %zu\n", mb,
+                   kReserve >> 20);
+      std::exit(2);
+    }
+    return static_cast<size_t>(v) << 20;
+  }();
+  return bytes;
+}
+
 void* allocate(Space s, size_t bytes) {
   Memory& m = memory();
-  if (s == Space::Device && bytes > kDeviceBytes - m.device_in_use) return nullptr;
+  if (s == Space::Device && bytes > device_memory_bytes() - m.device_in_use) return nullptr;
   Arena& a = m.arena[static_cast<int>(s)];
   const size_t span = round_up(bytes, kPage);
   if (a.cursor + span + kPage > kReserve) return nullptr;

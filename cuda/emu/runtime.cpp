@@ -252,7 +252,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   if (device != 0) return done(cudaErrorInvalidDevice);
   std::memset(prop, 0, sizeof *prop);
   std::strcpy(prop->name, "yuanlm CUDA emulator");
-  prop->totalGlobalMem = kDeviceBytes;
+  prop->totalGlobalMem = device_memory_bytes();
   prop->sharedMemPerBlock = 48 << 10;
   prop->sharedMemPerBlockOptin = 227 << 10;
   prop->warpSize = 32;
@@ -298,8 +298,8 @@ cudaError_t cudaDeviceSynchronize() {
 
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
   Lock lock(mutex());
-  *total_bytes = kDeviceBytes;
-  *free_bytes = kDeviceBytes - device_bytes_in_use();
+  *total_bytes = device_memory_bytes();
+  *free_bytes = device_memory_bytes() - device_bytes_in_use();
   return done(sticky_error());
 }
 

@@ -35,6 +35,9 @@ class CpuOps final : public Ops {
   void to_host_f32(float* dst, const Tensor& src) override {
     std::memcpy(dst, F(src), src.numel() * sizeof(float));
   }
+  void from_host_f32(const Tensor& dst, const float* src) override {
+    std::memcpy(F(dst), src, dst.numel() * sizeof(float));
+  }
   void load_tokens(const Tensor& tokens, const int32_t* host) override {
     std::memcpy(tokens.data, host, tokens.numel() * sizeof(int32_t));
   }
@@ -115,6 +118,16 @@ class CpuOps final : public Ops {
     ops::classifier_parallel_finish(F(logits), F(losses), F(row_max), F(sums), ids(tokens) + 1, B, T, cols(logits),
                                     cols(tokens), static_cast<int>(vocab_begin), dscale);
   }
+
+  void adamw(const Tensor& master, const Tensor& m, const Tensor& v, const Tensor& grad, const Tensor& weights,
+             const ops::AdamWHyper& h) override {
+    const size_t n = master.numel();
+    YUAN_CHECK(m.numel() == n && v.numel() == n && grad.numel() == n && (!weights || weights.numel() == n),
+               "cpu ops: adamw of %zu values with moments, gradient or weights of other sizes", n);
+    ops::adamw_update(F(master), F(m), F(v), F(grad), nullptr, n, h);
+    if (weights && weights.data != master.data) std::memcpy(F(weights), F(master), n * sizeof(float));
+  }
+  double sum_squares(const Tensor& x) override { return ops::sum_squares(F(x), x.numel()); }
 
  private:
   // Host scratch for the GELU backward's intermediate product, grown to the largest one asked for.

@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "ops/adamw.h"
 #include "util/dtype.h"
 #include "util/error.h"
 
@@ -76,6 +77,8 @@ class Ops {
   virtual void copy(const Tensor& dst, const Tensor& src) = 0;
   // rows x cols fp32 values of `src` into host memory, dense; waits for them.
   virtual void to_host_f32(float* dst, const Tensor& src) = 0;
+  // dst.rows x dst.cols fp32 values from dense host memory into fp32 `dst`; waits for them.
+  virtual void from_host_f32(const Tensor& dst, const float* src) = 0;
   // tokens.rows rows of tokens.cols ids from host memory into a token buffer (TensorFormats::token_slot, viewed
   // as [B, stride] I32): row b's inputs are ids [0, T), its targets, when stride is T+1, ids [1, T+1). The ops
   // that take `tokens` get the same view.
@@ -130,6 +133,14 @@ class Ops {
   virtual void classifier_finish(const Tensor& logits, const Tensor& losses, const Tensor& row_max,
                                  const Tensor& sums, const Tensor& tokens, int B, int T, int64_t vocab_begin,
                                  float dscale) = 0;
+
+  // ---- optimizer (the math of ops/adamw.h) ----
+  // AdamW over the fp32 vectors master, m, v from fp32 `grad`, all of master.numel() values; `weights`, when
+  // given, receives the new master values in its own dtype (the backend's working copy of the same parameters).
+  virtual void adamw(const Tensor& master, const Tensor& m, const Tensor& v, const Tensor& grad,
+                     const Tensor& weights, const ops::AdamWHyper& h) = 0;
+  // The sum of squares of fp32 `x`, accumulated in double in a fixed order (the same bits every run); waits for it.
+  virtual double sum_squares(const Tensor& x) = 0;
 };
 
 }  // namespace yuan

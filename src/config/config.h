@@ -45,10 +45,16 @@ struct OptimConfig {
   double beta2 = 0.95;
   double eps = 1e-8;
   double grad_clip = 1.0;  // global L2 norm; 0 disables
-  int zero = 1;            // 0 replicated, 1 optimizer state sharded, 2 gradients sharded too
+  int zero = 1;            // 0 replicated, 1 optimizer state sharded, 2 gradients too, 3 working weights too
   double bucket_mb = 25;   // gradient communication bucket size
   bool delayed_update = false;  // step t's AdamW beside step t+1's forward/backward (weights one step stale)
+  // Where the fp32 master weights and moments live on a GPU backend: "host" (offloaded, OpenMP AdamW), "none"
+  // (on the device, the backend's adamw op), "auto" (the trainer takes none where its plan fits the device, else
+  // host). Everything built from an OptimConfig reads it through optimizer_on_device(), which takes auto as host:
+  // the trainer resolves it first.
+  std::string offload = "auto";
 };
+inline bool optimizer_on_device(const OptimConfig& o) { return o.offload == "none"; }
 
 // The job's parallel layout (src/parallel/layout.h turns it into a Topology). Without pipelines the job is pure
 // data parallelism: one one-stage pipeline per rank.

@@ -9,6 +9,7 @@
 namespace yuan {
 
 HostGradient::Buffers::Buffers(HostBuffers& k, const ZeroSizes& s) {
+  if (s.device) return;  // the AdamW reads the reduced gradient where the backend holds it
   for (int i = 0; i < (s.delayed ? 2 : 1); i++) grad[i] = k.transfer(s.shard * sizeof(float), Mem::Optimizer);
   if (s.per_micro) incoming = k.transfer(s.shard * sizeof(float), Mem::Comm);
 }
@@ -96,7 +97,7 @@ void GradientBuckets::reduce_bucket(Bucket& b) {
     hi = std::min(hi, spec_.shard_off + spec_.shard_n);
   }
   comm_seconds_ += now_seconds() - t0;
-  if (hi > lo) backend_.grads_to_host_async(lo, hi - lo, host_.target() + (lo - spec_.shard_off), comm_.stream());
+  if (hi > lo && !spec_.device) backend_.grads_to_host_async(lo, hi - lo, host_.target() + (lo - spec_.shard_off), comm_.stream());
   b.reduced = true;
 }
 
@@ -105,8 +106,9 @@ void GradientBuckets::finish() {
   comm_.synchronize();
   backend_.wait_transfers();
   comm_seconds_ += now_seconds() - t0;
-  // Zero 3's module buffers are zeroed as they are taken.
-  if (spec_.cfg.zero < 3) backend_.zero_grads(spec_.range_off, spec_.range_n);
+  // Zero 3's module buffers are zeroed as they are taken; on the device the AdamW reads them first
+  // (ZeroOptimizer::step zeroes them after).
+  if (spec_.cfg.zero < 3 && !spec_.device) backend_.zero_grads(spec_.range_off, spec_.range_n);
 }
 
 double GradientBuckets::norm_share() const {
@@ -114,15 +116,22 @@ double GradientBuckets::norm_share() const {
   // every tensor rank holds the replicated tensors whole (LayerNorms, the row-parallel layers' biases, wpe):
   // tensor rank 0 counts them, the others only their own parts.
   const TensorParallel& tp = layout_.tp();
-  const float* g = host_.current();
+  // The sum of squares of the reduced gradient's n values from `off` in the shard: in the host gradient, or on the
+  // device where the backend's buffer holds the shard (one piece, at shard_off).
+  const auto sum_squares = [&](size_t off, size_t n) {
+    if (n == 0) return 0.0;
+    if (!spec_.device) return ops::sum_squares(host_.current() + off, n);
+    return backend_.ops().sum_squares(
+        Tensor(backend_.grads().as<float>() + spec_.shard_off + off, DType::F32, 1, static_cast<int64_t>(n)));
+  };
   if (spec_.cfg.zero == 0 && comm_.rank() != 0) return 0;
-  if (tp.size == 1 || tp.rank == 0) return ops::sum_squares(g, spec_.shard_n);
+  if (tp.size == 1 || tp.rank == 0) return sum_squares(0, spec_.shard_n);
   double share = 0;
   for (const TensorSpec& t : layout_.tensors()) {
     if (t.split == TpSplit::Replicated) continue;
     for (const ZeroSpec::Piece& p : spec_.pieces) {
       const size_t lo = std::max(t.offset, p.layout), hi = std::min(t.offset + t.numel, p.layout + p.count);
-      if (lo < hi) share += ops::sum_squares(g + p.host + (lo - p.layout), hi - lo);
+      if (lo < hi) share += sum_squares(p.host + (lo - p.layout), hi - lo);
     }
   }
   return share;

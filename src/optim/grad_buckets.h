@@ -7,7 +7,8 @@
 // second buffer that is added into the gradient when they are done, so no rank keeps a whole gradient across
 // micro-batches; at zero 0 and 1 they go during the step's last backward when the caller announces it
 // (before_last_micro_batch), else all at once in reduce(). Zero 3 reduces module by module (optim/zero3_params.h):
-// here its modules are only checked off.
+// here its modules are only checked off. With the optimizer on the device (ZeroSpec::device) nothing goes to the
+// host: the reduced shard stays in the backend's gradient buffer, where the device AdamW reads it.
 #pragma once
 #include <cstddef>
 #include <vector>

@@ -90,15 +90,17 @@ void HostAdamW::upload_shard() {
   for (int lane : {0, 1}) backend_.wait_upload(lane);
 }
 
-void HostAdamW::gather() {
-  if (spec_.cfg.zero == 0 || spec_.cfg.zero == 3) return;
-  const Tensor& p = backend_.weights();
+void all_gather_weights(const ZeroSpec& spec, Backend& backend, Communicator& comm, double& comm_seconds) {
+  if (spec.cfg.zero == 0 || spec.cfg.zero == 3) return;
+  const Tensor& p = backend.weights();
   const double t0 = now_seconds();
-  for (const ZeroBucket& b : spec_.buckets)
-    comm_.all_gather(static_cast<char*>(p.data) + b.offset * dtype_size(p.dtype), spec_.shard_counts(b), p.dtype);
-  comm_.synchronize();
-  comm_seconds_ += now_seconds() - t0;
+  for (const ZeroBucket& b : spec.buckets)
+    comm.all_gather(static_cast<char*>(p.data) + b.offset * dtype_size(p.dtype), spec.shard_counts(b), p.dtype);
+  comm.synchronize();
+  comm_seconds += now_seconds() - t0;
 }
+
+void HostAdamW::gather() { all_gather_weights(spec_, backend_, comm_, comm_seconds_); }
 
 void HostAdamW::load_backend() { backend_.set_params(buf_.master.data(), spec_.shard_off, spec_.shard_n); }
 

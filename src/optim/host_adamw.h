@@ -39,6 +39,11 @@ class ParamInit {
   Fill fill_;
 };
 
+// Zero 1 and 2: every rank's updated shard of the backend's working weights into every rank's backend, bucket by
+// bucket over `comm` (nothing at zero 0, where each rank updates all of it, and at zero 3, which gathers where the
+// weights are used); its host time is added to `comm_seconds`. Both placements of the state publish with it.
+void all_gather_weights(const ZeroSpec& spec, Backend& backend, Communicator& comm, double& comm_seconds);
+
 class HostAdamW {
  public:
   // The buffers in the one order that the constructor allocates and the memory plan counts them.

@@ -11,9 +11,14 @@ namespace yuan {
 ZeroHostMemory zero_host_memory(const ZeroSizes& s) {
   HostBuffers count;
   HostGradient::Buffers(count, s);
-  HostAdamW::Buffers(count, s);
+  if (s.device)
+    DeviceAdamW::Buffers(count, nullptr, s);
+  else
+    HostAdamW::Buffers(count, s);
   return {count.bytes(Mem::Optimizer), count.bytes(Mem::Comm)};
 }
+
+size_t zero_device_memory(const ZeroSizes& s) { return s.device ? DeviceAdamW::device_bytes(s) : 0; }
 
 size_t zero_optimizer_bytes(size_t shard, bool delayed_update) {
   ZeroSizes s;
@@ -28,6 +33,8 @@ static ZeroSpec checked_spec(const ParamLayout& layout, const OptimConfig& cfg, 
   YUAN_CHECK(cfg.zero >= 0 && cfg.zero <= 3, "optim.zero = %d: must be 0, 1, 2 or 3", cfg.zero);
   YUAN_CHECK(cfg.zero < 3 || overlap, "optim.zero = 3 gathers and reduces each module as the passes use it, so "
              "every member of its group must run the same passes: it needs one stage per pipeline");
+  YUAN_CHECK(!optimizer_on_device(cfg) || backend.device() != Device::Cpu, "optim.offload = none: the %s backend "
+             "has no device memory apart from the host's (use host or auto)", backend.name());
   const DType wdt = backend.weights().dtype;
   YUAN_CHECK(wdt == DType::F32 || wdt == DType::BF16, "backend %s: working weights must be f32 or bf16",
              backend.name());
@@ -55,8 +62,11 @@ ZeroOptimizer::ZeroOptimizer(const ParamLayout& layout, const OptimConfig& cfg, 
                              const ParamInit& init, ModuleRange modules, bool overlap,
                              std::unique_ptr<Communicator> gathers, HostBuffers&& buffers)
     : layout_(layout), spec_(checked_spec(layout, cfg, backend, comm, modules, overlap)), backend_(backend),
-      comm_(comm), grad_(buffers, spec_.sizes()), buckets_(spec_, layout_, backend, comm, grad_, comm_seconds_),
-      adamw_(spec_, layout_, backend, comm, buffers, init, comm_seconds_) {
+      comm_(comm), grad_(buffers, spec_.sizes()), buckets_(spec_, layout_, backend, comm, grad_, comm_seconds_) {
+  if (spec_.device)
+    device_ = std::make_unique<DeviceAdamW>(spec_, layout_, backend, buffers, init);
+  else
+    host_ = std::make_unique<HostAdamW>(spec_, layout_, backend, comm, buffers, init, comm_seconds_);
   // The model as this tensor rank holds it: every module, each tensor its part of (the whole model without tensor
   // parallelism). Checkpoints place shards there.
   const GPTConfig& c = layout.config();
@@ -97,22 +107,30 @@ void ZeroOptimizer::publish() {
   if (zero3_)
     zero3_->weights_changed();
   else
-    adamw_.gather();
+    all_gather_weights(spec_, backend_, comm_, comm_seconds_);
 }
 
 double ZeroOptimizer::land_delayed() {
-  const double seconds = delayed_.wait();
-  adamw_.upload_shard();
+  double seconds = 0;  // beside compute: none on the device, where the update runs here, on the critical path
+  if (device_) {
+    device_->update_saved(*saved_);
+    saved_.reset();
+  } else {
+    seconds = delayed_.wait();
+    host_->upload_shard();
+  }
   publish();
   return seconds;
 }
+
+bool ZeroOptimizer::update_in_flight() const { return delayed_.in_flight() || saved_.has_value(); }
 
 ZeroStepStats ZeroOptimizer::step(double lr, double grad_norm, bool skip) {
   YUAN_CHECK(grad_.micro_batches() == 0, "ZeroOptimizer::step before reduce_gradients");
   ZeroStepStats st;
   st.grad_norm = grad_norm;
   double t2 = now_seconds();
-  if (delayed_.in_flight()) {  // the previous step's delayed update lands now, before the next forward
+  if (update_in_flight()) {  // the previous step's delayed update lands now, before the next forward
     const double c0 = comm_seconds_;
     st.background_seconds = land_delayed();
     optim_seconds_ += now_seconds() - t2 - (comm_seconds_ - c0);
@@ -124,19 +142,32 @@ ZeroStepStats ZeroOptimizer::step(double lr, double grad_norm, bool skip) {
     return st;
   };
   if (skip || !std::isfinite(grad_norm)) {
+    if (device_) backend_.zero_grads(spec_.range_off, spec_.range_n);  // dropped (the host path never copied them)
     st.skipped = true;
     return finish();
   }
-  const ops::AdamWHyper h = adamw_hyper(spec_.cfg, lr, adamw_.next_step(), grad_norm);
-  if (spec_.cfg.delayed_update) {
+  const ops::AdamWHyper h = adamw_hyper(spec_.cfg, lr, host_ ? host_->next_step() : device_->next_step(), grad_norm);
+  if (device_) {
+    // The update reads the reduced gradient where the backend holds it; the next step's backward adds into zeros.
+    const double c0 = comm_seconds_;
+    if (spec_.cfg.delayed_update) {
+      device_->save_gradient();
+      saved_ = h;
+    } else {
+      device_->update(h);
+    }
+    backend_.zero_grads(spec_.range_off, spec_.range_n);
+    if (!saved_) publish();
+    optim_seconds_ += now_seconds() - t2 - (comm_seconds_ - c0);
+  } else if (spec_.cfg.delayed_update) {
     // The thread owns master, moments, the current gradient and the bf16 shard until land_delayed(); backward
     // meanwhile fills the other gradient buffer.
     const float* g = grad_.current();
-    delayed_.start([this, g, h] { adamw_.update(g, h); });
+    delayed_.start([this, g, h] { host_->update(g, h); });
     grad_.swap();
   } else {
     const double c0 = comm_seconds_;
-    adamw_.update_and_upload(grad_.current(), h);
+    host_->update_and_upload(grad_.current(), h);
     publish();
     optim_seconds_ += now_seconds() - t2 - (comm_seconds_ - c0);
   }
@@ -144,16 +175,16 @@ ZeroStepStats ZeroOptimizer::step(double lr, double grad_norm, bool skip) {
 }
 
 void ZeroOptimizer::drain() {
-  if (delayed_.in_flight()) land_delayed();
+  if (update_in_flight()) land_delayed();
 }
 
 void ZeroOptimizer::check_no_update_in_flight(const char* what) const {
-  YUAN_CHECK(!delayed_.in_flight(), "ZeroOptimizer::%s while a delayed update is in flight (drain() first)", what);
+  YUAN_CHECK(!update_in_flight(), "ZeroOptimizer::%s while a delayed update is in flight (drain() first)", what);
 }
 
 void ZeroOptimizer::load_backend_params() {
   check_no_update_in_flight("load_backend_params");
-  adamw_.load_backend();
+  host_ ? host_->load_backend() : device_->load_backend();
   publish();
 }
 
@@ -165,15 +196,15 @@ std::vector<ShardPiece> ZeroOptimizer::shard_pieces() const {
 
 float* ZeroOptimizer::master() {
   check_no_update_in_flight("master");
-  return adamw_.master();
+  return host_ ? host_->master() : device_->master();
 }
 float* ZeroOptimizer::exp_avg() {
   check_no_update_in_flight("exp_avg");
-  return adamw_.exp_avg();
+  return host_ ? host_->exp_avg() : device_->exp_avg();
 }
 float* ZeroOptimizer::exp_avg_sq() {
   check_no_update_in_flight("exp_avg_sq");
-  return adamw_.exp_avg_sq();
+  return host_ ? host_->exp_avg_sq() : device_->exp_avg_sq();
 }
 
 ZeroOptimizers::ZeroOptimizers() {

@@ -1,6 +1,6 @@
-// ZeRO data-parallel AdamW with the optimizer offloaded to the host (ZeRO-Offload). The fp32 master weights and
-// the AdamW moments live in host memory, sharded over the data-parallel ranks; the backend keeps the working
-// weights and gradients (see backend/backend.h).
+// ZeRO data-parallel AdamW. The fp32 master weights and the AdamW moments are sharded over the data-parallel
+// ranks, in host memory (ZeRO-Offload, optim.offload = host) or on the device (optim.offload = none, zero 0-2);
+// the backend keeps the working weights and gradients (see backend/backend.h).
 //
 //   zero 0: gradients all-reduced, every rank holds and updates the whole optimizer state.
 //   zero 1: gradients reduce-scattered once per step; rank r holds and updates shard r of the master weights
@@ -26,6 +26,8 @@
 //   grad_buckets.h   the host gradient and the buckets that reduce into it, as modules finish in backward;
 //   host_adamw.h     the sharded master weights and moments, the tiled AdamW with its two upload lanes, bf16
 //                    staging, and the all-gather of the updated weights at zero 1 and 2;
+//   device_adamw.h   the same state on the device instead (optim.offload = none, zero 0-2), updated by the
+//                    backend's adamw op from the reduced gradient where the backend holds it;
 //   delayed_update.h the thread that runs an update beside the next step (optim.delayed_update);
 //   zero3_params.h   zero 3's ParamSource: module buffers, gathers with prefetch, per-module reduce-scatter.
 // On host backends every transfer is a copy.
@@ -37,11 +39,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "backend/backend.h"
 #include "config/config.h"
 #include "optim/delayed_update.h"
+#include "optim/device_adamw.h"
 #include "optim/grad_buckets.h"
 #include "optim/host_adamw.h"
 #include "optim/zero3_params.h"
@@ -58,6 +62,8 @@ struct ZeroHostMemory {
   size_t optimizer = 0, staging = 0;
 };
 ZeroHostMemory zero_host_memory(const ZeroSizes& s);
+// Device memory of the optimizer state with buffers of sizes `s` (0 unless s.device).
+size_t zero_device_memory(const ZeroSizes& s);
 // Host bytes of optimizer state of a shard of `shard` elements (zero_host_memory's `optimizer`). Rank 0's shard
 // is the largest.
 size_t zero_optimizer_bytes(size_t shard, bool delayed_update = false);
@@ -135,8 +141,9 @@ class ZeroOptimizer : public ParamSource {
   float* master();
   float* exp_avg();
   float* exp_avg_sq();
-  int64_t adam_step() const { return adamw_.step(); }
-  void set_adam_step(int64_t s) { adamw_.set_step(s); }
+  int64_t adam_step() const { return host_ ? host_->step() : device_->step(); }
+  void set_adam_step(int64_t s) { host_ ? host_->set_step(s) : device_->set_step(s); }
+  bool on_device() const { return device_ != nullptr; }
   // After master() was overwritten (checkpoint restore): push it into the backend's working weights.
   void load_backend_params();
 
@@ -149,6 +156,7 @@ class ZeroOptimizer : public ParamSource {
   void publish();       // the updated shard into every rank's backend: all-gathered (zero 1, 2) or invalidated (3)
   double land_delayed();  // the delayed update finished, its weights uploaded and published; its seconds
   void check_no_update_in_flight(const char* what) const;
+  bool update_in_flight() const;  // a delayed update not yet landed (on the host's thread, or set aside)
 
   const ParamLayout layout_;  // the backend's: the modules' offsets in its flat buffers
   const ZeroSpec spec_;
@@ -158,7 +166,9 @@ class ZeroOptimizer : public ParamSource {
   double comm_seconds_ = 0, optim_seconds_ = 0;
   HostGradient grad_;
   GradientBuckets buckets_;
-  HostAdamW adamw_;
+  std::unique_ptr<HostAdamW> host_;      // the state in host memory, or
+  std::unique_ptr<DeviceAdamW> device_;  // on the device
+  std::optional<ops::AdamWHyper> saved_;  // on the device with delayed_update: the set-aside gradient's update
   std::unique_ptr<Zero3Params> zero3_;  // zero 3 only
   DelayedUpdate delayed_;
   ModuleReadyFn ready_;

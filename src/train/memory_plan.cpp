@@ -21,7 +21,7 @@ size_t RankMemory::host_bytes() const {
          (device == Device::Cpu ? on_device.total() : 0);
 }
 
-size_t RankMemory::device_bytes() const { return device == Device::Cpu ? 0 : on_device.total(); }
+size_t RankMemory::device_bytes() const { return device == Device::Cpu ? 0 : on_device.total() + device_optimizer; }
 
 RankPlan plan_rank(const Config& c, const parallel::Topology& topo, Device device, int rank) {
   const parallel::Place& place = topo.place(rank);
@@ -48,6 +48,7 @@ RankPlan plan_rank(const Config& c, const parallel::Topology& topo, Device devic
     const ZeroHostMemory h = zero_host_memory(z.sizes());
     m.host.optimizer += h.optimizer;
     m.host.staging += h.staging;
+    m.device_optimizer += zero_device_memory(z.sizes());
     // What a checkpoint holds of the group (zero 0: its rank 0 writes the whole state): master, exp_avg, exp_avg_sq.
     if (c.ckpt.local_every > 0 && (c.optim.zero != 0 || group_rank == 0)) {
       // Two generations of the own copy and of the partner copy, the latter taken to be the size of the own (the
@@ -122,6 +123,7 @@ Parts device_parts(const RankMemory& m) {
   p[kGrads] = m.on_device.grads;
   p[kActivations] = m.on_device.activations;
   p[kBuffers] = m.on_device.buffers;
+  p[kOptimizer] = m.device_optimizer;
   p[kMargin] = kRankMemoryMargin;
   return p;
 }
@@ -155,7 +157,7 @@ std::string shortfall(const Parts& need, int ranks, const std::string& where, co
 
 }  // namespace
 
-void check_node_memory(const RankMemory& mine, int device_index, const std::string& hint) {
+std::string node_memory_problem(const RankMemory& mine, int device_index) {
   const parallel::WorldInfo& w = parallel::world();
   // The node's ranks (parallel/world.h), and among them those of this rank's device (every rank takes part, cpu
   // ones too, so that no rank waits in a split the others skip). The node's figures are read once all of its ranks
@@ -177,8 +179,33 @@ void check_node_memory(const RankMemory& mine, int device_index, const std::stri
                                                 where.c_str()),
                         "device memory", device_free_bytes(mine.device), "free on the device");
   // The lowest rank that found a shortfall speaks for every rank.
-  const std::string message = parallel::first_problem(problem);
+  return parallel::first_problem(problem);
+}
+
+void check_node_memory(const RankMemory& mine, int device_index, const std::string& hint) {
+  const std::string message = node_memory_problem(mine, device_index);
   if (!message.empty()) throw Error(strf("memory: %s; try %s", message.c_str(), hint.c_str()), true);
+}
+
+OffloadChoice choose_offload(const Config& c, const parallel::Topology& topo, Device device, int rank,
+                             int device_index) {
+  const std::string& asked = c.optim.offload;
+  if (device == Device::Cpu) {
+    if (asked == "none")
+      throw Error("optim.offload = none: the cpu backend keeps the optimizer in host memory, which is its device "
+                  "memory too (use host or auto, or train.device = cuda)", true);
+    return {"host", "the cpu backend's memory is the host's"};
+  }
+  if (asked != "auto") return {asked, "optim.offload = " + asked};
+  if (c.optim.zero == 3) return {"host", "optim.offload = auto at optim.zero = 3, whose gathers run through the host"};
+  Config on_device = c;
+  on_device.optim.offload = "none";
+  const RankMemory m = plan_rank(on_device, topo, device, rank).memory;
+  const std::string problem = node_memory_problem(m, device_index);
+  if (problem.empty())
+    return {"none", strf("optim.offload = auto: the state fits on the device (%.2f GiB of this rank's %.2f)",
+                         m.device_optimizer / kGiB, m.device_bytes() / kGiB)};
+  return {"host", "optim.offload = auto: the device would not hold it: " + problem};
 }
 
 }  // namespace yuan

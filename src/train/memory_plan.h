@@ -21,6 +21,7 @@ struct RankMemory {
   size_t params = 0;            // parameters of the stage, this tensor rank's part
   MemoryPlan on_device;         // working weights, fp32 gradients, activations, buffers
   ZeroHostMemory host;          // optimizer state and its transfer staging (host)
+  size_t device_optimizer = 0;  // optim.offload = none: the optimizer state on the device
   size_t data = 0;              // the loaders' buffers (host)
   // ckpt.local_every > 0 (train/local_ckpt.h): the node-local storage of two generations of the rank's shards and of
   // the partner copy it keeps (/dev/shm by default: host memory too), copied and received straight into its files.
@@ -28,7 +29,7 @@ struct RankMemory {
   size_t host_bytes() const;    // everything in host memory
   size_t device_bytes() const;  // everything in device memory (0 on the cpu backend)
   size_t total() const {
-    return on_device.total() + host.optimizer + host.staging + data + local_storage;
+    return on_device.total() + device_optimizer + host.optimizer + host.staging + data + local_storage;
   }
 };
 
@@ -51,6 +52,20 @@ constexpr size_t kRankMemoryMargin = size_t{256} << 20;
 // collective Error: "memory: ... need X GiB of host memory (params ..., grads ..., optimizer ..., activations ...,
 // buffers ..., data ..., staging ..., margin ... GiB; ...), and it has Y GiB available (source); try <hint>".
 void check_node_memory(const RankMemory& mine, int device_index, const std::string& hint);
+// The same test, without throwing: "" where every node and device has what its ranks need, else the lowest
+// rank's shortfall (the same on every rank). Collective over the world.
+std::string node_memory_problem(const RankMemory& mine, int device_index);
+
+// Where the job's optimizer state lives (optim.offload resolved), and why: `offload` is host or none.
+struct OffloadChoice {
+  std::string offload, why;
+};
+// optim.offload for rank `rank` of the job of `c` on `topo` with its device `device_index`: host or none as asked
+// (none refused, naming the reason, on the cpu backend), and for auto none where every rank's plan with the state
+// on its device passes node_memory_problem's test, else host; ZeRO-3 and the cpu backend take host. Collective
+// over the world where auto asks the plan.
+OffloadChoice choose_offload(const Config& c, const parallel::Topology& topo, Device device, int rank,
+                             int device_index);
 
 // What a training job of `c` on `world` ranks can change to need less memory, for the parts that weigh in a
 // rank's plan `m`, as a hint for check_node_memory.

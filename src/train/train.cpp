@@ -157,8 +157,15 @@ class Trainer {
     micro_total_ = cfg.train.global_batch / cfg.train.micro_batch;
     device_ = resolve_device(parse_device(cfg.train.device, "train.device"));
     const int device_index = select_device(device_, world_.local_rank);  // ranks that share one share its memory
-    const RankPlan plan = plan_rank(cfg, groups_.topology(), device_, world_.rank);
-    check_node_memory(plan.memory, device_index, memory_hint(cfg, world_.size, plan.memory));
+    // The optimizer's placement, then the plan with it: what the replica is built from.
+    const OffloadChoice offload = choose_offload(cfg, groups_.topology(), device_, world_.rank, device_index);
+    optim_ = cfg.optim;
+    optim_.offload = offload.offload;
+    offload_why_ = offload.why;
+    Config planned = cfg;
+    planned.optim = optim_;
+    const RankPlan plan = plan_rank(planned, groups_.topology(), device_, world_.rank);
+    check_node_memory(plan.memory, device_index, memory_hint(planned, world_.size, plan.memory));
     n_params_ = ParamLayout(cfg.model).total();
     flops_per_token_ = flops_per_token(cfg.model, n_params_);
     build_replica(plan);
@@ -252,7 +259,7 @@ class Trainer {
         if (cfg.optim.zero == 3 && device_ == Device::Cpu && data.size() > 1 && world_.thread_multiple)
           gathers = groups_.gather_communicator(index);
         gather_thread_ = gathers != nullptr;
-        r.opts->add(std::make_unique<ZeroOptimizer>(cfg.optim, *r.backend, layout,
+        r.opts->add(std::make_unique<ZeroOptimizer>(optim_, *r.backend, layout,
                                                     groups_.communicator(parallel::Group::Data, index), init,
                                                     groups_.data_modules()[i], overlap, std::move(gathers)));
       }
@@ -308,7 +315,8 @@ class Trainer {
         n_params_, n_params_ / 1e6, flops_per_token_, c.model.n_layer, c.model.n_head, c.model.n_embd,
         c.model.seq_len, c.model.vocab_size);
     describe_layout();
-    say("ZeRO stage %d, backend %s, optimizer on the host%s%s", replica_.opts->stage(), replica_.backend->name(),
+    say("ZeRO stage %d, backend %s, optimizer on the %s (%s)%s%s", replica_.opts->stage(), replica_.backend->name(),
+        optimizer_on_device(optim_) ? "device" : "host", offload_why_.c_str(),
         c.optim.delayed_update ? " with a one-step delayed update" : "",
         replica_.opts->stage() < 3 || device_ != Device::Cpu ? ""
         : gather_thread_                            ? "; modules gathered on a communication thread"
@@ -544,6 +552,8 @@ class Trainer {
   }
 
   Config cfg_;
+  OptimConfig optim_;        // cfg_.optim with optim.offload resolved (choose_offload)
+  std::string offload_why_;  // and why, for the start-up line
   parallel::WorldInfo world_;
   // Before the process groups, so destroyed after their communicators: the backend's teardown waits on streams
   // behind NCCL events (and cudaFree on the whole device) with no deadline; a communicator finalizes within

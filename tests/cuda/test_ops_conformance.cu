@@ -1,4 +1,4 @@
-// Op conformance, as llama.cpp's test-backend-ops: every method of the op vocabulary (backend/ops.h), called
+// Op conformance, as llama.cpp's test-backend-ops: every method of the op vocabulary (backend/ops_interface.h), called
 // through the `Ops` interface of each backend the registry builds (cpu always; cuda with a device, which the
 // emulator provides), on small random inputs, against the CPU backend as the reference. One table row per method
 // (rows()), each with the shapes that reach its code paths; each (method, shape, backend) is its own test case.
@@ -31,6 +31,7 @@
 #include <set>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -51,6 +52,7 @@ using yuan::Tensor;
   X(zero, (const Tensor& t), (t))                                                                                    \
   X(copy, (const Tensor& dst, const Tensor& src), (dst, src))                                                        \
   X(to_host_f32, (float* dst, const Tensor& src), (dst, src))                                                        \
+  X(from_host_f32, (const Tensor& dst, const float* src), (dst, src))                                                \
   X(load_tokens, (const Tensor& tokens, const int32_t* host), (tokens, host))                                        \
   X(encoder_forward,                                                                                                 \
     (const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe, int B, int T, int64_t begin),    \
@@ -90,16 +92,21 @@ using yuan::Tensor;
   X(classifier_finish,                                                                                               \
     (const Tensor& logits, const Tensor& losses, const Tensor& row_max, const Tensor& sums, const Tensor& tokens,    \
      int B, int T, int64_t begin, float dscale),                                                                     \
-    (logits, losses, row_max, sums, tokens, B, T, begin, dscale))
+    (logits, losses, row_max, sums, tokens, B, T, begin, dscale))                                                    \
+  X(adamw,                                                                                                           \
+    (const Tensor& master, const Tensor& m, const Tensor& v, const Tensor& grad, const Tensor& weights,              \
+     const yuan::ops::AdamWHyper& h),                                                                                \
+    (master, m, v, grad, weights, h))                                                                                \
+  X(sum_squares, (const Tensor& x), (x))
 
 // A backend's ops behind the interface, noting each method called.
 class Recorder final : public Ops {
  public:
   explicit Recorder(Ops& inner) : inner_(inner) {}
-#define YUAN_FORWARD(name, params, args) \
-  void name params override {            \
-    called_.insert(#name);               \
-    inner_.name args;                    \
+#define YUAN_FORWARD(name, params, args)                                     \
+  auto name params -> decltype(std::declval<Ops&>().name args) override { \
+    called_.insert(#name);                                                 \
+    return inner_.name args;                                               \
   }
   YUAN_OPS_METHODS(YUAN_FORWARD)
 #undef YUAN_FORWARD
@@ -313,6 +320,13 @@ void run_to_host_f32(Ctx& c, const Shape& s) {
   c.out("f32", c.input(DType::F32, s.N(), s.C, 1), 0, 0);
 }
 
+void run_from_host_f32(Ctx& c, const Shape& s) {
+  const std::vector<float> host = randn(static_cast<size_t>(s.N()) * s.C, 1, 7);
+  const Tensor dst = c.poisoned(DType::F32, s.N(), s.C);
+  c.ops().from_host_f32(dst, host.data());
+  c.out("f32", dst, 0, 0);
+}
+
 void run_load_tokens(Ctx& c, const Shape& s) {
   c.out("ids", c.tokens(s.B, s.T, s.flags & kInputsOnly ? s.T : s.T + 1, s.vocab), 0, 0);
 }
@@ -352,7 +366,7 @@ void run_layernorm_backward(Ctx& c, const Shape& s) {
   const Tensor w = c.input(c.wt(), 1, s.C, 0.1f, 1), dout = c.input(c.act(), s.N(), s.C, 1);
   const Tensor dres = c.input(DType::F32, s.N(), s.C, 1);
   const Tensor dw = c.input(DType::F32, 1, s.C, 1), db = c.input(DType::F32, 1, s.C, 1);
-  // The residual gradient's copy in the activation dtype exists where that is not fp32 (backend/ops.h).
+  // The residual gradient's copy in the activation dtype exists where that is not fp32 (backend/ops_interface.h).
   const Tensor dres_op = c.act() == DType::F32 ? Tensor() : c.poisoned(c.act(), s.N(), s.C);
   c.ops().layernorm_backward(dres, dres_op, dw, db, dout, in, w, c.values(DType::F32, 1, s.N(), mean),
                              c.values(DType::F32, 1, s.N(), rstd));
@@ -463,6 +477,31 @@ void run_classifier_finish(Ctx& c, const Shape& s) {
   c.out("logits", zt, s.flags & kGrad ? 1 : 0, 1);
 }
 
+// AdamW over N x C values (ops/adamw.h), its state and gradient exact fp32, with weight decay, a clipping scale
+// and a step whose bias corrections matter; the working copy in the backend's weight dtype. fp32 outputs differ
+// by the order of a few operations (fused multiply-adds): held to 2 x 8 x 2^-24 of their largest value.
+void run_adamw(Ctx& c, const Shape& s) {
+  const Tensor p = c.input(DType::F32, 1, s.N() * s.C, 1, 0, nullptr, 0, true),
+               m = c.input(DType::F32, 1, s.N() * s.C, 0.1f, 0, nullptr, 0, true),
+               v = c.input(DType::F32, 1, s.N() * s.C, 0.01f, 0.1f, nullptr, 0, true),  // 10 sigma above 0
+               g = c.input(DType::F32, 1, s.N() * s.C, 0.5f, 0, nullptr, 0, true);
+  const Tensor w = c.poisoned(c.wt(), 1, s.N() * s.C);
+  yuan::ops::AdamWHyper h;
+  h.lr = 1e-2, h.beta1 = 0.9, h.beta2 = 0.95, h.eps = 1e-8, h.weight_decay = 0.1, h.t = 3, h.grad_scale = 0.7;
+  c.ops().adamw(p, m, v, g, w, h);
+  c.out("master", p, 0, 8);
+  c.out("m", m, 0, 8);
+  c.out("v", v, 0, 8);
+  c.out("weights", w, 1, 8);
+}
+
+// The sum of squares of N x C exact fp32 values, as a one-element tensor: K = N x C terms in another order.
+void run_sum_squares(Ctx& c, const Shape& s) {
+  const Tensor x = c.input(DType::F32, s.N(), s.C, 1, 0, nullptr, 0, true);
+  const double sum = c.ops().sum_squares(x);
+  c.out("sum", c.values(DType::F32, 1, 1, {static_cast<float>(sum)}), 0, s.N() * s.C);
+}
+
 // Shapes: {label, B, T, C, NH, V, vocab, begin, flags}. C = 528 is the width above 512 where a kernel's grid
 // takes a second dimension (the embedding backward's 128-thread blocks of 4 columns); sizes that are not
 // multiples of 32 (or of the 64-row attention tile, or of the classifier's 16-byte vectors) reach the tails.
@@ -481,6 +520,7 @@ const std::vector<Row>& rows() {
       {"zero", {{"small", 3, 5, 24, 1, 0, 0, 0, 0}}, run_zero},
       {"copy", {{"small", 3, 5, 24, 1, 0, 0, 0, 0}, {"wide", 2, 3, 528, 1, 0, 0, 0, 0}}, run_copy},
       {"to_host_f32", {{"padded", 2, 3, 24, 1, 50, 0, 0, 0}}, run_to_host_f32},
+      {"from_host_f32", {{"small", 3, 5, 24, 1, 0, 0, 0, 0}}, run_from_host_f32},
       {"load_tokens",
        {{"targets", 3, 7, 8, 1, 0, 50, 0, 0}, {"inputs_only", 2, 9, 8, 1, 0, 50, 0, kInputsOnly}},
        run_load_tokens},
@@ -531,6 +571,9 @@ const std::vector<Row>& rows() {
         {"tp_part_grad", 2, 3, 8, 1, 24, 64, 24, kGrad},
         {"wide_vocab_grad", 1, 2, 8, 1, 4100, 8200, 4100, kGrad}},
        run_classifier_finish},
+      // Sizes off the kernels' vector and block widths, and one over several blocks.
+      {"adamw", {{"small", 1, 3, 41, 1, 0, 0, 0, 0}, {"blocks", 4, 70, 67, 1, 0, 0, 0, 0}}, run_adamw},
+      {"sum_squares", {{"small", 1, 3, 41, 1, 0, 0, 0, 0}, {"blocks", 8, 300, 67, 1, 0, 0, 0, 0}}, run_sum_squares},
   };
   return r;
 }

@@ -20,7 +20,8 @@
 #
 # Tolerance: every step's loss within 1% and the mean gap within 2^-9 ~ 2e-3 relative; final weights within 1e-2
 # of their scale. The CUDA backend keeps weights and activations in bf16 (a relative rounding of up to 2^-9 each)
-# where the CPU backend keeps fp32, and nothing else differs: the optimizer is the same fp32 host AdamW. A loss is
+# where the CPU backend keeps fp32, and nothing else differs: the optimizer is fp32 AdamW on both (on the
+# emulated device there, optim.offload = auto; tests/mpi/test_offload_placement.sh holds it to the host's). A loss is
 # a mean over 8 x 16 tokens, so its inputs' bf16 roundings mostly cancel (measured: ~1e-4), and AdamW moves each
 # weight by at most lr per step whatever the gradient's rounding, so 20 steps at lr 3e-3 leave the weights within
 # a few 1e-3 of each other. A wrong kernel, transpose or reduction moves the losses by far more than that.
