@@ -31,7 +31,7 @@ CudaAdamW::CudaAdamW(Backend& cuda_backend, size_t offset, size_t count, const f
   const size_t bytes = 3 * count * sizeof(float);
   const size_t free_bytes = cuda_free_bytes();
   YUAN_CHECK(bytes <= free_bytes, "GPU AdamW: needs %.2f GiB for the fp32 master weights and moments of %zu "
-             "parameters, device has %.2f GiB free; keep the optimizer on the host (optim.offload)",
+             "parameters, device has %.2f GiB free; keep the optimizer on the host (optim.offload = host)",
              bytes / 1073741824.0, count, free_bytes / 1073741824.0);
   s_->memory = gpu::device_allocation(bytes);  // the moments start at zero
   gpu::copy_async(s_->master(), init_master, count * sizeof(float), cudaMemcpyHostToDevice, s_->stream());

@@ -1,6 +1,7 @@
-// CudaAdamW (cuda/cuda_adamw.cu): an optimizer for the kernel tests and the GPU benchmarks, not for the trainer,
-// which always keeps the optimizer on the host (optim/zero.h). Apart from backend/cuda_backend.h so that the
-// backend's production header carries none of it.
+// CudaAdamW (cuda/cuda_adamw.cu): an optimizer for the kernel tests and the GPU benchmarks, over a range of a CUDA
+// backend's flat buffers through the backend's adamw and sum_squares ops, as the trainer's optim/device_adamw.h
+// does over a ZeRO shard. Apart from backend/cuda_backend.h so that the backend's production header carries none
+// of it.
 #pragma once
 #include <cstddef>
 #include <memory>

@@ -74,11 +74,12 @@ std::string memory_hint(const Config& c, int world, const RankMemory& m) {
   // What would shrink the parts that weigh (an eighth of the rank's need or more); more nodes always help.
   const size_t total = m.total() + kRankMemoryMargin;
   const auto weighs = [&](size_t part) { return part >= total / 8; };
-  const size_t model = m.on_device.weights + m.on_device.grads + m.host.optimizer + m.host.staging;
+  const size_t model = m.on_device.weights + m.on_device.grads + m.device_optimizer + m.host.optimizer + m.host.staging;
   const size_t activations = m.on_device.activations + m.on_device.buffers;
   std::vector<std::string> tries;
   if (c.optim.zero < 3 && world > 1 && weighs(model))
     tries.push_back(strf("a higher optim.zero (now %d; 3 shards the weights and gradients too)", c.optim.zero));
+  if (weighs(m.device_optimizer)) tries.push_back("optim.offload = host (the optimizer state in host memory)");
   if (!c.train.recompute && weighs(m.on_device.activations)) tries.push_back("train.recompute=true");
   if (c.train.micro_batch > 1 && weighs(activations))
     tries.push_back(strf("a smaller train.micro_batch (now %d)", c.train.micro_batch));
