@@ -1,4 +1,4 @@
-// A training step's figures as the step line and the metrics.jsonl object (train/metrics.h): tools/plot.py and the
+// A training step's figures as the step line and the metrics.jsonl object (train/metrics.h): tools/plot_metrics.py and the
 // tests read the object's keys, so their names and order are pinned here, as is the step line users grep.
 #include <gtest/gtest.h>
 

@@ -24,7 +24,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 CFG = dict(n_layer=2, n_head=4, n_embd=32, seq_len=12, vocab_size=97, batch=3, steps=3, seed=1234)
-# OptimConfig of the run; the schedule is src/optim/schedule.cpp's. eps is 1e-5, not the usual 1e-8: with 1e-8,
+# OptimConfig of the run; the schedule is src/optim/lr_schedule.cpp's. eps is 1e-5, not the usual 1e-8: with 1e-8,
 # AdamW's first steps are ~lr*sign(g), so elements whose gradient is within float32 rounding of zero (all of
 # c_attn's key bias, whose gradient is exactly zero by softmax shift invariance, and a few others) move by up to
 # lr in a float32 run and ~0 in the truth; a float32 torch run then misses the final parameters by 1e-3. With
@@ -92,7 +92,7 @@ class GPT(nn.Module):
         return logits, F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
 
 
-def lr_at(step, total):  # src/optim/schedule.cpp
+def lr_at(step, total):  # src/optim/lr_schedule.cpp
     o = OPT
     if step < o["warmup_steps"]:
         return o["lr"] * (step + 1) / o["warmup_steps"]

@@ -42,7 +42,7 @@ class MetricsLog {
 };
 
 // One training step's figures, filled by the trainer's loop and rendered only here: the step line on stdout and
-// the step's object in metrics.jsonl (whose keys, in their order, tools/plot.py and the tests read).
+// the step's object in metrics.jsonl (whose keys, in their order, tools/plot_metrics.py and the tests read).
 struct StepMetrics {
   int step = 0, steps = 0;  // steps done, of train.steps
   double loss = 0, lr = 0, grad_norm = 0;

@@ -3,7 +3,7 @@
 # submit real batch jobs. As root: installs slurm-wlm and munge when missing (apt-get update first), writes
 # $YUANLM_SLURM_DIR/etc/slurm.conf (default dir /tmp/yuanlm-slurm) for this host, starts its own munged (on a
 # socket under the dir), slurmctld and slurmd, and waits until the node is idle (tests/slurm/daemons.sh, shared
-# with the SLURM across the nodes of the test cluster, tests/cluster/slurm.sh).
+# with the SLURM across the nodes of the test cluster, cluster_slurm_up in tests/cluster/lib.sh).
 #
 #   tests/slurm/start.sh            prints the line to eval: export SLURM_CONF=...
 #   tests/slurm/stop.sh             stops exactly the daemons this script started (the PIDs in their pid files)
