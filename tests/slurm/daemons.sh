@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # The parts of a private test SLURM (slurm-wlm 22.05 + munge) that the one-node SLURM of tests/slurm/start.sh and
-# the SLURM across the nodes of the test cluster (cluster_slurm_up in tests/cluster/lib.sh) share. Each function takes the cluster's
-# directory D (config in D/etc, pid files in D/run, logs in D/log, state and spool under D) and, to start the
+# the SLURM across the nodes of the test cluster (cluster_slurm_up in tests/cluster/lib.sh) share. Each function
+# takes the cluster's directory D (config in D/etc, pid files in D/run, logs in D/log, state and spool under D) and, to start the
 # daemons, a command ON called as `ON K CMD...` that runs CMD on node K: slurm_here for this host (one node), or
 # on_node of tests/cluster/lib.sh; the controller and munged run on node 1. Failures print why on stdout and
 # return 1.
