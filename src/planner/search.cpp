@@ -15,6 +15,7 @@ std::vector<std::string> layout_overrides(const Config& c, const Machine& m) {
       strf("--train.micro_batch=%d", c.train.micro_batch),
       strf("--train.recompute=%s", c.train.recompute ? "true" : "false"),
       strf("--optim.zero=%d", c.optim.zero),
+      "--optim.offload=" + c.optim.offload,
       strf("--parallel.tp_size=%d", p.tp_size),
       "--parallel.schedule=" + p.schedule,
   };
@@ -41,12 +42,13 @@ std::string pipelines_text(const std::vector<Pipelines>& ps) {
 
 // The deck with one layout applied: pipelines as auto:K templates (empty for plain data parallelism).
 Config with_layout(const Config& deck, const Machine& m, int tp, const std::vector<Pipelines>& ps, int micro_batch,
-                   int zero, bool recompute, const std::string& schedule) {
+                   int zero, const std::string& offload, bool recompute, const std::string& schedule) {
   Config c = deck;
   c.train.device = m.kind;
   c.train.micro_batch = micro_batch;
   c.train.recompute = recompute;
   c.optim.zero = zero;
+  c.optim.offload = offload;
   c.parallel.tp_size = tp;
   c.parallel.schedule = schedule;
   c.parallel.templates.clear();
@@ -86,24 +88,30 @@ Search search_layouts(const Config& deck, int nodes, int ranks_per_node, const M
     for (int zero = 0; zero <= 3; zero++) {
       if (zero == 3 && deep) continue;  // validate(): ZeRO-3 needs one stage per pipeline
       if (zero > 0 && replicas == 1 && !deep) continue;  // nothing to shard over
-      for (bool recompute : {false, true})
-        for (const char* schedule : {"1f1b", "gpipe"}) {
-          if (!deep && std::string(schedule) == "gpipe") continue;  // one stage: the schedules are the same
-          Candidate cand;
-          cand.config = with_layout(deck, m, tp, ps, b, zero, recompute, schedule);
-          cand.world = world;
-          cand.layout = strf("tp %d, %s, micro-batch %d, ZeRO %d%s%s", tp, pipelines_text(ps).c_str(), b, zero,
-                             recompute ? ", recompute" : "", deep ? strf(", %s", schedule).c_str() : "");
-          cand.overrides = layout_overrides(cand.config, m);
-          try {
-            cand.prediction = predict(cand.config, world, ranks_per_node, m);
-          } catch (const Error& e) {
-            // A layout the trainer would refuse (the model's shape against the cut, the device's op constraints).
-            if (out.refused++ == 0) out.refusal = e.what();
-            continue;
+      // The optimizer state on the GPUs where the trainer can keep it there (zero 0-2 on cuda), else on the host;
+      // the memory check (predict) rejects a device that cannot hold it, the host twin still standing.
+      const std::vector<std::string> placements =
+          !m.cpu() && zero <= 2 ? std::vector<std::string>{"none", "host"} : std::vector<std::string>{"host"};
+      for (const std::string& offload : placements)
+        for (bool recompute : {false, true})
+          for (const char* schedule : {"1f1b", "gpipe"}) {
+            if (!deep && std::string(schedule) == "gpipe") continue;  // one stage: the schedules are the same
+            Candidate cand;
+            cand.config = with_layout(deck, m, tp, ps, b, zero, offload, recompute, schedule);
+            cand.world = world;
+            cand.layout = strf("tp %d, %s, micro-batch %d, ZeRO %d, optimizer on the %s%s%s", tp,
+                               pipelines_text(ps).c_str(), b, zero, offload == "none" ? "device" : "host",
+                               recompute ? ", recompute" : "", deep ? strf(", %s", schedule).c_str() : "");
+            cand.overrides = layout_overrides(cand.config, m);
+            try {
+              cand.prediction = predict(cand.config, world, ranks_per_node, m);
+            } catch (const Error& e) {
+              // A layout the trainer would refuse (the model's shape against the cut, the device's op constraints).
+              if (out.refused++ == 0) out.refusal = e.what();
+              continue;
+            }
+            (cand.prediction.fits ? out.fitting : out.rejected).push_back(std::move(cand));
           }
-          (cand.prediction.fits ? out.fitting : out.rejected).push_back(std::move(cand));
-        }
     }
   };
   for (int tp = 1; tp <= ranks_per_node; tp *= 2) {

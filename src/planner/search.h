@@ -1,7 +1,8 @@
 // `yuanlm plan DECK --machine FILE --nodes N`: the layouts a deck could run in on N nodes of a machine (data x
-// tensor x pipeline templates, heterogeneous ones included, x micro-batch x ZeRO stage x recompute x schedule),
-// each predicted by the step-time model (planner/step_model.h) and held to the machine's memory by plan_rank's
-// figures, ranked by predicted tokens/s.
+// tensor x pipeline templates, heterogeneous ones included, x micro-batch x ZeRO stage x the optimizer's placement
+// x recompute x schedule), each predicted by the step-time model (planner/step_model.h) and held to the machine's
+// memory by plan_rank's figures, ranked by predicted tokens/s. The placement (optim.offload) is none, the fp32
+// state on the GPUs, and host, at every ZeRO stage the trainer allows none at (0-2, cuda); host alone elsewhere.
 #pragma once
 #include <string>
 #include <vector>
@@ -13,13 +14,15 @@
 namespace yuan::planner {
 
 // The --section.key=value list that makes `yuanlm train DECK` run the layout of `c` on `m`'s device: the device,
-// micro-batch, recompute, ZeRO stage, tensor width, schedule and the pipelines (emptied for data parallelism).
+// micro-batch, recompute, ZeRO stage, the optimizer's placement (optim.offload), tensor width, schedule and the
+// pipelines (emptied for data parallelism).
 std::vector<std::string> layout_overrides(const Config& c, const Machine& m);
 
 struct Candidate {
   Config config;                       // the deck with the layout applied
   int world = 0;
-  std::string layout;                  // "dp 64 x tp 8, micro-batch 1, ZeRO 2" and the like
+  std::string layout;                  // "tp 1, 8 x 1 stage (16 micro-batches), micro-batch 4, ZeRO 1, optimizer on
+                                       // the device" and the like
   std::vector<std::string> overrides;  // layout_overrides
   Prediction prediction;
 };

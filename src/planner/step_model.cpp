@@ -7,6 +7,7 @@
 
 #include "backend/backend.h"
 #include "model/gpt.h"
+#include "ops/op_cost.h"
 #include "optim/zero_spec.h"
 #include "parallel/layout.h"
 #include "parallel/topology.h"
@@ -196,9 +197,6 @@ namespace {
 
 constexpr double kMiB = 1024.0 * 1024.0;
 constexpr double kGiB = 1024.0 * kMiB;
-// Bytes the host AdamW moves per element of its shard: reads the fp32 gradient, master weight, m and v, writes
-// the last three, and the working weight for upload (bf16 on cuda, fp32 on the cpu backend).
-constexpr double kAdamReadWrite = 4 * 4 + 3 * 4;
 
 // One rank's share of its node's machine: what its ops run at.
 struct Rates {
@@ -351,6 +349,7 @@ After after_schedule(const Config& c, const parallel::Topology& topo, int rank, 
   const bool hides = !r.cpu && overlap;
   const double backward_compute = times.backward.compute, m = micro_batches;
   double exposed = 0, shard = 0;
+  bool per_micro = false;  // the ZeroSpec's: zero 2 and 3 with overlap, and not with the state on the device
   for (const ModuleRange& g : topo.module_groups_of(rank)) {
     const std::vector<int> holders = topo.holders(g.first, place.tp_rank);
     const int D = static_cast<int>(holders.size());
@@ -366,12 +365,12 @@ After after_schedule(const Config& c, const parallel::Topology& topo, int rank, 
         }
       }
     const int group_rank = static_cast<int>(std::find(holders.begin(), holders.end(), rank) - holders.begin());
-    shard += static_cast<double>(ZeroSpec(plan.layout, g, c.optim, D, group_rank, overlap,
-                                          r.weights).shard_n);
+    const ZeroSpec spec(plan.layout, g, c.optim, D, group_rank, overlap, r.weights);
+    shard += static_cast<double>(spec.shard_n);
+    per_micro = spec.per_micro;
     if (D == 1) continue;
     const double grads = 4 * params, weights = r.weight * params;
     const int zero = c.optim.zero;
-    const bool per_micro = zero >= 2 && overlap;
     // Reductions: one per step, or one per micro-batch as its backward finishes (zero 2 and 3 with overlap).
     const double reduce = zero == 0 ? collective_s(Collective::AllReduce, grads, D, link)
                                     : collective_s(Collective::ReduceScatter, grads, D, link);
@@ -396,14 +395,34 @@ After after_schedule(const Config& c, const parallel::Topology& topo, int rank, 
   }
   After a;
   a.comm = exposed;
-  // The host AdamW over the shard (every parameter the rank holds at zero 0); on cuda the transfers around it: the
-  // gradients down, the weights up as bf16 for the gathers.
-  const double adamw = shard * (kAdamReadWrite + r.weight) / r.host_bw;
+  // The AdamW over the shard (every parameter the rank holds at zero 0) and, before it, the shard's squared gradient
+  // norm (ZeroOptimizer::reduce_gradients; the clipping needs it first, so no delayed update hides it), at the bytes
+  // op_cost.h counts: adamw_cost reads the fp32 gradient, master weight, m and v, writes the last three and the
+  // working weight (bf16 on cuda: 4*4 + 3*4 + 2 = 30 bytes an element, 32 on the cpu backend), grad_norm_cost reads
+  // the gradient once (4 bytes).
+  const double update_bytes = ops::adamw_cost(shard, static_cast<int>(r.weight)).bytes;
+  const double norm_bytes = ops::grad_norm_cost(shard).bytes;
+  if (optimizer_on_device(c.optim)) {
+    // optim.offload = none (optim/device_adamw.h): both on the GPU, from the reduced gradient where the backend
+    // holds it, streaming at mem_efficiency x mem_bw as the other memory-bound kernels do (its launches, one per
+    // weight-decay segment, are microseconds beside it); nothing crosses PCIe:
+    //   optimizer = (adamw_cost(shard, 2).bytes + grad_norm_cost(shard).bytes) / (mem_efficiency x mem_bw)
+    // With optim.delayed_update the reduced gradient is first copied aside (copy_cost(shard, 4, 4): 8 bytes an
+    // element) and its update runs at the next step's end, on that step's path: nothing hides it.
+    const double set_aside = c.optim.delayed_update ? ops::copy_cost(shard, 4, 4).bytes : 0;
+    a.optimizer = mem_s(r, update_bytes + norm_bytes + set_aside);
+    return a;
+  }
+  // optim.offload = host: the AdamW on the host at its share of host_mem_bw; on cuda the transfers around it: the
+  // gradients down, the weights up as bf16 for the gathers:
+  //   optimizer = (adamw_cost(shard, 2).bytes + grad_norm_cost(shard).bytes) / host_bw + shard (4 + 2) / pcie_bw
+  // (the AdamW's part behind the next step with the delayed update; at zero 2 and 3 the gradients' part per
+  // micro-batch, below).
+  const double adamw = update_bytes / r.host_bw;
   double transfers = r.cpu ? 0 : shard * r.weight / pcie_bw;
   // The gradients go down once after the step's reductions, or (zero 2 and 3 with overlap) every micro-batch
   // beside its backward, each later micro-batch's part then added into the host gradient on the rank's thread
   // (HostGradient::end_micro_batch: two reads and a write of the shard in fp32).
-  const bool per_micro = c.optim.zero >= 2 && overlap;
   const double download = r.cpu ? 0 : shard * 4 / pcie_bw;
   transfers += per_micro ? 0 : download;
   const double accumulate = per_micro ? m * std::max(download - backward_compute, 0.0) +
@@ -413,10 +432,8 @@ After after_schedule(const Config& c, const parallel::Topology& topo, int rank, 
   // gradients are down before the thread starts, its weights up before the step after next: bench_gpu_offload on
   // an H100, 2026-11-27, measured them as exposed with the delayed update as without), and so does the
   // accumulation, part of the passes.
-  a.optimizer = (c.optim.delayed_update ? std::max(0.0, adamw - schedule_s) : adamw) + transfers + accumulate;
-  // Before AdamW, and outside the delayed update (the clipping needs it first): the shard's squared gradient norm on
-  // the host (ZeroOptimizer::reduce_gradients, ops::sum_squares: one read of the fp32 shard).
-  a.optimizer += shard * 4 / r.host_bw;
+  a.optimizer = (c.optim.delayed_update ? std::max(0.0, adamw - schedule_s) : adamw) + transfers + accumulate +
+                norm_bytes / r.host_bw;
   return a;
 }
 
@@ -426,9 +443,21 @@ std::string gib(double b) { return strf("%.2f GiB", b / kGiB); }
 
 Prediction predict(const Config& c, int world, int ranks_per_node, const Machine& m) {
   YUAN_CHECK(ranks_per_node >= 1, "planner: %d ranks per node", ranks_per_node);
+  const Device device = m.cpu() ? Device::Cpu : Device::Cuda;
+  // optim.offload resolved as the trainer resolves it (train/memory_plan.h choose_offload), the machine's memory
+  // in place of the node's: where auto leaves it to the memory, none if the layout fits with the state on the
+  // device, else host.
+  const std::string settled = settled_offload(c, device).offload;
+  if (settled != c.optim.offload) {
+    Config resolved = c;
+    resolved.optim.offload = settled.empty() ? "none" : settled;
+    const Prediction p = predict(resolved, world, ranks_per_node, m);
+    if (!settled.empty() || p.fits) return p;
+    resolved.optim.offload = "host";
+    return predict(resolved, world, ranks_per_node, m);
+  }
   parallel::validate(c, world);
   const parallel::Topology topo = parallel::make_topology(c, world);
-  const Device device = m.cpu() ? Device::Cpu : Device::Cuda;
   const int on_node = std::min(ranks_per_node, world);
   // A cpu host's ranks share its cores, memory and bandwidth: one node's, or several nodes' where they run on one
   // host (nodes_per_host, as the test cluster's do). Each rank trains with the threads the trainer gives an unbound
@@ -437,6 +466,7 @@ Prediction predict(const Config& c, int world, int ranks_per_node, const Machine
   const int on_host = std::min(per_host, world);
   const int threads = m.cpu() ? std::max(1, m.host_cores / on_node) : 1;
   Prediction pred;
+  pred.offload = c.optim.offload;
   if (!m.cpu() && ranks_per_node > m.devices_per_node) {
     pred.fits = false;
     pred.short_of = strf("ranks: %d per node, but a node has %d devices (%d short)", ranks_per_node,
@@ -560,6 +590,7 @@ Prediction predict(const Config& c, int world, int ranks_per_node, const Machine
     if (dev > worst_device) {
       worst_device = dev;
       worst_device_rank = rank;
+      pred.device_optimizer_bytes = static_cast<double>(mem.device_optimizer);
     }
   }
   const auto fullest = std::max_element(node_host.begin(), node_host.end());

@@ -23,11 +23,14 @@
 //             ranks computing at each moment (a rank waiting for a message yields its core to the others)
 //   after     the data groups' gradient reductions and weight gathers (hidden behind backward on cuda where the
 //             optimizer overlaps, exposed on the cpu backend, whose collectives block the rank's only thread),
-//             ZeRO-3's per-module gathers (prefetched behind compute on cuda), the host AdamW at host_mem_bw and
-//             the offload transfers at pcie_bw (behind the next step with optim.delayed_update); at zero 2 and 3
-//             the gradients go down every micro-batch and are summed on the host (at host_mem_bw); the shard's
-//             gradient-norm pass on the host before AdamW, and the scalars every rank waits on each step (the loss
-//             and norm sums, the step-time and bubble gathers) at the world group's latency
+//             ZeRO-3's per-module gathers (prefetched behind compute on cuda), and the optimizer where
+//             optim.offload puts it: none (zero 0-2 on cuda), the GPU AdamW and the shard's gradient-norm pass at
+//             mem_efficiency x mem_bw, the bytes of ops/op_cost.h adamw_cost and grad_norm_cost, nothing over
+//             PCIe; host, the host AdamW at host_mem_bw and the offload transfers at pcie_bw (the AdamW behind the
+//             next step with optim.delayed_update), at zero 2 and 3 the gradients down every micro-batch and
+//             summed on the host (at host_mem_bw), the gradient-norm pass on the host before AdamW; and the scalars
+//             every rank waits on each step (the loss and norm sums, the step-time and bubble gathers) at the world
+//             group's latency
 #pragma once
 #include <string>
 #include <utility>
@@ -104,7 +107,8 @@ struct StepSplit {
   double compute = 0;    // its passes' compute (recompute included), at the share of the cores it got
   double comm = 0;       // exposed communication: tensor all-reduces, data reductions and gathers not hidden
   double bubble = 0;     // idle time in the schedule, from the simulation
-  double optimizer = 0;  // host AdamW and offload transfers not hidden
+  double optimizer = 0;  // the AdamW and its gradient norm (on the device or the host) and the offload transfers,
+                         // what is not hidden
 };
 
 struct Prediction {
@@ -113,12 +117,16 @@ struct Prediction {
   double over = 0;        // when !fits: the largest shortfall as a share of what is available (for ranking)
   double step_s = 0, tokens_per_s = 0, mfu = 0;
   StepSplit split;
+  std::string offload;      // where the optimizer state is: none (on the devices) or host (optim.offload resolved)
   double device_bytes = 0;  // the fullest device (cuda; 0 on cpu), plan_rank's figure plus the per-rank margin
+  double device_optimizer_bytes = 0;  // of it, the optimizer state (offload none; 0 with host)
   double host_bytes = 0;    // the fullest node's host memory (host's, where nodes share one: nodes_per_host)
 };
 
 // The step of the job of `c` (its layout as the trainer would build it) on `world` ranks, `ranks_per_node`
-// consecutive ranks on each node of `m`. Throws Error when the deck's layout is invalid for `world`.
+// consecutive ranks on each node of `m`. optim.offload = auto is resolved as the trainer resolves it: none where the
+// layout fits with the state on the device (ZeRO 0-2 on cuda), else host. Throws Error when the deck's layout is
+// invalid for `world` (or asks for none where the trainer refuses it).
 Prediction predict(const Config& c, int world, int ranks_per_node, const Machine& m);
 
 }  // namespace yuan::planner

@@ -7,8 +7,9 @@
 // (train/memory_plan.h plan_rank, which the trainer also builds from and checks before it allocates), for the
 // device the deck asks for (cuda when built with it, for train.device=auto), with no device needed; the formulas
 // are in docs/MEMORY.md. With --machine FILE (planner/machine.h), time too: --predict gives the step time,
-// tokens/s, MFU and split of the deck's own layout on that machine (planner/step_model.h), and --nodes N searches
-// every layout that fits N of its nodes and ranks them by predicted tokens/s (planner/search.h).
+// tokens/s, MFU and split of the deck's own layout on that machine (planner/step_model.h; optim.offload = auto
+// resolved as the trainer resolves it), and --nodes N searches every layout that fits N of its nodes, the
+// optimizer's state on the GPUs and on the host, and ranks them by predicted tokens/s (planner/search.h).
 #include <boost/program_options.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -164,7 +165,8 @@ nlohmann::ordered_json split_json(const planner::StepSplit& s) {
 nlohmann::ordered_json prediction_json(const planner::Prediction& p, const std::vector<std::string>& overrides,
                                        int world, int per_node) {
   nlohmann::ordered_json j = {{"fits", p.fits}, {"step_s", p.step_s}, {"tokens_per_s", p.tokens_per_s},
-                              {"mfu", p.mfu}, {"split", split_json(p.split)}, {"device_bytes", p.device_bytes},
+                              {"mfu", p.mfu}, {"split", split_json(p.split)}, {"offload", p.offload},
+                              {"device_bytes", p.device_bytes}, {"device_optimizer_bytes", p.device_optimizer_bytes},
                               {"host_bytes", p.host_bytes}, {"world", world}, {"ranks_per_node", per_node},
                               {"overrides", overrides}};
   if (!p.fits) j["short_of"] = p.short_of;
@@ -185,12 +187,18 @@ std::string command_line(const std::vector<std::string>& overrides) {
 }
 
 void print_prediction(const planner::Prediction& p) {
-  say("predicted step %.4g s, %.4g tokens/s, MFU %.1f%%: compute %s, exposed communication %s, bubble %s, "
-      "optimizer %s", p.step_s, p.tokens_per_s, 100 * p.mfu, part(p.split.compute, p.step_s).c_str(),
-      part(p.split.comm, p.step_s).c_str(), part(p.split.bubble, p.step_s).c_str(),
-      part(p.split.optimizer, p.step_s).c_str());
-  say("memory: fullest device %s, fullest node's host %s%s", format_bytes(static_cast<size_t>(p.device_bytes)).c_str(),
-      format_bytes(static_cast<size_t>(p.host_bytes)).c_str(), p.fits ? "" : ("; does not fit: " + p.short_of).c_str());
+  say("predicted step %.4g s, %.4g tokens/s (1B tokens in %.3g h), MFU %.1f%%: compute %s, exposed communication "
+      "%s, bubble %s, optimizer %s", p.step_s, p.tokens_per_s, 1e9 / p.tokens_per_s / 3600, 100 * p.mfu,
+      part(p.split.compute, p.step_s).c_str(), part(p.split.comm, p.step_s).c_str(),
+      part(p.split.bubble, p.step_s).c_str(), part(p.split.optimizer, p.step_s).c_str());
+  const bool on_device = p.offload == "none";
+  const std::string state = on_device ? " (" + format_bytes(static_cast<size_t>(p.device_optimizer_bytes)) +
+                                            " of it the optimizer state)"
+                                      : "";
+  say("memory: optimizer state on the %s (optim.offload = %s); fullest device %s%s, fullest node's host %s%s",
+      on_device ? "device" : "host", p.offload.c_str(), format_bytes(static_cast<size_t>(p.device_bytes)).c_str(),
+      state.c_str(), format_bytes(static_cast<size_t>(p.host_bytes)).c_str(),
+      p.fits ? "" : ("; does not fit: " + p.short_of).c_str());
 }
 
 // `plan DECK --machine FILE --nodes N`: the layouts ranked by predicted tokens/s, the best `top`, and why the
@@ -397,6 +405,7 @@ int plan_main(const std::vector<std::string>& args) {
     cfg.train.device = machine.kind;
     const int rpn = by_nodes ? world / node_map.nodes() : std::min(machine.devices_per_node, world);
     const planner::Prediction p = planner::predict(cfg, world, rpn, machine);
+    cfg.optim.offload = p.offload;  // auto as the prediction resolved it
     const std::vector<std::string> overrides = planner::layout_overrides(cfg, machine);
     if (json) {
       std::printf("%s\n", prediction_json(p, overrides, world, rpn).dump().c_str());

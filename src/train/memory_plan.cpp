@@ -188,8 +188,7 @@ void check_node_memory(const RankMemory& mine, int device_index, const std::stri
   if (!message.empty()) throw Error(strf("memory: %s; try %s", message.c_str(), hint.c_str()), true);
 }
 
-OffloadChoice choose_offload(const Config& c, const parallel::Topology& topo, Device device, int rank,
-                             int device_index) {
+OffloadChoice settled_offload(const Config& c, Device device) {
   const std::string& asked = c.optim.offload;
   if (device == Device::Cpu) {
     if (asked == "none")
@@ -199,6 +198,13 @@ OffloadChoice choose_offload(const Config& c, const parallel::Topology& topo, De
   }
   if (asked != "auto") return {asked, "optim.offload = " + asked};
   if (c.optim.zero == 3) return {"host", "optim.offload = auto at optim.zero = 3, whose gathers run through the host"};
+  return {};
+}
+
+OffloadChoice choose_offload(const Config& c, const parallel::Topology& topo, Device device, int rank,
+                             int device_index) {
+  const OffloadChoice settled = settled_offload(c, device);
+  if (!settled.offload.empty()) return settled;
   Config on_device = c;
   on_device.optim.offload = "none";
   const RankMemory m = plan_rank(on_device, topo, device, rank).memory;

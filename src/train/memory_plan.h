@@ -60,10 +60,13 @@ std::string node_memory_problem(const RankMemory& mine, int device_index);
 struct OffloadChoice {
   std::string offload, why;
 };
-// optim.offload for rank `rank` of the job of `c` on `topo` with its device `device_index`: host or none as asked
-// (none refused, naming the reason, on the cpu backend), and for auto none where every rank's plan with the state
-// on its device passes node_memory_problem's test, else host; ZeRO-3 and the cpu backend take host. Collective
-// over the world where auto asks the plan.
+// optim.offload where no memory plan decides it: host or none as asked (none refused, naming the reason, on the cpu
+// backend), host for auto on the cpu backend and at ZeRO-3; an empty `offload` where auto leaves it to the memory
+// (choose_offload asks the node's, the planner its machine's).
+OffloadChoice settled_offload(const Config& c, Device device);
+// optim.offload for rank `rank` of the job of `c` on `topo` with its device `device_index`: settled_offload, and
+// where that leaves it open none where every rank's plan with the state on its device passes node_memory_problem's
+// test, else host. Collective over the world where auto asks the plan.
 OffloadChoice choose_offload(const Config& c, const parallel::Topology& topo, Device device, int rank,
                              int device_index);
 
