@@ -4,9 +4,16 @@
 // matrices in Conv1D layout [in, out] (y = x @ W + b), ours are nn.Linear's [out, in]. The embeddings are
 // [rows, n_embd] in both. lm_head.weight is not written: HF ties it to transformer.wte.weight, as GPT-2's own
 // checkpoints do.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -82,10 +89,58 @@ void refuse_checkpoint_output(const std::string& out) {
                  e.path().c_str());
 }
 
-// The export's files are written into a directory of this export's own beside `out` and moved into place only once
-// all are written, so a failed export leaves `out` as it was and two exports into one `out` never share a directory;
-// it goes away with this object, whatever happened. Its name, ".NAME.export-PID@HOST", lets a later export remove it
-// when the process that made it was killed.
+// An exclusive flock(2) on the directory `dir` itself, waited for, held until the object goes: exports into one
+// existing --out move their files in one after the other, never interleaved (which could leave files of two exports
+// side by side). A filesystem without flock on directories (NFS turns flock into fcntl locks, which a directory opened
+// read-only cannot take) goes without, as before there was one. The kernel drops it when its process dies.
+class DirLock {
+ public:
+  explicit DirLock(const fs::path& dir) : fd_(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)) {
+    if (fd_ < 0) return;
+    int rc;
+    while ((rc = ::flock(fd_, LOCK_EX)) != 0 && errno == EINTR) {
+    }
+    if (rc != 0) {
+      ::close(fd_);
+      fd_ = -1;
+    }
+  }
+  ~DirLock() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  DirLock(const DirLock&) = delete;
+  DirLock& operator=(const DirLock&) = delete;
+
+ private:
+  int fd_;
+};
+
+// The names in a staging directory, sorted: its files move into --out in this order (the test hook below counts on
+// it).
+std::vector<fs::path> staged_files(const fs::path& dir) {
+  std::vector<fs::path> files;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) files.push_back(e.path());
+  YUAN_CHECK(!ec, "export: cannot list %s: %s", dir.c_str(), ec.message().c_str());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// Test hook (tests/mpi/test_fail_inputs.sh): YUANLM_EXPORT_KILL_AT=staged SIGKILLs the export once every file is
+// written and flushed, before the first is moved into --out; =moving SIGKILLs it right after the first one is moved.
+void maybe_kill(const char* point) {
+  const char* at = std::getenv("YUANLM_EXPORT_KILL_AT");
+  if (at && !std::strcmp(at, point)) ::kill(::getpid(), SIGKILL);
+}
+
+// The export's files are written into a directory of this export's own beside `out`, ".NAME.export-PID@HOST", and
+// flushed; only then are they moved into place, so a failed export leaves `out` as it was and two exports into one
+// `out` never share a directory. A new `out` is that directory renamed, in one step. An existing one (which may hold
+// the user's other files, kept) gets the files renamed into it one after the other, under a lock on `out`. Before the
+// first, the staging directory is renamed ".NAME.commit-PID@HOST", a complete set: an export killed among its renames
+// leaves `out` a mix of two exports, and the next export into `out` moves the rest of that set in (rolls it forward)
+// before it does anything else, so `out` holds one whole set again. The staging directory goes away with this object,
+// whatever happened; a later export removes one whose process was killed before it was complete.
 class StagingDir {
  public:
   explicit StagingDir(const std::string& out) : out_(out) {
@@ -97,7 +152,7 @@ class StagingDir {
     existed_ = fs::exists(st);
     const fs::path parent = target_.parent_path();
     make_dirs(parent.string());
-    remove_orphans();
+    recover_orphans(true);
     path_ = parent / staging_dir_name(target_.filename().string(), "export", process_host());
     fs::remove_all(path_, ec);  // our own pid: left by a killed export that had it
     YUAN_CHECK(::mkdir(path_.c_str(), 0755) == 0, "export: --out %s: cannot create %s: %s", out.c_str(),
@@ -112,10 +167,11 @@ class StagingDir {
 
   std::string file(const std::string& name) const { return (path_ / name).string(); }
 
-  // A new `out` is the staging directory renamed, in one step; an existing one gets each file renamed into it
-  // (other files there stay).
   void commit() {
+    const std::vector<fs::path> files = staged_files(path_);
+    for (const fs::path& f : files) sync_file(f.string());  // on disk before any is renamed into place
     sync_dir(path_.string());
+    maybe_kill("staged");
     if (!existed_) {
       if (std::rename(path_.c_str(), target_.c_str()) == 0) {
         sync_dir(target_.parent_path().string());
@@ -128,23 +184,49 @@ class StagingDir {
                  "export into it?); it is left as it is: export again to replace its files", out_.c_str());
       throw Error(strf("export: cannot move %s to --out %s: %s", path_.c_str(), out_.c_str(), std::strerror(e)));
     }
-    std::error_code ec;
-    for (const fs::directory_entry& e : fs::directory_iterator(path_, ec))
-      YUAN_CHECK(std::rename(e.path().c_str(), (target_ / e.path().filename()).c_str()) == 0,
-                 "export: cannot move %s into --out %s: %s", e.path().c_str(), out_.c_str(), std::strerror(errno));
-    YUAN_CHECK(!ec, "export: cannot list %s: %s", path_.c_str(), ec.message().c_str());
+    const DirLock lock(target_);
+    // Killed since this export began: their sets are older than this one, which replaces their files now.
+    recover_orphans(false);
+    const fs::path committing = target_.parent_path() /
+                                staging_dir_name(target_.filename().string(), "commit", process_host());
+    YUAN_CHECK(std::rename(path_.c_str(), committing.c_str()) == 0, "export: cannot rename %s to %s: %s",
+               path_.c_str(), committing.c_str(), std::strerror(errno));
+    path_ = committing;
+    sync_dir(target_.parent_path().string());
+    bool first = true;
+    for (const fs::path& f : staged_files(path_)) {
+      YUAN_CHECK(std::rename(f.c_str(), (target_ / f.filename()).c_str()) == 0,
+                 "export: cannot move %s into --out %s: %s", f.c_str(), out_.c_str(), std::strerror(errno));
+      if (first) maybe_kill("moving");
+      first = false;
+    }
     sync_dir(target_.string());
   }
 
  private:
-  // A pid says nothing about another host's processes: only this host's directories of exports gone are removed.
-  void remove_orphans() const {
+  // The staging directories beside `out` whose export is gone: a pid says nothing about another host's processes,
+  // so only this host's are judged. An incomplete one (".export-") is removed. A complete one (".commit-") was killed
+  // among its renames: with `roll_forward` the rest of its files are moved into `out` first (under the lock), without
+  // it (this export's own set is about to replace them) it is removed.
+  void recover_orphans(bool roll_forward) const {
     std::error_code ec;
     for (const fs::directory_entry& e : fs::directory_iterator(target_.parent_path(), ec)) {
       const std::optional<StagingDirName> s =
           parse_staging_dir_name(e.path().filename().string(), target_.filename().string());
-      if (!s || s->kind != "export") continue;
+      if (!s || (s->kind != "export" && s->kind != "commit")) continue;
       if (!staging_owner_gone(*s, process_host())) continue;  // that export still runs, or ran on another host
+      if (s->kind == "commit" && roll_forward && fs::is_directory(target_, ec)) {
+        const DirLock lock(target_);
+        if (!fs::exists(e.path(), ec)) continue;  // another export rolled it forward while this one waited
+        for (const fs::path& f : staged_files(e.path())) {
+          const bool moved = std::rename(f.c_str(), (target_ / f.filename()).c_str()) == 0;
+          YUAN_CHECK(moved || errno == ENOENT, "export: cannot move %s (of an export killed while it moved its files) "
+                     "into --out %s: %s", f.c_str(), out_.c_str(), std::strerror(errno));
+        }
+        sync_dir(target_.string());
+        warn("export: finished moving the files of an export into %s that was killed half-way (%s)", out_.c_str(),
+             e.path().filename().c_str());
+      }
       std::error_code removed;
       fs::remove_all(e.path(), removed);
     }

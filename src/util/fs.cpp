@@ -62,6 +62,15 @@ void write_file_atomic(const std::string& path, const std::string& content) {
   sync_dir(std::filesystem::path(path).parent_path().string());
 }
 
+void sync_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  YUAN_CHECK(fd >= 0, "cannot open '%s' to flush it: %s", path.c_str(), std::strerror(errno));
+  const bool ok = ::fsync(fd) == 0;
+  const int e = errno;
+  ::close(fd);
+  YUAN_CHECK(ok, "cannot flush '%s': %s", path.c_str(), std::strerror(e));
+}
+
 std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   YUAN_CHECK(in, "cannot read '%s': %s", path.c_str(), std::strerror(errno));

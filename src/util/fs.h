@@ -16,6 +16,7 @@ std::string read_text(const std::string& path);
 void read_file_chunks(const std::string& path, const std::function<void(const char*, size_t)>& use);
 void make_dirs(const std::string& dir);  // mkdir -p; throws naming the directory
 void sync_dir(const std::string& dir);   // fsync a directory, so renames in it are durable
+void sync_file(const std::string& path); // fsync a file's data, before it is renamed into place; throws naming it
 // The paths matching a glob(3) pattern, sorted (so every rank sees the same order); empty when none match.
 // Throws naming the pattern when glob itself fails.
 std::vector<std::string> expand_glob(const std::string& pattern);

@@ -7,6 +7,8 @@
 #   tools/plot_metrics.py draws a PNG of the run's metrics;
 #   concurrent exports into one new directory leave it whole, each either succeeding or failing with one error
 #   line naming it, and leave nothing beside it; a killed export's staging directory is removed by the next one;
+#   an export into a directory holding an older one and a README, killed before it moves its files, leaves the old
+#   set whole; killed among the moves, the next export first completes its set; the README stays;
 #   a missing checkpoint, sampling a run without a tokenizer, or an eval or sample option past what the data or
 #   the tokenizer allow is a one-line error and a non-zero exit (eval's micro-batch before anything its size is
 #   allocated), given before the checkpoint's optimizer shards are read.
@@ -126,6 +128,39 @@ done
 bin/yuanlm export --checkpoint "$sprun" --out "$WORK/sphf" >/dev/null
 [ -s "$WORK/sphf/tokenizer.model" ] && grep -q '"eos_token_id": 2,' "$WORK/sphf/config.json" ||
   { cat "$WORK/sphf/config.json"; echo "export lacks the tokenizer or its eot id"; exit 1; }
+
+echo "== an export into a directory holding another export and a README, killed half-way"
+# Every file is written and flushed beside the directory before any is moved in. Killed before the first move
+# (YUANLM_EXPORT_KILL_AT=staged), the old set is there whole; killed among the moves (=moving: after the first, in
+# name order config.json), the directory holds both, and the next export into it, even one killed itself, first
+# moves the rest of that complete set in. The README stays throughout; nothing is left beside the directory.
+both="$WORK/both"
+mkdir "$both" && echo keep >"$both/README.md"
+bin/yuanlm export --checkpoint "$run" --out "$both" >/dev/null
+# is_set REF: $both holds every file of the export REF, byte for byte, and the README
+is_set() {
+  local f
+  for f in $(ls -A "$1"); do cmp -s "$1/$f" "$both/$f" || return 1; done
+  [ "$(cat "$both/README.md")" = keep ]
+}
+# killed_export AT CHECKPOINT: an export into $both, SIGKILLed at AT
+killed_export() {
+  local rc=0
+  YUANLM_EXPORT_KILL_AT=$1 bin/yuanlm export --checkpoint "$2" --out "$both" >/dev/null 2>"$WORK/killed.err" || rc=$?
+  [ "$rc" = 137 ] || { cat "$WORK/killed.err"; echo "export with YUANLM_EXPORT_KILL_AT=$1 ended with $rc"; exit 1; }
+}
+killed_export staged "$sprun"
+is_set "$WORK/hf" && [ ! -e "$both/tokenizer.model" ] || { ls -A "$both"; echo "not the old set after a kill"; exit 1; }
+killed_export moving "$sprun"
+cmp -s "$WORK/sphf/config.json" "$both/config.json" && cmp -s "$WORK/hf/model.safetensors" "$both/model.safetensors" ||
+  { echo "YUANLM_EXPORT_KILL_AT=moving did not stop after config.json"; exit 1; }
+killed_export staged "$run"
+grep -qF "warning: export: finished moving the files of an export into $both that was killed half-way" \
+  "$WORK/killed.err" || { cat "$WORK/killed.err"; echo "no warning of the roll-forward"; exit 1; }
+is_set "$WORK/sphf" || { ls -A "$both"; echo "the set of the export killed among its moves is not whole"; exit 1; }
+bin/yuanlm export --checkpoint "$run" --out "$both" >/dev/null
+is_set "$WORK/hf" || { echo "an export after the kills is not whole"; exit 1; }
+[ "$(ls -A "$WORK" | grep -c '^\.both\.')" -eq 0 ] || { ls -A "$WORK"; echo "left beside $both"; exit 1; }
 
 echo "== bad input"
 # expect_error "MESSAGE" COMMAND...: fails, and stderr is the one line "error: [rank 0@host] ...MESSAGE..."
