@@ -48,7 +48,8 @@ int pick(const float* logits, int n, double temperature, int top_k, Rng& rng) {
 
 int sample_main(const std::vector<std::string>& args) {
   std::string checkpoint, prompt, device = "auto";
-  int n_tokens = 100, top_k = 0;
+  long long n_tokens = 100;  // wider than int: 2^31 and more is refused by the limit below, not as "invalid"
+  int top_k = 0;
   double temperature = 1.0;
   uint64_t seed = 1;
   po::options_description desc(
@@ -61,8 +62,8 @@ int sample_main(const std::vector<std::string>& args) {
       ("checkpoint", po::value(&checkpoint)->required(),
        "a checkpoint directory (run/ckpt/step_N) or a run directory (its newest checkpoint)")
       ("prompt", po::value(&prompt)->default_value(prompt, "\"\""), "text to continue (empty: a document from scratch)")
-      ("tokens", po::value(&n_tokens)->default_value(n_tokens)->notifier(at_least("sample", "--tokens", 1)),
-       "tokens to generate at most")
+      ("tokens", po::value(&n_tokens)->default_value(n_tokens)->notifier(at_least("sample", "--tokens", 1LL)),
+       "tokens to generate at most; at most 100 x the model's seq_len")
       ("temperature",
        po::value(&temperature)->default_value(temperature)->notifier(at_least("sample", "--temperature", 0.0)),
        "softmax temperature; 0 is greedy (always the most likely token)")
@@ -76,6 +77,15 @@ int sample_main(const std::vector<std::string>& args) {
   // of GB for a large model) are read. What is wrong with the checkpoint itself is reported once they are verified:
   // a checkpoint that does not verify is refused as that, whatever else it lacks.
   const CheckpointInfo info = read_checkpoint_info(checkpoint);
+  // No KV cache: every token re-runs the model over the last seq_len tokens, and nothing is printed before the last
+  // one. Once seq_len tokens are generated the prompt has left that window, and each further token follows from the
+  // model's own output alone; a hundred windows of that is far past what sampling is for (seeing what a run has
+  // learned), and with a full-context forward per token already hours on a CPU for a large model. Past it a value
+  // is a mistake (2^31 tokens would run for weeks and hold ids of 8 GiB), refused before the shards are read.
+  const long long max_tokens = 100LL * info.cfg.model.seq_len;
+  YUAN_CHECK(n_tokens <= max_tokens, "sample: --tokens %lld is more than %lld, 100 times the model's context (seq_len "
+             "%d) of checkpoint %s; give --tokens <= %lld", n_tokens, max_tokens, info.cfg.model.seq_len,
+             info.dir.c_str(), max_tokens);
   std::unique_ptr<Tokenizer> tok;
   if (!info.tokenizer.empty()) {
     tok = load_tokenizer(info.tokenizer);
@@ -100,7 +110,7 @@ int sample_main(const std::vector<std::string>& args) {
   std::vector<int32_t> ctx;
   bool ended = false;
   const double t0 = now_seconds();
-  for (int i = 0; i < n_tokens && !ended; i++) {
+  for (long long i = 0; i < n_tokens && !ended; i++) {
     const size_t len = std::min<size_t>(ids.size(), c.seq_len);
     ctx.assign(ids.end() - len, ids.end());
     model.program->forward_logits(ctx.data(), static_cast<int>(len), logits.data());

@@ -191,6 +191,8 @@ expect_error "sample: --top-k 301 is more than the 300 ids of tokenizer" \
 expect_error "sample: --temperature must be a finite number >= 0 (got -1)" \
   bin/yuanlm sample --checkpoint "$sprun" --prompt hi --temperature -1
 expect_error "sample: --tokens must be >= 1 (got 0)" bin/yuanlm sample --checkpoint "$sprun" --prompt hi --tokens 0
+expect_error "sample: --tokens 3201 is more than 3200, 100 times the model's context (seq_len 32) of checkpoint" \
+  bin/yuanlm sample --checkpoint "$sprun" --prompt hi --tokens 3201
 
 echo "== options refused without reading the checkpoint's shards"
 # fifo_copy RUN DIR: RUN's newest checkpoint copied as DIR, its first optimizer shard a FIFO: reading it blocks

@@ -97,4 +97,11 @@ expect_error 0 "sample: --top-k must be >= 0 (got -1)" bin/yuanlm sample --check
 expect_error 0 "eval: --micro-batch must be >= 1 (got 0)" bin/yuanlm eval --checkpoint "$run" --micro-batch 0
 expect_error 0 "export: --out $WORK/hf/README.md is not a directory" \
   bin/yuanlm export --checkpoint "$run" --out "$WORK/hf/README.md"
+
+# 10. sample --tokens past 100 times the model's context (seq_len 16 here): refused before the shards are read, as
+# is a count past int (it used to be "invalid").
+expect_error 0 "sample: --tokens 1601 is more than 1600, 100 times the model's context (seq_len 16) of checkpoint" \
+  bin/yuanlm sample --checkpoint "$run" --tokens 1601
+expect_error 0 "sample: --tokens 1000000000000 is more than 1600" \
+  bin/yuanlm sample --checkpoint "$run" --tokens 1000000000000
 echo "OK"
