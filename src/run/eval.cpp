@@ -5,6 +5,8 @@
 // train.eval_batches * (the run's pipelines) / (eval's ranks).
 #include <cmath>
 #include <cstdio>
+#include <exception>
+#include <optional>
 
 #include "data/loader.h"
 #include "parallel/layout.h"
@@ -18,6 +20,27 @@
 namespace yuan {
 
 namespace po = boost::program_options;
+
+namespace {
+
+// Runs `check` on every rank; when it fails on any, every rank throws the lowest failing rank's error as a collective
+// one, which main() prints once (rank 0) before all ranks exit, as train's config errors are. Without this, an input
+// every rank refuses (a missing checkpoint, a --micro-batch past the data) was printed by each rank, and the first
+// rank to fail took the job down with MPI_Abort. `check` must hold no collective: a failing rank leaves it early.
+template <class F>
+void refuse_together(F&& check) {
+  std::string mine;
+  try {
+    check();
+  } catch (const std::exception& e) {
+    mine = e.what();
+    if (mine.empty()) mine = "eval: failed without a message";
+  }
+  const std::string problem = parallel::first_problem(mine);
+  if (!problem.empty()) throw Error(problem, true);
+}
+
+}  // namespace
 
 int eval_main(const std::vector<std::string>& args) {
   std::string checkpoint, data, device = "auto";
@@ -42,43 +65,50 @@ int eval_main(const std::vector<std::string>& args) {
   if (!parse_command("eval", args, desc)) return 0;
 
   // Every option is checked against the checkpoint's small files before its shards (tens of GB for a large model) are
-  // read and verified, which still happens before any loss is computed.
-  const CheckpointInfo info = read_checkpoint_info(checkpoint);
-  const Config& c = info.cfg;
-  const bool own_data = !data.empty();
-  if (!own_data) data = c.data.val;
-  YUAN_CHECK(!data.empty(), "eval: no --data given and the run of checkpoint %s had no data.val", info.dir.c_str());
-  check_tokenizer(info, data);
+  // read and verified, which still happens before any loss is computed. Both steps are reading and checking on each
+  // rank alone (no collective), refused together.
   const parallel::WorldInfo& w = parallel::world();
-  if (micro_batch == 0) micro_batch = c.train.micro_batch;
-  if (batches == 0) {
-    const int readers = static_cast<int>(parallel::make_topology(c, info.world).pipelines().size());
-    const long long trainer_batches = static_cast<long long>(c.train.eval_batches) * readers;
-    YUAN_CHECK(trainer_batches % w.size == 0,
-               "eval: the trainer's val set is %lld micro-batches (%d pipelines x train.eval_batches %d), which %d "
-               "ranks cannot split evenly; give --batches",
-               trainer_batches, readers, c.train.eval_batches, w.size);
-    batches = static_cast<int>(trainer_batches / w.size);
-  }
+  CheckpointInfo info;
+  std::optional<ValLoader> val;
+  const bool own_data = !data.empty();
+  refuse_together([&] {
+    info = read_checkpoint_info(checkpoint);
+    const Config& c = info.cfg;
+    if (!own_data) data = c.data.val;
+    YUAN_CHECK(!data.empty(), "eval: no --data given and the run of checkpoint %s had no data.val", info.dir.c_str());
+    check_tokenizer(info, data);
+    if (micro_batch == 0) micro_batch = c.train.micro_batch;
+    if (batches == 0) {
+      const int readers = static_cast<int>(parallel::make_topology(c, info.world).pipelines().size());
+      const long long trainer_batches = static_cast<long long>(c.train.eval_batches) * readers;
+      YUAN_CHECK(trainer_batches % w.size == 0,
+                 "eval: the trainer's val set is %lld micro-batches (%d pipelines x train.eval_batches %d), which %d "
+                 "ranks cannot split evenly; give --batches",
+                 trainer_batches, readers, c.train.eval_batches, w.size);
+      batches = static_cast<int>(trainer_batches / w.size);
+    }
 
-  LoaderSpec spec;
-  spec.glob = data;
-  spec.seq_len = c.model.seq_len;
-  spec.vocab_size = c.model.vocab_size;
-  spec.rank = w.rank;
-  spec.world = w.size;
-  spec.micro_batch = micro_batch;
-  // The run's train.eval_batches cannot change any more: --batches is what a user can lower. The set is checked
-  // against the data before the weights are read and the replica, whose memory grows with the micro-batch, is
-  // planned and allocated.
-  ValLoader val(spec, batches, own_data ? "--data" : "data.val", "--batches", "--micro-batch");
-  const CheckpointModel m = load_checkpoint_model(info);
+    LoaderSpec spec;
+    spec.glob = data;
+    spec.seq_len = c.model.seq_len;
+    spec.vocab_size = c.model.vocab_size;
+    spec.rank = w.rank;
+    spec.world = w.size;
+    spec.micro_batch = micro_batch;
+    // The run's train.eval_batches cannot change any more: --batches is what a user can lower. The set is checked
+    // against the data before the weights are read and the replica, whose memory grows with the micro-batch, is
+    // planned and allocated.
+    val.emplace(spec, batches, own_data ? "--data" : "data.val", "--batches", "--micro-batch");
+  });
+  const Config& c = info.cfg;
+  CheckpointModel m;
+  refuse_together([&] { m = load_checkpoint_model(info); });
   Replica model = checkpoint_replica(m, device, micro_batch);
 
   const double t0 = now_seconds();
   double sum = 0;
   for (int i = 0; i < batches; i++) {
-    sum += model.program->forward_loss(val.batch(i), micro_batch);
+    sum += model.program->forward_loss(val->batch(i), micro_batch);
     // Collective, after each micro-batch: a large --batches must not hold off a batch system's stop signal.
     if (const int sig = parallel::agreed_stop_signal()) {
       warn("eval: stopped by %s after %d of %d micro-batches: no result; exit %d", parallel::signal_name(sig), i + 1,

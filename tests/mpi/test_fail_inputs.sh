@@ -25,6 +25,13 @@ expect_error() {
   grep '^error:' "$WORK/log" | grep -qF -- "$want" || { echo "expected: $want"; cat "$WORK/log"; exit 1; }
   [ "$np" -ne 0 ] || [ "$(wc -l <"$WORK/log")" -eq 1 ] || { echo "expected one line on stderr"; exit 1; }
 }
+# expect_error_once NP MESSAGE COMMAND...: expect_error, and the error is printed once, not once per rank, and no
+# rank aborted the job.
+expect_error_once() {
+  expect_error "$@"
+  [ "$(grep -c '^error:' "$WORK/log")" -eq 1 ] && ! grep -q MPI_ABORT "$WORK/log" ||
+    { echo "expected one error line and no MPI_ABORT"; cat "$WORK/log"; exit 1; }
+}
 
 echo "== a run to evaluate, sample and export"
 run=$WORK/run
@@ -104,4 +111,11 @@ expect_error 0 "sample: --tokens 1601 is more than 1600, 100 times the model's c
   bin/yuanlm sample --checkpoint "$run" --tokens 1601
 expect_error 0 "sample: --tokens 1000000000000 is more than 1600" \
   bin/yuanlm sample --checkpoint "$run" --tokens 1000000000000
+
+# 11. eval's refusals under mpirun -np 2 are printed once (rank 0), as train's are, and every rank exits.
+expect_error_once 2 "'$WORK/nope' is neither a checkpoint" bin/yuanlm eval --checkpoint "$WORK/nope"
+expect_error_once 2 "fewer than one micro-batch reads (--micro-batch 100000000 x 2 readers" \
+  bin/yuanlm eval --checkpoint "$run" --micro-batch 100000000
+expect_error_once 2 "give --batches <= " bin/yuanlm eval --checkpoint "$run" --batches 100000
+expect_error_once 2 "eval: --micro-batch must be >= 1 (got 0)" bin/yuanlm eval --checkpoint "$run" --micro-batch 0
 echo "OK"
