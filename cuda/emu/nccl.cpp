@@ -240,15 +240,14 @@ void abandon(std::shared_ptr<Op> op, std::shared_ptr<std::vector<MPI_Request>> r
 }
 
 // Starts `op` now (after its stream's earlier work) and puts its completion in the stream's order; in the Latest
-// stream mode both wait in the stream until something forces them.
+// stream mode both wait in the stream until something forces them, and so does an op whose stream's earlier work
+// cannot finish yet (an earlier operation waiting for a peer): a GPU's enqueue returns at once whatever its stream
+// holds, and the caller's wait, with its deadline, is where a stopped peer must surface, not the enqueue.
 void start(Op op) {
-  const bool late = stream_mode() == StreamMode::Latest;
   auto requests = std::make_shared<std::vector<MPI_Request>>();
   auto pending = std::make_shared<Op>(std::move(op));
-  if (!late) {
-    run_until(stream_point(pending->stream), true);
-    post(*pending, *requests);
-  }
+  const bool late = stream_mode() == StreamMode::Latest || !run_until(stream_point(pending->stream), false);
+  if (!late) post(*pending, *requests);
   enqueue(pending->stream, [requests, pending, posted = !late](bool block) mutable {
     const std::atomic<bool>& aborted = *pending->aborted;
     if (!posted && !aborted) {
