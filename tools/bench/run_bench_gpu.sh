@@ -52,7 +52,8 @@ nvidia-smi -L >/dev/null 2>&1 || { echo "run_bench_gpu: no GPU (nvidia-smi -L fa
 
 # The kernel account (docs/BENCHMARKS.md, "GPU"). The trainer's steps 3 and 4 (after the first steps' allocations),
 # one micro-batch a step: gpt-small at bench_gpu_train's 32 x 1024, gpt-xl at its deck's T 2048 with 8 sequences,
-# the tokens bench_gpu_offload fits on an 80 GB H100 (16 x 1024), its optimizer on the host as every one-GPU run's.
+# the tokens bench_gpu_offload fits on an 80 GB H100 (16 x 1024), the optimizer where optim.offload = auto puts it
+# (on the device where it fits; the start-up line says which).
 # The peer's gpt-small has the deck's padded vocabulary, so that its classifier is the trainer's.
 if have yuanlm; then
   stage 20 account.txt "a random-token corpus for gpt-small and gpt-xl" "$PY" tools/bench/random_corpus.py \
