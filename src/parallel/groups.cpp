@@ -111,7 +111,7 @@ std::unique_ptr<Communicator> make_communicator(const ProcessGroup& group, Devic
   // One rank needs no transport, and MPI never touches the (device) buffers then: every collective is the identity.
   if (device == Device::Cpu || group.size() == 1) return make_mpi_communicator(group, kMpiChunk);
 #ifdef YUAN_CUDA
-  return make_nccl_communicator(group, producer, nccl_timeout_s);
+  return make_group_nccl_communicator(group, producer, nccl_timeout_s);
 #else
   (void)producer, (void)nccl_timeout_s;
   throw Error(strf("%s on %d ranks: data in %s memory needs the NCCL communicator, which this build does not have "
