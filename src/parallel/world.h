@@ -2,6 +2,7 @@
 // the job. Tensor traffic goes through a Communicator (parallel/communicator.h).
 #pragma once
 #include <cstddef>
+#include <exception>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -56,6 +57,21 @@ std::string broadcast_string(const std::string& s, int root);
 // The non-empty `mine` of the lowest rank that has one, on every rank ("" when none has): one rank's problem, which
 // every rank then reports, so that all end with the same collective error.
 std::string first_problem(const std::string& mine);
+// Runs `check` on every rank; where it throws on any, every rank throws the lowest failing rank's message as one
+// collective Error, which main() prints once before all ranks exit (without it each rank printed its own line and
+// the first took the job down with MPI_Abort). `check` must hold no collective: a failing rank leaves it early.
+template <class F>
+void refuse_together(F&& check) {
+  std::string mine;
+  try {
+    check();
+  } catch (const std::exception& e) {
+    mine = e.what();
+    if (mine.empty()) mine = "failed without a message";
+  }
+  const std::string problem = first_problem(mine);
+  if (!problem.empty()) throw Error(problem, true);
+}
 // Throws Error naming the first rank whose value differs from rank 0's.
 void check_same_everywhere(uint64_t value, const char* what);
 

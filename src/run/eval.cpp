@@ -5,7 +5,6 @@
 // train.eval_batches * (the run's pipelines) / (eval's ranks).
 #include <cmath>
 #include <cstdio>
-#include <exception>
 #include <optional>
 
 #include "data/loader.h"
@@ -20,27 +19,6 @@
 namespace yuan {
 
 namespace po = boost::program_options;
-
-namespace {
-
-// Runs `check` on every rank; when it fails on any, every rank throws the lowest failing rank's error as a collective
-// one, which main() prints once (rank 0) before all ranks exit, as train's config errors are. Without this, an input
-// every rank refuses (a missing checkpoint, a --micro-batch past the data) was printed by each rank, and the first
-// rank to fail took the job down with MPI_Abort. `check` must hold no collective: a failing rank leaves it early.
-template <class F>
-void refuse_together(F&& check) {
-  std::string mine;
-  try {
-    check();
-  } catch (const std::exception& e) {
-    mine = e.what();
-    if (mine.empty()) mine = "eval: failed without a message";
-  }
-  const std::string problem = parallel::first_problem(mine);
-  if (!problem.empty()) throw Error(problem, true);
-}
-
-}  // namespace
 
 int eval_main(const std::vector<std::string>& args) {
   std::string checkpoint, data, device = "auto";
@@ -71,7 +49,7 @@ int eval_main(const std::vector<std::string>& args) {
   CheckpointInfo info;
   std::optional<ValLoader> val;
   const bool own_data = !data.empty();
-  refuse_together([&] {
+  parallel::refuse_together([&] {
     info = read_checkpoint_info(checkpoint);
     const Config& c = info.cfg;
     if (!own_data) data = c.data.val;
@@ -102,7 +80,7 @@ int eval_main(const std::vector<std::string>& args) {
   });
   const Config& c = info.cfg;
   CheckpointModel m;
-  refuse_together([&] { m = load_checkpoint_model(info); });
+  parallel::refuse_together([&] { m = load_checkpoint_model(info); });
   Replica model = checkpoint_replica(m, device, micro_batch);
 
   const double t0 = now_seconds();

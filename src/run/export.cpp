@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/gpt.h"
+#include "parallel/world.h"
 #include "prep/tokenizer.h"
 #include "run/commands.h"
 #include "util/error.h"
@@ -252,9 +253,12 @@ int export_main(const std::vector<std::string>& args) {
        "output directory, outside the checkpoints (created; files of the same name are replaced, all at the end: "
        "a failed export leaves it as it was)");
   if (!parse_command("export", args, desc)) return 0;
-  refuse_checkpoint_output(out);
-
-  const CheckpointModel m = load_checkpoint_model(checkpoint);
+  // Every rank reads and checks alone; a refusal is printed once (parallel::refuse_together).
+  CheckpointModel m;
+  parallel::refuse_together([&] {
+    refuse_checkpoint_output(out);
+    m = load_checkpoint_model(checkpoint);
+  });
   if (process_rank() != 0) return 0;  // under mpirun, one writer
   StagingDir staging(out);
   const ParamLayout layout(m.cfg.model);

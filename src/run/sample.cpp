@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "parallel/world.h"
 #include "prep/tokenizer.h"
 #include "run/commands.h"
 #include "util/error.h"
@@ -75,31 +76,36 @@ int sample_main(const std::vector<std::string>& args) {
 
   // The options are checked against the checkpoint's small files (its tokenizer among them) before its shards (tens
   // of GB for a large model) are read. What is wrong with the checkpoint itself is reported once they are verified:
-  // a checkpoint that does not verify is refused as that, whatever else it lacks.
-  const CheckpointInfo info = read_checkpoint_info(checkpoint);
-  // No KV cache: every token re-runs the model over the last seq_len tokens, and nothing is printed before the last
-  // one. Once seq_len tokens are generated the prompt has left that window, and each further token follows from the
-  // model's own output alone; a hundred windows of that is far past what sampling is for (seeing what a run has
-  // learned), and with a full-context forward per token already hours on a CPU for a large model. Past it a value
-  // is a mistake (2^31 tokens would run for weeks and hold ids of 8 GiB), refused before the shards are read.
-  const long long max_tokens = 100LL * info.cfg.model.seq_len;
-  YUAN_CHECK(n_tokens <= max_tokens, "sample: --tokens %lld is more than %lld, 100 times the model's context (seq_len "
-             "%d) of checkpoint %s; give --tokens <= %lld", n_tokens, max_tokens, info.cfg.model.seq_len,
-             info.dir.c_str(), max_tokens);
+  // a checkpoint that does not verify is refused as that, whatever else it lacks. Every rank reads and checks alone,
+  // and a refusal is printed once (parallel::refuse_together).
+  CheckpointInfo info;
   std::unique_ptr<Tokenizer> tok;
-  if (!info.tokenizer.empty()) {
-    tok = load_tokenizer(info.tokenizer);
-    // A k past the tokenizer's ids would silently mean all of them, which 0 already says.
-    YUAN_CHECK(top_k <= tok->vocab_size(), "sample: --top-k %d is more than the %d ids of tokenizer %s; give at most "
-               "%d (0: all)", top_k, tok->vocab_size(), info.tokenizer.c_str(), tok->vocab_size());
-  }
-  const CheckpointModel m = load_checkpoint_model(info);
-  YUAN_CHECK(tok, "checkpoint %s has no tokenizer: its training shards had no manifest.json", m.dir.c_str());
+  CheckpointModel m;
+  parallel::refuse_together([&] {
+    info = read_checkpoint_info(checkpoint);
+    // No KV cache: every token re-runs the model over the last seq_len tokens, and nothing is printed before the last
+    // one. Once seq_len tokens are generated the prompt has left that window, and each further token follows from the
+    // model's own output alone; a hundred windows of that is far past what sampling is for (seeing what a run has
+    // learned), and with a full-context forward per token already hours on a CPU for a large model. Past it a value
+    // is a mistake (2^31 tokens would run for weeks and hold ids of 8 GiB), refused before the shards are read.
+    const long long max_tokens = 100LL * info.cfg.model.seq_len;
+    YUAN_CHECK(n_tokens <= max_tokens, "sample: --tokens %lld is more than %lld, 100 times the model's context "
+               "(seq_len %d) of checkpoint %s; give --tokens <= %lld", n_tokens, max_tokens, info.cfg.model.seq_len,
+               info.dir.c_str(), max_tokens);
+    if (!info.tokenizer.empty()) {
+      tok = load_tokenizer(info.tokenizer);
+      // A k past the tokenizer's ids would silently mean all of them, which 0 already says.
+      YUAN_CHECK(top_k <= tok->vocab_size(), "sample: --top-k %d is more than the %d ids of tokenizer %s; give at "
+                 "most %d (0: all)", top_k, tok->vocab_size(), info.tokenizer.c_str(), tok->vocab_size());
+    }
+    m = load_checkpoint_model(info);
+    YUAN_CHECK(tok, "checkpoint %s has no tokenizer: its training shards had no manifest.json", m.dir.c_str());
+    // Ids past the tokenizer's (a model vocabulary padded for speed) have no text: they are never sampled.
+    YUAN_CHECK(tok->vocab_size() <= m.cfg.model.vocab_size && tok->eot_id() < m.cfg.model.vocab_size,
+               "checkpoint %s: tokenizer %s has %d ids (eot %d), more than the model's vocab_size %d", m.dir.c_str(),
+               m.tokenizer.c_str(), tok->vocab_size(), tok->eot_id(), m.cfg.model.vocab_size);
+  });
   const GPTConfig& c = m.cfg.model;
-  // Ids past the tokenizer's (a model vocabulary padded for speed) have no text: they are never sampled.
-  YUAN_CHECK(tok->vocab_size() <= c.vocab_size && tok->eot_id() < c.vocab_size,
-             "checkpoint %s: tokenizer %s has %d ids (eot %d), more than the model's vocab_size %d", m.dir.c_str(),
-             m.tokenizer.c_str(), tok->vocab_size(), tok->eot_id(), c.vocab_size);
   Replica model = checkpoint_replica(m, device, 1);
 
   std::vector<uint32_t> ids = {static_cast<uint32_t>(tok->eot_id())};

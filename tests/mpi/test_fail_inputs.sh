@@ -118,4 +118,8 @@ expect_error_once 2 "fewer than one micro-batch reads (--micro-batch 100000000 x
   bin/yuanlm eval --checkpoint "$run" --micro-batch 100000000
 expect_error_once 2 "give --batches <= " bin/yuanlm eval --checkpoint "$run" --batches 100000
 expect_error_once 2 "eval: --micro-batch must be >= 1 (got 0)" bin/yuanlm eval --checkpoint "$run" --micro-batch 0
+expect_error_once 2 "'$WORK/nope' is neither a checkpoint" bin/yuanlm sample --checkpoint "$WORK/nope"
+expect_error_once 2 "sample: --tokens 100000 is more than" bin/yuanlm sample --checkpoint "$run" --tokens 100000
+expect_error_once 2 "'$WORK/nope' is neither a checkpoint" bin/yuanlm export --checkpoint "$WORK/nope" \
+  --out "$WORK/nope-out"
 echo "OK"
