@@ -51,8 +51,7 @@ CudaAdamW::CudaAdamW(Backend& cuda_backend, size_t offset, size_t count, const f
 CudaAdamW::~CudaAdamW() = default;
 
 double CudaAdamW::grad_sum_squares() {
-  return s_->backend->ops().sum_squares(Tensor(s_->backend->grads().as<float>() + s_->offset, DType::F32, 1,
-                                               static_cast<int64_t>(s_->count)));
+  return s_->backend->ops().sum_squares(s_->backend->grads().elements(s_->offset, s_->count));
 }
 
 void CudaAdamW::step(const ops::AdamWHyper& h) {
@@ -65,9 +64,7 @@ void CudaAdamW::step(const ops::AdamWHyper& h) {
     hs.weight_decay = seg.decay ? h.weight_decay : 0.0;
     const size_t i = seg.offset - s_->offset;
     b.ops().adamw(f32(master + i, seg.count), f32(m + i, seg.count), f32(v + i, seg.count),
-                  f32(b.grads().as<float>() + seg.offset, seg.count),
-                  Tensor(b.weights().as<gpu::bf16>() + seg.offset, DType::BF16, 1, static_cast<int64_t>(seg.count)),
-                  hs);
+                  b.grads().elements(seg.offset, seg.count), b.weights().elements(seg.offset, seg.count), hs);
   }
   CUDA_CHECK(cudaStreamSynchronize(s_->stream()));
 }

@@ -42,6 +42,12 @@ struct Tensor {
                static_cast<long long>(rows));
     return Tensor(data, dtype, n, cols, ld);
   }
+  // Elements [offset, offset + n) of a dense tensor in row order (a run of a backend's flat buffers), as one row.
+  Tensor elements(size_t offset, size_t n) const {
+    YUAN_CHECK(ld == cols && offset + n <= numel(), "tensor: elements [%zu, %zu) asked of %zu dense ones%s", offset,
+               offset + n, numel(), ld == cols ? "" : " (it is strided)");
+    return Tensor(static_cast<char*>(data) + offset * dtype_size(dtype), dtype, 1, static_cast<int64_t>(n));
+  }
 };
 
 // How a backend stores the program's tensors. Known without a device, so that memory plans can be computed

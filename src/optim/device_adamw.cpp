@@ -34,21 +34,15 @@ Tensor DeviceAdamW::part(int k, size_t offset, size_t count) const {
                 static_cast<int64_t>(count));
 }
 
-Tensor DeviceAdamW::grad() const {
-  return Tensor(backend_.grads().as<float>() + spec_.shard_off, DType::F32, 1, static_cast<int64_t>(spec_.shard_n));
-}
-
-static Tensor slice(const Tensor& t, size_t offset, size_t count) {
-  return Tensor(static_cast<char*>(t.data) + offset * dtype_size(t.dtype), t.dtype, 1, static_cast<int64_t>(count));
-}
+Tensor DeviceAdamW::grad() const { return backend_.grads().elements(spec_.shard_off, spec_.shard_n); }
 
 void DeviceAdamW::update_from(const Tensor& g, const ops::AdamWHyper& h) {
-  const Tensor weights = slice(backend_.weights(), spec_.shard_off, spec_.shard_n);
+  const Tensor weights = backend_.weights().elements(spec_.shard_off, spec_.shard_n);
   ops::AdamWHyper hs = h;
   for (const DecaySegment& d : segments_) {
     hs.weight_decay = d.decay ? h.weight_decay : 0.0;
     backend_.ops().adamw(part(0, d.offset, d.count), part(1, d.offset, d.count), part(2, d.offset, d.count),
-                         slice(g, d.offset, d.count), slice(weights, d.offset, d.count), hs);
+                         g.elements(d.offset, d.count), weights.elements(d.offset, d.count), hs);
   }
   host_copies_out_ = false;  // copies handed out before the update are stale: never loaded back
 }
@@ -65,7 +59,7 @@ void DeviceAdamW::load_backend() {
     backend_.ops().from_host_f32(part(2, 0, spec_.shard_n), buf_.v.data());
     host_copies_out_ = false;
   }
-  backend_.ops().copy(slice(backend_.weights(), spec_.shard_off, spec_.shard_n), part(0, 0, spec_.shard_n));
+  backend_.ops().copy(backend_.weights().elements(spec_.shard_off, spec_.shard_n), part(0, 0, spec_.shard_n));
 }
 
 float* DeviceAdamW::download(int k, HostArray<float>& host) {

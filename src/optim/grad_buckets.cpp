@@ -81,23 +81,20 @@ void GradientBuckets::reduce() {
   in_backward_ = spec_.per_micro;
 }
 
-static char* at(const Tensor& flat, size_t offset) {
-  return static_cast<char*>(flat.data) + offset * dtype_size(flat.dtype);
-}
-
 void GradientBuckets::reduce_bucket(Bucket& b) {
-  const Tensor& g = backend_.grads();
+  const Tensor g = backend_.grads().elements(b.range.offset, b.range.count);
   const double t0 = now_seconds();
   size_t lo = b.range.offset, hi = b.range.offset + b.range.count;
   if (spec_.cfg.zero == 0) {
-    comm_.all_reduce(at(g, lo), b.range.count, g.dtype, ReduceOp::Sum);
+    comm_.all_reduce(g.data, b.range.count, g.dtype, ReduceOp::Sum);
   } else {
-    comm_.reduce_scatter(at(g, lo), spec_.shard_counts(b.range), g.dtype);
+    comm_.reduce_scatter(g.data, spec_.shard_counts(b.range), g.dtype);
     lo = std::max(lo, spec_.shard_off);
     hi = std::min(hi, spec_.shard_off + spec_.shard_n);
   }
   comm_seconds_ += now_seconds() - t0;
-  if (hi > lo && !spec_.device) backend_.grads_to_host_async(lo, hi - lo, host_.target() + (lo - spec_.shard_off), comm_.stream());
+  if (hi > lo && !spec_.device)
+    backend_.grads_to_host_async(lo, hi - lo, host_.target() + (lo - spec_.shard_off), comm_.stream());
   b.reduced = true;
 }
 
@@ -121,8 +118,7 @@ double GradientBuckets::norm_share() const {
   const auto sum_squares = [&](size_t off, size_t n) {
     if (n == 0) return 0.0;
     if (!spec_.device) return ops::sum_squares(host_.current() + off, n);
-    return backend_.ops().sum_squares(
-        Tensor(backend_.grads().as<float>() + spec_.shard_off + off, DType::F32, 1, static_cast<int64_t>(n)));
+    return backend_.ops().sum_squares(backend_.grads().elements(spec_.shard_off + off, n));
   };
   if (spec_.cfg.zero == 0 && comm_.rank() != 0) return 0;
   if (tp.size == 1 || tp.rank == 0) return sum_squares(0, spec_.shard_n);

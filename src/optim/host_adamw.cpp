@@ -95,7 +95,7 @@ void all_gather_weights(const ZeroSpec& spec, Backend& backend, Communicator& co
   const Tensor& p = backend.weights();
   const double t0 = now_seconds();
   for (const ZeroBucket& b : spec.buckets)
-    comm.all_gather(static_cast<char*>(p.data) + b.offset * dtype_size(p.dtype), spec.shard_counts(b), p.dtype);
+    comm.all_gather(p.elements(b.offset, b.count).data, spec.shard_counts(b), p.dtype);
   comm.synchronize();
   comm_seconds += now_seconds() - t0;
 }
