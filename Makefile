@@ -88,6 +88,19 @@ FLAGS_STAMP := build/.flags
 FLAGS_NOW   := $(CXX) $(CPPFLAGS) $(CXXFLAGS) | $(BACKENDS) | $(NVCC) $(NVCCFLAGS)
 $(shell mkdir -p build; [ "$$(cat $(FLAGS_STAMP) 2>/dev/null)" = '$(FLAGS_NOW)' ] || echo '$(FLAGS_NOW)' > $(FLAGS_STAMP))
 
+# cuDNN attention (cuda/cudnn_attention.cu, model.attention): the cuDNN frontend's headers (env/fetch-cudnn-frontend.sh
+# puts them in build/cudnn-frontend) and cuDNN 9's own headers. The GPU build loads libcudnn.so.9 at run time
+# (NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING), so the same binary starts, with own attention, where cuDNN is missing;
+# the emulator's build links the frontend to the emulated cuDNN of cuda/emu/cudnn.cpp instead. Without either set of
+# headers the build has no cuDNN path and says so at start-up.
+CUDNN_HOME          ?= $(CUDA_HOME)
+CUDNN_FRONTEND_HOME ?= build/cudnn-frontend
+HAVE_CUDNN := $(and $(wildcard $(CUDNN_FRONTEND_HOME)/include/cudnn_frontend.h),$(wildcard $(CUDNN_HOME)/include/cudnn_graph.h))
+CUDNN_DEFS := $(if $(HAVE_CUDNN),-DYUAN_CUDNN -I$(CUDNN_FRONTEND_HOME)/include)
+ifneq ($(CU_OBJ),)
+  CPPFLAGS += $(CUDNN_DEFS) $(if $(HAVE_CUDNN),-DNV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING -I$(CUDNN_HOME)/include)
+endif
+
 # Keep every object (make would delete the benchmarks' as intermediates and relink them each time).
 .SECONDARY:
 
@@ -133,6 +146,12 @@ build/%.o: %.cu $(FLAGS_STAMP)
 # variables get a section each (-fdata-sections), which cuda/emu/gather_shared.sh moves into yuan_emu_shared.
 # nvcc's #pragma unroll means nothing to g++; the toolkit's include directory stays out of the way of cuda/emu's.
 EMU_FLAGS    := -std=c++17 -O2 -fopenmp -Wall -Wextra -MMD -MP -DYUAN_EMU -DYUAN_CUDA -Isrc -Icuda -Icuda/emu/include
+# cuDNN's headers come from the toolkit one by one (links in build/emu/cudnn-include), so that what they include
+# from CUDA resolves to cuda/emu/include.
+ifneq ($(HAVE_CUDNN),)
+  EMU_FLAGS  += $(CUDNN_DEFS) -Ibuild/emu/cudnn-include
+  $(shell mkdir -p build/emu/cudnn-include && ln -sf $(abspath $(wildcard $(CUDNN_HOME)/include/cudnn*.h)) build/emu/cudnn-include/)
+endif
 EMU_CUFLAGS  := -x c++ -Wno-unknown-pragmas -fsanitize=thread --param=tsan-instrument-func-entry-exit=0 \
                 -fsanitize=alignment -fdata-sections
 EMU_RT_OBJ   := $(patsubst %.cpp,build/emu/%.o,$(wildcard cuda/emu/*.cpp))
@@ -175,7 +194,7 @@ bin/yuanlm_emu: build/emu/src/main.o $(call emu_objs,$(APP_OBJ) $(CORE_OBJ)) $(E
 
 build/emu/%.o: %.cu $(EMU_STAMP) cuda/emu/gather_shared.sh
 	@mkdir -p $(@D)
-	$(CXX) $(EMU_FLAGS) $(EMU_CUFLAGS) $(filter-out -I$(CUDA_HOME)/include,$(filter -I% -D%,$(CPPFLAGS))) -c -o $@ $<
+	$(CXX) $(EMU_FLAGS) $(EMU_CUFLAGS) $(filter-out -I$(CUDA_HOME)/include -I$(CUDNN_HOME)/include -DNV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING,$(filter -I% -D%,$(CPPFLAGS))) -c -o $@ $<
 	cuda/emu/gather_shared.sh $@
 
 build/emu/cuda/emu/%.o: cuda/emu/%.cpp $(EMU_STAMP)
@@ -191,6 +210,7 @@ build/emu/src/%.o: src/%.cpp $(FLAGS_STAMP)
 
 deps:
 	env/install-deps.sh
+	env/fetch-cudnn-frontend.sh
 
 test: deps
 	$(MAKE) -j$(JOBS) all emu
