@@ -25,6 +25,9 @@
 
 #include "emulator.h"
 
+// The running launch's blockDim and gridDim (cuda_runtime.h); read by its threads only.
+dim3 blockDim, gridDim;
+
 namespace yuan::emu {
 namespace {
 
@@ -402,6 +405,8 @@ bool run_grid(const Kernel& k, bool journal) {
   begin_launch(journal);
   Block b;
   const dim3 g = k.cfg.grid;
+  ::gridDim = g;
+  ::blockDim = k.cfg.block;
   for (uint32_t i : in_order(size_t(g.x) * g.y * g.z)) {
     run_block(k, uint3{i % g.x, i / g.x % g.y, i / g.x / g.y}, b);
     if (b.aborted) return false;
@@ -534,14 +539,6 @@ uint3 thread_idx() { return current("threadIdx")->idx; }
 uint3 block_idx() {
   current("blockIdx");
   return t_block->idx;
-}
-dim3 block_dim() {
-  current("blockDim");
-  return t_block->kernel->cfg.block;
-}
-dim3 grid_dim() {
-  current("gridDim");
-  return t_block->kernel->cfg.grid;
 }
 unsigned char* dynamic_shared() {
   current("dynamic shared memory");

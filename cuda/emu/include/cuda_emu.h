@@ -83,8 +83,6 @@ std::vector<HostCall> host_calls();
 
 uint3 thread_idx() __attribute__((const));
 uint3 block_idx() __attribute__((const));
-dim3 block_dim() __attribute__((const));
-dim3 grid_dim() __attribute__((const));
 void sync_threads(const char* file, int line);
 // This block's dynamic shared memory (the launch's shared_bytes).
 unsigned char* dynamic_shared();

@@ -43,8 +43,11 @@ cudaError_t cudaHostAlloc(T** ptr, size_t bytes, unsigned flags) {
 
 #define threadIdx (::yuan::emu::thread_idx())
 #define blockIdx (::yuan::emu::block_idx())
-#define blockDim (::yuan::emu::block_dim())
-#define gridDim (::yuan::emu::grid_dim())
+// blockDim and gridDim are the running launch's, set when it starts to run (kernel.cpp): objects, as the toolkit
+// declares them for host compilation, rather than calls like the two above, because a macro would also rename
+// parameters of those names in host headers (the cuDNN frontend's cudaLaunchKernel wrapper has them).
+extern dim3 blockDim;
+extern dim3 gridDim;
 constexpr int warpSize = 32;
 
 inline void __syncthreads(const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
