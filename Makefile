@@ -184,11 +184,15 @@ build/codegen/%.cubin: cuda/%.cu
 	$(PTXAS_NVCC) -arch=$(CUDA_ARCH) -cubin -std=c++17 -Xptxas -v -Isrc -Icuda -MMD -MP -MF $(@:.cubin=.d) -o $@ $< \
 	  2> $(@:.cubin=.ptxas) || { cat $(@:.cubin=.ptxas); exit 1; }
 
-bin/test_cuda_emu: $(EMU_TEST_OBJ) $(EMU_CU_OBJ) $(EMU_RT_OBJ) $(call emu_objs,$(CORE_OBJ))
+# The emulator's own objects link first: of an inline function or template instance that several objects define
+# (a std::string operator+), the linker keeps the first, and the emulator's code must not run a copy from a .cu
+# file, instrumented, whose accesses would be checked as the running kernel's (a report that formats its message
+# with such a copy checks that again, without end).
+bin/test_cuda_emu: $(EMU_RT_OBJ) $(EMU_TEST_OBJ) $(EMU_CU_OBJ) $(call emu_objs,$(CORE_OBJ))
 	@mkdir -p $(@D)
 	$(CXX) $(LDFLAGS) -o $@ $^ $(BLAS_LIB) $(CRYPTO_LIB) $(MPI_LIB) -lgtest_main -lgtest $(EMU_LIBS)
 
-bin/yuanlm_emu: build/emu/src/main.o $(call emu_objs,$(APP_OBJ) $(CORE_OBJ)) $(EMU_CU_OBJ) $(EMU_RT_OBJ)
+bin/yuanlm_emu: $(EMU_RT_OBJ) build/emu/src/main.o $(call emu_objs,$(APP_OBJ) $(CORE_OBJ)) $(EMU_CU_OBJ)
 	@mkdir -p $(@D)
 	$(CXX) $(LDFLAGS) -o $@ $^ $(HOST_LIBS) $(EMU_LIBS)
 
