@@ -16,6 +16,8 @@
 #include <utility>
 #include <vector>
 
+#include <cuda.h>
+
 #include "emulator.h"
 
 namespace yuan::emu {
@@ -52,6 +54,10 @@ const char* default_message(cudaError_t e) {
     case cudaErrorLaunchOutOfResources: return "too many resources requested for launch";
     case cudaErrorMisalignedAddress: return "misaligned address";
     case cudaErrorLaunchFailure: return "unspecified launch failure";
+    case cudaErrorNotSupported: return "operation not supported";
+    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureImplicit:
+      return "operation would make the legacy stream depend on a capturing blocking stream";
   }
   return "unknown error";
 }
@@ -538,4 +544,123 @@ cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int v
   if (set_shared_opt_in(func, value) != cudaSuccess)
     return refuse("cudaFuncSetAttribute", format("%d bytes of dynamic shared memory, above the device's 227 KiB", value));
   return cudaSuccess;
+}
+
+// ---- for the cuDNN frontend (cuda_runtime_api.h says what each models) ----
+
+cudaError_t cudaRuntimeGetVersion(int* version) {
+  *version = CUDART_VERSION;
+  return cudaSuccess;
+}
+
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const void* ptr) {
+  std::memset(attributes, 0, sizeof *attributes);
+  if (device(ptr)) {
+    attributes->type = cudaMemoryTypeDevice;
+    attributes->devicePointer = const_cast<void*>(ptr);
+  } else if (pinned(ptr)) {
+    attributes->type = cudaMemoryTypeHost;
+    attributes->devicePointer = attributes->hostPointer = const_cast<void*>(ptr);
+  } else {
+    attributes->type = cudaMemoryTypeUnregistered;
+    attributes->device = -2;  // what CUDA reports for memory it does not know
+    attributes->hostPointer = const_cast<void*>(ptr);
+  }
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status) {
+  Lock lock(mutex());
+  if (!valid_stream(stream)) return refuse("cudaStreamIsCapturing", "not a live stream");
+  *status = cudaStreamCaptureStatusNone;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamGetCaptureInfo_v2(cudaStream_t stream, cudaStreamCaptureStatus* status, unsigned long long* id,
+                                        cudaGraph_t* graph, const cudaGraphNode_t** dependencies,
+                                        size_t* num_dependencies) {
+  Lock lock(mutex());
+  if (!valid_stream(stream)) return refuse("cudaStreamGetCaptureInfo", "not a live stream");
+  *status = cudaStreamCaptureStatusNone;
+  // Like CUDA, the other outputs are left alone when the stream is not capturing.
+  (void)id, (void)graph, (void)dependencies, (void)num_dependencies;
+  return cudaSuccess;
+}
+
+namespace {
+thread_local cudaStreamCaptureMode t_capture_mode = cudaStreamCaptureModeGlobal;
+}
+
+cudaError_t cudaThreadExchangeStreamCaptureMode(cudaStreamCaptureMode* mode) {
+  std::swap(*mode, t_capture_mode);
+  return cudaSuccess;
+}
+
+CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
+  cudaStreamCaptureMode m = static_cast<cudaStreamCaptureMode>(*mode);
+  cudaThreadExchangeStreamCaptureMode(&m);
+  *mode = static_cast<CUstreamCaptureMode>(m);
+  return CUDA_SUCCESS;
+}
+
+cudaError_t cudaGetDriverEntryPoint(const char*, void** function, unsigned long long,
+                                    cudaDriverEntryPointQueryResult* status) {
+  *function = nullptr;
+  if (status) *status = cudaDriverEntryPointSymbolNotFound;
+  return cudaErrorNotSupported;
+}
+
+// Not emulated (cuda_runtime_api.h): refused, and reported so that a path that reaches them shows.
+namespace {
+cudaError_t not_emulated(const char* call) {
+  Lock lock(mutex());
+  return refuse(call, "CUDA graphs, stream capture and launches by address are not emulated", cudaErrorNotSupported);
+}
+}  // namespace
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t, cudaStreamCaptureMode) {
+  return not_emulated("cudaStreamBeginCapture");
+}
+cudaError_t cudaStreamEndCapture(cudaStream_t, cudaGraph_t*) { return not_emulated("cudaStreamEndCapture"); }
+cudaError_t cudaGraphCreate(cudaGraph_t*, unsigned) { return not_emulated("cudaGraphCreate"); }
+cudaError_t cudaGraphDestroy(cudaGraph_t) { return not_emulated("cudaGraphDestroy"); }
+cudaError_t cudaGraphGetNodes(cudaGraph_t, cudaGraphNode_t*, size_t*) { return not_emulated("cudaGraphGetNodes"); }
+cudaError_t cudaGraphGetRootNodes(cudaGraph_t, cudaGraphNode_t*, size_t*) {
+  return not_emulated("cudaGraphGetRootNodes");
+}
+cudaError_t cudaGraphNodeGetDependencies(cudaGraphNode_t, cudaGraphNode_t*, size_t*) {
+  return not_emulated("cudaGraphNodeGetDependencies");
+}
+cudaError_t cudaGraphNodeGetDependentNodes(cudaGraphNode_t, cudaGraphNode_t*, size_t*) {
+  return not_emulated("cudaGraphNodeGetDependentNodes");
+}
+cudaError_t cudaGraphAddChildGraphNode(cudaGraphNode_t*, cudaGraph_t, const cudaGraphNode_t*, size_t, cudaGraph_t) {
+  return not_emulated("cudaGraphAddChildGraphNode");
+}
+cudaError_t cudaGraphChildGraphNodeGetGraph(cudaGraphNode_t, cudaGraph_t*) {
+  return not_emulated("cudaGraphChildGraphNodeGetGraph");
+}
+cudaError_t cudaGraphAddMemcpyNode1D(cudaGraphNode_t*, cudaGraph_t, const cudaGraphNode_t*, size_t, void*, const void*,
+                                     size_t, cudaMemcpyKind) {
+  return not_emulated("cudaGraphAddMemcpyNode1D");
+}
+cudaError_t cudaGraphMemcpyNodeSetParams1D(cudaGraphNode_t, void*, const void*, size_t, cudaMemcpyKind) {
+  return not_emulated("cudaGraphMemcpyNodeSetParams1D");
+}
+cudaError_t cudaGraphAddMemsetNode(cudaGraphNode_t*, cudaGraph_t, const cudaGraphNode_t*, size_t,
+                                   const cudaMemsetParams*) {
+  return not_emulated("cudaGraphAddMemsetNode");
+}
+cudaError_t cudaGraphMemsetNodeSetParams(cudaGraphNode_t, const cudaMemsetParams*) {
+  return not_emulated("cudaGraphMemsetNodeSetParams");
+}
+cudaError_t cudaUserObjectCreate(cudaUserObject_t*, void*, cudaHostFn_t, unsigned, unsigned) {
+  return not_emulated("cudaUserObjectCreate");
+}
+cudaError_t cudaUserObjectRelease(cudaUserObject_t, unsigned) { return not_emulated("cudaUserObjectRelease"); }
+cudaError_t cudaGraphRetainUserObject(cudaGraph_t, cudaUserObject_t, unsigned, unsigned) {
+  return not_emulated("cudaGraphRetainUserObject");
+}
+cudaError_t cudaLaunchKernel(const void*, dim3, dim3, void**, size_t, cudaStream_t) {
+  return not_emulated("cudaLaunchKernel");
 }

@@ -41,6 +41,10 @@ struct alignas(4) __nv_bfloat162 {
   __nv_bfloat16 x, y;
 };
 
+// The toolkit's host-side names for the types.
+typedef __nv_bfloat16 nv_bfloat16;
+typedef __nv_bfloat162 nv_bfloat162;
+
 inline __nv_bfloat16 __float2bfloat16(float f) { return __nv_bfloat16_raw{::yuan::emu::float_to_bf16_bits(f)}; }
 inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __float2bfloat16(f); }
 inline float __bfloat162float(__nv_bfloat16 h) { return ::yuan::emu::bf16_bits_to_float(h.__x); }

@@ -63,6 +63,10 @@ struct alignas(4) __half2 {
   __half x, y;
 };
 
+// The toolkit's host-side names for the types.
+typedef __half half;
+typedef __half2 half2;
+
 inline __half __float2half(float f) { return __half_raw{::yuan::emu::float_to_half_bits(f)}; }
 inline __half __float2half_rn(float f) { return __float2half(f); }
 inline float __half2float(__half h) { return ::yuan::emu::half_bits_to_float(h.__x); }

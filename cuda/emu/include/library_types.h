@@ -1,4 +1,5 @@
-// cudaDataType_t with the toolkit's values (library_types.h), for cuBLASLt and NCCL's emulations.
+// cudaDataType_t with the toolkit's values (library_types.h), for cuBLASLt and NCCL's emulations, and
+// libraryPropertyType, which cuDNN's cudnnGetProperty takes.
 #pragma once
 
 typedef enum cudaDataType_t {
@@ -10,3 +11,9 @@ typedef enum cudaDataType_t {
   CUDA_R_16BF = 14,
 } cudaDataType_t;
 typedef cudaDataType_t cudaDataType;
+
+typedef enum libraryPropertyType_t {
+  MAJOR_VERSION = 0,
+  MINOR_VERSION = 1,
+  PATCH_LEVEL = 2,
+} libraryPropertyType;
