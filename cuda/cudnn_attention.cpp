@@ -21,6 +21,7 @@
 #include "cuda_check.h"
 
 #include <cmath>
+#include <tuple>
 
 #ifdef YUAN_CUDNN
 #include <dlfcn.h>
@@ -28,13 +29,17 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <tuple>
 #include <unordered_map>
 
 #include <cudnn_frontend.h>
 #endif
 
 namespace yuan::gpu {
+
+bool CudnnGraphFaults::operator<(const CudnnGraphFaults& o) const {
+  return std::tie(head_time_strides_swapped, no_causal_mask, no_stats_to_backward) <
+         std::tie(o.head_time_strides_swapped, o.no_causal_mask, o.no_stats_to_backward);
+}
 
 size_t cudnn_attention_workspace_bytes(int B, int T, int C, int NH) {
   const size_t rows = static_cast<size_t>(B) * NH * T;
@@ -48,11 +53,12 @@ std::string cudnn_attention_problem(int, bool) {
          "fetches the frontend; CUDNN_HOME names cuDNN)";
 }
 std::string cudnn_attention_library() { return ""; }
-void cudnn_attention_forward(bf16*, float*, const bf16*, int, int, int, int, void*, size_t, cudaStream_t) {
+void cudnn_attention_forward(bf16*, float*, const bf16*, int, int, int, int, void*, size_t, cudaStream_t,
+                             const CudnnGraphFaults&) {
   throw Error(cudnn_attention_problem(0));
 }
 void cudnn_attention_backward(bf16*, const bf16*, const bf16*, const bf16*, const float*, int, int, int, int, void*,
-                              size_t, cudaStream_t) {
+                              size_t, cudaStream_t, const CudnnGraphFaults&) {
   throw Error(cudnn_attention_problem(0));
 }
 
@@ -117,11 +123,12 @@ struct Built {
 };
 
 // The graph of one shape and direction, built on first use.
-const Built& graph_for(bool backward, int B, int T, int C, int NH, cudnnHandle_t handle) {
+const Built& graph_for(bool backward, int B, int T, int C, int NH, const CudnnGraphFaults& faults,
+                       cudnnHandle_t handle) {
   static std::mutex mu;
-  static std::map<std::tuple<bool, int, int, int, int>, Built> cache;
+  static std::map<std::tuple<bool, int, int, int, int, CudnnGraphFaults>, Built> cache;
   const std::lock_guard<std::mutex> lock(mu);
-  auto [it, fresh] = cache.try_emplace({backward, B, T, C, NH});
+  auto [it, fresh] = cache.try_emplace({backward, B, T, C, NH, faults});
   if (!fresh) return it->second;
   try {
     const int64_t hs = C / NH, b = B, t = T, h = NH, c = C;
@@ -129,7 +136,10 @@ const Built& graph_for(bool backward, int B, int T, int C, int NH, cudnnHandle_t
     g->set_io_data_type(fe::DataType_t::BFLOAT16)
         .set_intermediate_data_type(fe::DataType_t::FLOAT)
         .set_compute_data_type(fe::DataType_t::FLOAT);
-    const std::vector<int64_t> qkv_stride{3 * c * t, hs, 3 * c, 1}, o_stride{c * t, hs, c, 1}, dim{b, h, t, hs};
+    const std::vector<int64_t> qkv_stride = faults.head_time_strides_swapped
+                                                ? std::vector<int64_t>{3 * c * t, 3 * c, hs, 1}
+                                                : std::vector<int64_t>{3 * c * t, hs, 3 * c, 1};
+    const std::vector<int64_t> o_stride{c * t, hs, c, 1}, dim{b, h, t, hs};
     auto Q = tensor(*g, "Q", kQ, dim, qkv_stride), K = tensor(*g, "K", kK, dim, qkv_stride),
          V = tensor(*g, "V", kV, dim, qkv_stride);
     const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
@@ -137,7 +147,7 @@ const Built& graph_for(bool backward, int B, int T, int C, int NH, cudnnHandle_t
       auto opts = fe::graph::SDPA_attributes()
                       .set_name("attention_forward")
                       .set_generate_stats(true)
-                      .set_causal_mask(true)
+                      .set_causal_mask(!faults.no_causal_mask)
                       .set_attn_scale(scale)
                       .set_implementation(fe::AttentionImplementation_t::COMPOSITE);
       auto [O, stats] = g->sdpa(Q, K, V, opts);
@@ -154,7 +164,7 @@ const Built& graph_for(bool backward, int B, int T, int C, int NH, cudnnHandle_t
                                  .set_data_type(fe::DataType_t::FLOAT));
       auto opts = fe::graph::SDPA_backward_attributes()
                       .set_name("attention_backward")
-                      .set_causal_mask(true)
+                      .set_causal_mask(!faults.no_causal_mask)
                       .set_attn_scale(scale)
                       .set_deterministic_algorithm(true);
       auto [dQ, dK, dV] = g->sdpa_backward(Q, K, V, O, dO, stats, opts);
@@ -177,10 +187,11 @@ const Built& graph_for(bool backward, int B, int T, int C, int NH, cudnnHandle_t
 }
 
 void run(bool backward, int B, int T, int C, int NH, std::unordered_map<int64_t, void*> pointers, void* workspace,
-         size_t workspace_bytes, cudaStream_t s) {
+         size_t workspace_bytes, cudaStream_t s, const CudnnGraphFaults& faults) {
   YUAN_CHECK(library_problem().empty(), "cuda attention: cuDNN: %s", library_problem().c_str());
   const cudnnHandle_t handle = handle_for(s);
-  const Built& built = graph_for(backward, B, T, C, NH, handle);
+  const Built& built = graph_for(backward, B, T, C, NH, faults, handle);
+  if (backward && faults.no_stats_to_backward) pointers.erase(kStats);
   YUAN_CHECK(static_cast<size_t>(built.workspace) <= workspace_bytes,
              "cuda attention: cuDNN's %s graph at B %d, T %d, C %d, NH %d asks for %lld bytes of workspace, more than "
              "the %zu of the memory plan (cudnn_attention_workspace_bytes in cuda/cudnn_attention.cpp)",
@@ -213,19 +224,20 @@ std::string cudnn_attention_library() {
 }
 
 void cudnn_attention_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH, void* workspace,
-                             size_t workspace_bytes, cudaStream_t s) {
+                             size_t workspace_bytes, cudaStream_t s, const CudnnGraphFaults& faults) {
   auto* q = const_cast<bf16*>(qkv);  // the frontend's variant pack takes void*; nothing here writes qkv
   run(false, B, T, C, NH, {{kQ, q}, {kK, q + C}, {kV, q + 2 * C}, {kO, out}, {kStats, lse}}, workspace,
-      workspace_bytes, s);
+      workspace_bytes, s, faults);
 }
 
 void cudnn_attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse, int B,
-                              int T, int C, int NH, void* workspace, size_t workspace_bytes, cudaStream_t s) {
+                              int T, int C, int NH, void* workspace, size_t workspace_bytes, cudaStream_t s,
+                              const CudnnGraphFaults& faults) {
   auto* q = const_cast<bf16*>(qkv);
   run(true, B, T, C, NH,
       {{kQ, q}, {kK, q + C}, {kV, q + 2 * C}, {kO, const_cast<bf16*>(out)}, {kdO, const_cast<bf16*>(dout)},
        {kStats, const_cast<float*>(lse)}, {kdQ, dqkv}, {kdK, dqkv + C}, {kdV, dqkv + 2 * C}},
-      workspace, workspace_bytes, s);
+      workspace, workspace_bytes, s, faults);
 }
 
 #endif  // YUAN_CUDNN

@@ -32,11 +32,22 @@ std::string cudnn_attention_library();
 // softmax sums [B,NH,T], and as much again for the engines' own use.
 size_t cudnn_attention_workspace_bytes(int B, int T, int C, int NH);
 
+// Integration faults a graph could be built with, each off in training. tests/cuda/test_cudnn_attention.cu plants
+// them one at a time to show that the emulated cuDNN reports each (a wrong result, or cuDNN's refusal), as the
+// first GPU would.
+struct CudnnGraphFaults {
+  bool head_time_strides_swapped = false;  // Q, K, V described as [B, T, NH, hs] read in [B, NH, T, hs] order
+  bool no_causal_mask = false;
+  bool no_stats_to_backward = false;  // the backward's variant pack without the forward's logsumexp
+  bool operator<(const CudnnGraphFaults& o) const;
+};
+
 // `workspace`: `workspace_bytes` of device memory the call may use until it completes on `s`.
 void cudnn_attention_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH, void* workspace,
-                             size_t workspace_bytes, cudaStream_t s);
+                             size_t workspace_bytes, cudaStream_t s, const CudnnGraphFaults& faults = {});
 // dqkv = gradient of qkv (written). Deterministic: the same bits every run.
 void cudnn_attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse, int B,
-                              int T, int C, int NH, void* workspace, size_t workspace_bytes, cudaStream_t s);
+                              int T, int C, int NH, void* workspace, size_t workspace_bytes, cudaStream_t s,
+                              const CudnnGraphFaults& faults = {});
 
 }  // namespace yuan::gpu
