@@ -75,7 +75,8 @@ BACKENDS := cpu
 ifeq ($(CUDA)$(if $(wildcard cuda/*.cu),+),1+)
   BACKENDS += cuda
   CU_SRC    := $(wildcard cuda/*.cu)
-  CU_OBJ    := $(CU_SRC:%.cu=build/%.o)
+  CU_HOST   := $(wildcard cuda/*.cpp)
+  CU_OBJ    := $(CU_SRC:%.cu=build/%.o) $(CU_HOST:%.cpp=build/%.o)
   CU_TEST   := $(wildcard tests/cuda/*.cu)
   NVCCFLAGS ?= -O3 -arch=$(CUDA_ARCH) -std=c++17 -Xcompiler -fopenmp,-Wall,-Wextra -Isrc -Icuda -MMD -MP
   CPPFLAGS  += -DYUAN_CUDA -I$(CUDA_HOME)/include $(if $(NCCL_HOME),-I$(NCCL_HOME)/include)
@@ -88,7 +89,7 @@ FLAGS_STAMP := build/.flags
 FLAGS_NOW   := $(CXX) $(CPPFLAGS) $(CXXFLAGS) | $(BACKENDS) | $(NVCC) $(NVCCFLAGS)
 $(shell mkdir -p build; [ "$$(cat $(FLAGS_STAMP) 2>/dev/null)" = '$(FLAGS_NOW)' ] || echo '$(FLAGS_NOW)' > $(FLAGS_STAMP))
 
-# cuDNN attention (cuda/cudnn_attention.cu, model.attention): the cuDNN frontend's headers (env/fetch-cudnn-frontend.sh
+# cuDNN attention (cuda/cudnn_attention.cpp, model.attention): the cuDNN frontend's headers (env/fetch-cudnn-frontend.sh
 # puts them in build/cudnn-frontend) and cuDNN 9's own headers. The GPU build loads libcudnn.so.9 at run time
 # (NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING), so the same binary starts, with own attention, where cuDNN is missing;
 # the emulator's build links the frontend to the emulated cuDNN of cuda/emu/cudnn.cpp instead. Without either set of
@@ -96,9 +97,11 @@ $(shell mkdir -p build; [ "$$(cat $(FLAGS_STAMP) 2>/dev/null)" = '$(FLAGS_NOW)' 
 CUDNN_HOME          ?= $(CUDA_HOME)
 CUDNN_FRONTEND_HOME ?= build/cudnn-frontend
 HAVE_CUDNN := $(and $(wildcard $(CUDNN_FRONTEND_HOME)/include/cudnn_frontend.h),$(wildcard $(CUDNN_HOME)/include/cudnn_graph.h))
-CUDNN_DEFS := $(if $(HAVE_CUDNN),-DYUAN_CUDNN -I$(CUDNN_FRONTEND_HOME)/include)
+# The frontend's headers are system headers: their own warnings are not this project's.
+CUDNN_INC  := $(if $(HAVE_CUDNN),-isystem $(CUDNN_FRONTEND_HOME)/include)
 ifneq ($(CU_OBJ),)
-  CPPFLAGS += $(CUDNN_DEFS) $(if $(HAVE_CUDNN),-DNV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING -I$(CUDNN_HOME)/include)
+  CPPFLAGS += $(if $(HAVE_CUDNN),-DYUAN_CUDNN -DNV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING \
+                $(if $(filter-out $(CUDA_HOME),$(CUDNN_HOME)),-I$(CUDNN_HOME)/include))
 endif
 
 # Keep every object (make would delete the benchmarks' as intermediates and relink them each time).
@@ -133,9 +136,15 @@ build/%.o: %.cpp $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(CXX) $(CPPFLAGS) -DYUAN_BACKENDS='"$(BACKENDS)"' $(CXXFLAGS) -c -o $@ $<
 
+# The CUDA backend's host-only files (cuda/*.cpp: cudnn_attention.cpp, over the cuDNN frontend's headers, which
+# nvcc's front end takes minutes to get through) by the host compiler; -O1 is all graph-building code needs.
+build/cuda/%.o: cuda/%.cpp $(FLAGS_STAMP)
+	@mkdir -p $(@D)
+	$(CXX) $(CPPFLAGS) $(CUDNN_INC) -Icuda $(CXXFLAGS) -O1 -c -o $@ $<
+
 build/%.o: %.cu $(FLAGS_STAMP)
 	@mkdir -p $(@D)
-	$(NVCC) $(filter -I% -D%,$(CPPFLAGS)) $(NVCCFLAGS) -c -o $@ $<
+	$(NVCC) $(filter -I% -D%,$(CPPFLAGS)) $(CUDNN_INC) $(NVCCFLAGS) -c -o $@ $<
 
 # The CUDA emulator (cuda/emu, docs/EMULATOR.md): the same .cu files built by g++ against the headers of
 # cuda/emu/include and run on the CPU, every access checked; no nvcc needed. bin/test_cuda_emu is the GPU test suite
@@ -149,13 +158,13 @@ EMU_FLAGS    := -std=c++17 -O2 -fopenmp -Wall -Wextra -MMD -MP -DYUAN_EMU -DYUAN
 # cuDNN's headers come from the toolkit one by one (links in build/emu/cudnn-include), so that what they include
 # from CUDA resolves to cuda/emu/include.
 ifneq ($(HAVE_CUDNN),)
-  EMU_FLAGS  += $(CUDNN_DEFS) -Ibuild/emu/cudnn-include
+  EMU_FLAGS  += -DYUAN_CUDNN $(CUDNN_INC) -Ibuild/emu/cudnn-include
   $(shell mkdir -p build/emu/cudnn-include && ln -sf $(abspath $(wildcard $(CUDNN_HOME)/include/cudnn*.h)) build/emu/cudnn-include/)
 endif
 EMU_CUFLAGS  := -x c++ -Wno-unknown-pragmas -fsanitize=thread --param=tsan-instrument-func-entry-exit=0 \
                 -fsanitize=alignment -fdata-sections
 EMU_RT_OBJ   := $(patsubst %.cpp,build/emu/%.o,$(wildcard cuda/emu/*.cpp))
-EMU_CU_OBJ   := $(patsubst %.cu,build/emu/%.o,$(wildcard cuda/*.cu))
+EMU_CU_OBJ   := $(patsubst %.cu,build/emu/%.o,$(wildcard cuda/*.cu)) $(patsubst %.cpp,build/emu/%.o,$(wildcard cuda/*.cpp))
 EMU_TEST_OBJ := $(patsubst %.cu,build/emu/%.o,$(wildcard tests/cuda/*.cu))
 # Host files that list the backends are built again with the CUDA backend in; the others are shared with build/.
 EMU_HOST_SRC := $(shell grep -l 'YUAN_CUDA\|YUAN_BACKENDS' src/main.cpp src/*/*.cpp)
@@ -200,6 +209,11 @@ build/emu/%.o: %.cu $(EMU_STAMP) cuda/emu/gather_shared.sh
 	@mkdir -p $(@D)
 	$(CXX) $(EMU_FLAGS) $(EMU_CUFLAGS) $(filter-out -I$(CUDA_HOME)/include -I$(CUDNN_HOME)/include -DNV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING,$(filter -I% -D%,$(CPPFLAGS))) -c -o $@ $<
 	cuda/emu/gather_shared.sh $@
+
+# Host-only files of the backend: no device code to instrument.
+build/emu/cuda/%.o: cuda/%.cpp $(EMU_STAMP)
+	@mkdir -p $(@D)
+	$(CXX) $(EMU_FLAGS) -O1 -c -o $@ $<
 
 build/emu/cuda/emu/%.o: cuda/emu/%.cpp $(EMU_STAMP)
 	@mkdir -p $(@D)

@@ -15,13 +15,8 @@
 // nothing to any dot product), one instantiation each; the backward's query step is 64 rows, 32 at head size 128
 // to keep dK and dV accumulators (128 fp32 registers per thread) from spilling.
 //
-// No cuDNN: its fused SDPA engines are reachable without the (not installed) cudnn-frontend only by rebuilding, in
-// cudnnBackend* descriptors, the exact operation graphs the frontend emits (about 15 nodes forward, 30 backward,
-// including the causal mask as index-generation, compare and select nodes), which cuDNN either matches or rejects
-// with NOT_SUPPORTED without naming the node. As of 2026-11 this code has not run on a GPU, so such a graph could
-// not be checked, and an unverifiable 600-line descriptor graph is a worse path than none.
-// tools/bench/run_bench_gpu.sh measures this kernel against PyTorch's flash/cuDNN SDPA; cuDNN is worth adding if
-// that ratio says so.
+// cuDNN's fused SDPA engines run the same op through cudnn_attention.cpp (model.attention chooses); these kernels are
+// the path where cuDNN is missing or refuses the shape, and the one `own` asks for.
 #include <cmath>
 
 #include "attention.cuh"

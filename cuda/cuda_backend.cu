@@ -12,6 +12,7 @@
 
 #include "cast.cuh"
 #include "cuda_ops.cuh"
+#include "cudnn_attention.h"
 #include "device.cuh"
 #include "kernel_account.cuh"
 #include "util/log.h"
@@ -58,7 +59,7 @@ class CudaBackend final : public Backend {
       grad_mem_ = gpu::device_allocation(n * sizeof(float));
       grads_ = Tensor(grad_mem_.as<float>(), DType::F32, 1, static_cast<int64_t>(n));
     }
-    ops_ = gpu::make_cuda_ops(spec.width, stream_);
+    ops_ = gpu::make_cuda_ops(spec.width, spec.attention, stream_);
   }
 
   ~CudaBackend() override {
@@ -164,10 +165,16 @@ class CudaBackend final : public Backend {
 const TensorFormats& cuda_tensor_formats() {
   // The attention keeps its logsumexp per (row, head) and its backward needs as many floats of scratch (delta).
   // The kernels move 16-byte vectors of 8 bf16; the attention's are instantiated for heads of up to 128.
-  static const TensorFormats f{DType::BF16,        DType::BF16,     gpu::attention_rows, gpu::attention_rows,
+  static const TensorFormats f{DType::BF16,        DType::BF16,     gpu::attention_rows, gpu::attention_scratch,
                                gpu::logits_stride, gpu::token_slot, workspace_bytes,     8, 128};
   return f;
 }
+
+std::string cuda_cudnn_attention_problem(int head_size) {
+  return gpu::cudnn_attention_problem(head_size, !cuda_device_available());
+}
+
+std::string cuda_cudnn_attention_library() { return gpu::cudnn_attention_library(); }
 
 std::unique_ptr<Backend> make_cuda_backend(const BackendSpec& spec) {
   YUAN_CHECK(cuda_device_available(), "train.device=cuda: no CUDA device is visible to this process");

@@ -3,10 +3,12 @@
 // failure and no rank is left waiting. Kernel launches are checked by launch() (launch.cuh). CUBLAS_CHECK and
 // NCCL_CHECK name their library's types: the files that use them include cublasLt.h or nccl.h, so that the kernels
 // build with the CUDA runtime's headers alone.
-//
-// There is no CUDNN_CHECK: nothing here calls cuDNN (cuda/attention.cu says why).
+// CUDNN_CHECK takes what cuDNN's calls return, a cudnnStatus_t or the cuDNN frontend's error_t: cudnn_failure,
+// defined beside the one file's calls (cudnn_attention.cpp), gives cuDNN's or the frontend's words, "" on success.
 #pragma once
 #include <cuda_runtime.h>
+
+#include <string>
 
 #include "util/error.h"
 
@@ -32,6 +34,12 @@ namespace yuan::gpu {
     cublasStatus_t s_ = (call);                                                                            \
     if (s_ != CUBLAS_STATUS_SUCCESS)                                                                       \
       ::yuan::gpu::throw_library_error("cuBLAS", #call, cublasGetStatusString(s_), __FILE__, __LINE__);    \
+  } while (0)
+
+#define CUDNN_CHECK(call)                                                                                  \
+  do {                                                                                                     \
+    const std::string m_ = cudnn_failure(call);                                                            \
+    if (!m_.empty()) ::yuan::gpu::throw_library_error("cuDNN", #call, m_.c_str(), __FILE__, __LINE__);     \
   } while (0)
 
 // ncclInProgress is not a failure: nonblocking communicators (cuda/nccl_communicator.cu) return it while an

@@ -20,6 +20,7 @@
 #include "attention.cuh"
 #include "cast.cuh"
 #include "classifier.cuh"
+#include "cudnn_attention.h"
 #include "device.cuh"
 #include "encoder.cuh"
 #include "grad_norm.cuh"
@@ -126,7 +127,8 @@ struct Scratch {
 
 class CudaOps final : public Ops {
  public:
-  CudaOps(int C, cudaStream_t s) : C_(C), s_(s), scratch_(device_allocation(Scratch(C).bytes)) {
+  CudaOps(int C, AttentionPath attention, cudaStream_t s)
+      : C_(C), attention_(attention), s_(s), scratch_(device_allocation(Scratch(C).bytes)) {
     const Scratch k(C);
     char* base = scratch_.as<char>();
     ln_partials_ = reinterpret_cast<float*>(base + k.ln_partials);
@@ -284,30 +286,44 @@ class CudaOps final : public Ops {
                     N, C, OC, static_cast<int>(dout.ld), s_);
   }
 
-  // ---- attention ----
-  void attention_forward(const Tensor& out, const Tensor& state, const Tensor& qkv, int B, int T,
-                         int NH) override {
+  // ---- attention: attention.cu's kernels or cuDNN's (cudnn_attention.cpp), on the same tensors and state ----
+  void attention_forward(const Tensor& out, const Tensor& state, const Tensor& scratch, const Tensor& qkv, int B,
+                         int T, int NH) override {
     const int C = cols(out);
     const int64_t BT = static_cast<int64_t>(B) * T;
-    const OpScope op({"attention_forward", "attention", OpShape{"B=%lld T=%lld C=%lld NH=%lld", {B, T, C, NH}},
-                      ops::attention_forward_cost(B, T, C, NH, kBf16), Roof::Device, kAttentionForwardExempt});
-    gpu::attention_forward(arg<bf16>(out, BT, C, "attention_forward out"),
-                           space<float>(state, attention_rows(B, T, NH), "attention_forward state (lse)"),
-                           arg<bf16>(qkv, BT, 3 * C, "attention_forward qkv"), B, T, C, NH, s_);
+    const bool cudnn = attention_ == AttentionPath::Cudnn;
+    const OpScope op({cudnn ? "cudnn_attention_forward" : "attention_forward", "attention",
+                      OpShape{"B=%lld T=%lld C=%lld NH=%lld", {B, T, C, NH}},
+                      ops::attention_forward_cost(B, T, C, NH, kBf16), Roof::Device,
+                      cudnn ? kCudnnAttentionExempt : kAttentionForwardExempt});
+    bf16* o = arg<bf16>(out, BT, C, "attention_forward out");
+    float* lse = space<float>(state, attention_rows(B, T, NH), "attention_forward state (lse)");
+    const bf16* in = arg<bf16>(qkv, BT, 3 * C, "attention_forward qkv");
+    if (cudnn)
+      cudnn_attention_forward(o, lse, in, B, T, C, NH, scratch.data, scratch.numel() * dtype_size(scratch.dtype), s_);
+    else
+      gpu::attention_forward(o, lse, in, B, T, C, NH, s_);
   }
   void attention_backward(const Tensor& dqkv, const Tensor& scratch, const Tensor& dout, const Tensor& qkv,
                           const Tensor& out, const Tensor& state, int B, int T, int NH) override {
     const int C = cols(dout);
     const int64_t BT = static_cast<int64_t>(B) * T;
-    const OpScope op({"attention_backward", "attention", OpShape{"B=%lld T=%lld C=%lld NH=%lld", {B, T, C, NH}},
-                      ops::attention_backward_cost(B, T, C, NH, kBf16), Roof::Device, kAttentionBackwardExempt});
-    gpu::attention_backward(arg<bf16>(dqkv, BT, 3 * C, "attention_backward dqkv"),
-                            space<float>(scratch, attention_rows(B, T, NH), "attention_backward scratch (delta)"),
-                            arg<bf16>(dout, BT, C, "attention_backward dout"),
-                            arg<bf16>(qkv, BT, 3 * C, "attention_backward qkv"),
-                            arg<bf16>(out, BT, C, "attention_backward out"),
-                            space<float>(state, attention_rows(B, T, NH), "attention_backward state (lse)"), B, T, C,
-                            NH, s_);
+    const bool cudnn = attention_ == AttentionPath::Cudnn;
+    const OpScope op({cudnn ? "cudnn_attention_backward" : "attention_backward", "attention",
+                      OpShape{"B=%lld T=%lld C=%lld NH=%lld", {B, T, C, NH}},
+                      ops::attention_backward_cost(B, T, C, NH, kBf16), Roof::Device,
+                      cudnn ? kCudnnAttentionExempt : kAttentionBackwardExempt});
+    bf16* d = arg<bf16>(dqkv, BT, 3 * C, "attention_backward dqkv");
+    const bf16* dy = arg<bf16>(dout, BT, C, "attention_backward dout");
+    const bf16* in = arg<bf16>(qkv, BT, 3 * C, "attention_backward qkv");
+    const bf16* y = arg<bf16>(out, BT, C, "attention_backward out");
+    const float* lse = space<float>(state, attention_rows(B, T, NH), "attention_backward state (lse)");
+    if (cudnn)
+      cudnn_attention_backward(d, dy, in, y, lse, B, T, C, NH, scratch.data,
+                               scratch.numel() * dtype_size(scratch.dtype), s_);
+    else
+      gpu::attention_backward(d, space<float>(scratch, attention_rows(B, T, NH), "attention_backward scratch (delta)"),
+                              dy, in, y, lse, B, T, C, NH, s_);
   }
 
   void bias_residual(const Tensor& out, const Tensor& bias, const Tensor& residual) override {
@@ -396,6 +412,7 @@ class CudaOps final : public Ops {
   }
 
   const int C_;
+  const AttentionPath attention_;
   cudaStream_t s_;
   Allocation scratch_;  // Scratch(C_): LayerNorm backward and norm partials, bias-gradient scratch, cuBLASLt workspace
   float* ln_partials_ = nullptr;
@@ -409,6 +426,10 @@ class CudaOps final : public Ops {
 }  // namespace
 
 size_t attention_rows(int B, int T, int NH) { return static_cast<size_t>(B) * NH * T; }
+size_t attention_scratch(int B, int T, int NH, int head_size, AttentionPath path) {
+  if (path == AttentionPath::Own) return attention_rows(B, T, NH);
+  return (cudnn_attention_workspace_bytes(B, T, head_size * NH, NH) + sizeof(float) - 1) / sizeof(float);
+}
 
 // A multiple of 64 keeps every row 128-byte aligned for the GEMMs and the classifier's 16-byte vectors
 // (V = 50257 is odd).
@@ -418,8 +439,8 @@ size_t token_slot(int B, int T) { return static_cast<size_t>(B) * (T + 1) + toke
 
 size_t ops_scratch_bytes(int C) { return Scratch(C).bytes; }
 
-std::unique_ptr<Ops> make_cuda_ops(int n_embd, cudaStream_t compute) {
-  return std::make_unique<CudaOps>(n_embd, compute);
+std::unique_ptr<Ops> make_cuda_ops(int n_embd, AttentionPath attention, cudaStream_t compute) {
+  return std::make_unique<CudaOps>(n_embd, attention, compute);
 }
 
 }  // namespace yuan::gpu

@@ -19,7 +19,10 @@ size_t token_slot(int B, int T);
 // Device bytes of the scratch a CudaOps of width C allocates for itself.
 size_t ops_scratch_bytes(int C);
 
-// Ops on tensors of width `n_embd`, enqueued on `compute`.
-std::unique_ptr<Ops> make_cuda_ops(int n_embd, cudaStream_t compute);
+// F32 elements of the attention's scratch: attention.cu's backward keeps delta per (row, head); cuDNN's graphs
+// take their workspace from it.
+size_t attention_scratch(int B, int T, int NH, int head_size, AttentionPath path);
+// Ops on tensors of width `n_embd`, their attention on `attention`'s kernels, enqueued on `compute`.
+std::unique_ptr<Ops> make_cuda_ops(int n_embd, AttentionPath attention, cudaStream_t compute);
 
 }  // namespace yuan::gpu

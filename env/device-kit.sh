@@ -2,14 +2,16 @@
 # Packs what a bare GPU machine needs to run yuanlm's GPU tests, benchmarks and whole training runs, for
 # machines that have CUDA and PyTorch but no Open MPI, HDF5, Boost, sentencepiece, OpenBLAS or GoogleTest
 # (the device tool's H100/H200). Writes .device/kit.tar.xz (ignored by git), holding:
-#   bin/   yuanlm, test_cuda (GoogleTest linked in), bench_gpu_train, bench_gpu_offload, built here for
-#          sm_90 and -march=x86-64-v3 (this machine's -march=native would not run on every x86-64)
+#   bin/   yuanlm, test_cuda (GoogleTest linked in), bench_gpu_train, bench_gpu_offload, bench_gpu_attention,
+#          built here for sm_90 and -march=x86-64-v3 (this machine's -march=native would not run on every x86-64),
+#          with this checkout's cuDNN frontend headers (build/cudnn-frontend, from make deps) for the cuDNN attention
 #   root/  the Debian packages that those binaries, Open MPI's plugins and mpirun load, unpacked with
 #          dpkg -x, without CUDA and the base libraries every distribution has (C and C++ runtimes, zlib,
 #          OpenSSL, ...): the GPU machine's own are newer, and its Python must keep loading them
 #   data/  the demo corpus (tools/demo.sh --prep-only), for the GPU-against-CPU loss curve test
 #   env.sh sourced from the repository root there: copies bin/ and data/ in and sets PATH, LD_LIBRARY_PATH,
-#          OPAL_PREFIX and YUAN_OPENBLAS
+#          OPAL_PREFIX and YUAN_OPENBLAS; where libcudnn.so.9 is not loadable, adds the copy in PyTorch's wheels
+#          to LD_LIBRARY_PATH, and says which it found
 # On the GPU machine, carry `.device` and start with
 #   tar -xJf .device/kit.tar.xz -C /tmp && source /tmp/yuanlm-kit/env.sh
 set -euo pipefail
@@ -23,10 +25,15 @@ mkdir -p "$src" "$kit/bin" "$kit/debs" "$kit/data" .device
 # alone.
 git ls-files -co --exclude-standard | tar -cf - -T - | tar -xf - -C "$src"
 echo "device-kit: building for sm_90, x86-64-v3 in $src"
-make -C "$src" -j"$(nproc)" CUDA=1 CUDA_ARCH=sm_90 ARCH=-march=x86-64-v3 \
-  bin/yuanlm bin/test_cuda bin/bench_gpu_train bin/bench_gpu_offload >"$kit/build.log" 2>&1 ||
-  { tail -20 "$kit/build.log"; exit 1; }
-cp "$src"/bin/{yuanlm,test_cuda,bench_gpu_train,bench_gpu_offload} "$kit/bin/"
+# The frontend's headers are fetched, not tracked (git ls-files leaves them out): the copy builds with this
+# checkout's, without which its binaries would run own attention only.
+frontend=$PWD/build/cudnn-frontend
+[ -e "$frontend/include/cudnn_frontend.h" ] ||
+  echo "device-kit: no cuDNN frontend in $frontend (make deps fetches it): the kit runs own attention only"
+bins="yuanlm test_cuda bench_gpu_train bench_gpu_offload bench_gpu_attention"
+make -C "$src" -j"$(nproc)" CUDA=1 CUDA_ARCH=sm_90 ARCH=-march=x86-64-v3 CUDNN_FRONTEND_HOME="$frontend" \
+  $(printf 'bin/%s ' $bins) >"$kit/build.log" 2>&1 || { tail -20 "$kit/build.log"; exit 1; }
+for b in $bins; do cp "$src/bin/$b" "$kit/bin/"; done
 
 # owner FILE: the Debian package that installed FILE (merged /usr: dpkg may know it under /lib or /usr/lib).
 owner() {
@@ -65,6 +72,35 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_va
 export PY=python3  # for tests/mpi/lib.sh: no Debian python there
 # One node and no ssh there: mpirun starts the ranks itself instead of looking for an rsh agent.
 export OMPI_MCA_plm=isolated
+# The cuDNN attention loads libcudnn.so.9 at run time. Where the loader does not find it, PyTorch's wheels may hold
+# it (nvidia-cudnn-cu12's nvidia/cudnn/lib, or torch/lib): located without importing torch, by whichever Python
+# there is.
+cudnn_loadable() { "$1" -c 'import ctypes; ctypes.CDLL("libcudnn.so.9")' 2>/dev/null; }
+cudnn_dir=
+for py in /usr/bin/python3 python3; do
+  command -v "$py" >/dev/null 2>&1 || continue
+  if cudnn_loadable "$py"; then cudnn_dir=loadable; break; fi
+  cudnn_dir=$("$py" -c '
+import glob, importlib.util, os
+for name in ("nvidia.cudnn", "torch"):
+    try:
+        spec = importlib.util.find_spec(name)
+    except Exception:  # no "nvidia" package at all
+        continue
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        if glob.glob(os.path.join(root, "lib", "libcudnn.so.9*")):
+            print(os.path.join(root, "lib"))
+            raise SystemExit
+' 2>/dev/null)
+  [ -n "$cudnn_dir" ] && break
+done
+case $cudnn_dir in
+  loadable) echo "env.sh: libcudnn.so.9 is loadable as it is" ;;
+  "") echo "env.sh: no libcudnn.so.9 found: model.attention = auto runs own attention" ;;
+  *) export LD_LIBRARY_PATH=$cudnn_dir:$LD_LIBRARY_PATH
+     echo "env.sh: libcudnn.so.9 from $cudnn_dir" ;;
+esac
+unset -f cudnn_loadable
 EOF
 tar -cJf .device/kit.tar.xz -C /tmp yuanlm-kit
 echo "device-kit: .device/kit.tar.xz, $(du -h .device/kit.tar.xz | cut -f1)"

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "model/gpt.h"
 #include "ops/op_cost.h"
 #include "parallel/elastic.h"
@@ -223,6 +224,28 @@ TEST(PlannerMachine, ShippedFilesParse) {
   const Machine cpu = read_machine("input/machines/cpu.ini");
   EXPECT_TRUE(cpu.cpu());
   EXPECT_EQ(cpu.mem_bytes, 0);
+  // cuDNN's fused attention: on sm_80 and newer, not on the V100 (sm_70) nor the cpu.
+  EXPECT_EQ(read_machine("input/machines/h100-sxm.ini").cudnn_attention_efficiency, 0.64);
+  EXPECT_GT(read_machine("input/machines/a100.ini").cudnn_attention_efficiency, 0);
+  EXPECT_EQ(read_machine("input/machines/v100.ini").cudnn_attention_efficiency, 0);
+  EXPECT_EQ(cpu.cudnn_attention_efficiency, 0);
+}
+
+TEST(PlannerMachine, CudnnAttentionEfficiencyIsOptional) {
+  // 0 (cuDNN's attention does not run there) when left out, and not written back; given, a fraction of peak.
+  MachineSources plain;
+  const Machine none = parse_machine(kMachine, "m.ini", &plain);
+  EXPECT_EQ(none.cudnn_attention_efficiency, 0);
+  EXPECT_EQ(machine_text(none, plain).find("cudnn_attention_efficiency"), std::string::npos);
+  std::string text = kMachine;
+  text.insert(text.find("mem_efficiency"), "cudnn_attention_efficiency = 0.5  # source: test\n");
+  MachineSources sources;
+  const Machine m = parse_machine(text, "m.ini", &sources);
+  EXPECT_EQ(m.cudnn_attention_efficiency, 0.5);
+  EXPECT_EQ(parse_machine(machine_text(m, sources), "again.ini").cudnn_attention_efficiency, 0.5);
+  EXPECT_NE(error_with("mem_efficiency = 0.8", "cudnn_attention_efficiency = 1.5  # source: test\nmem_efficiency = 0.8")
+                .find("must be a fraction"),
+            std::string::npos);
 }
 
 TEST(PlannerCollectives, AlphaBeta) {
@@ -600,6 +623,57 @@ TEST(PlannerPredict, CudaKernelInputs) {
   EXPECT_LT(predict(c, 1, 1, streaming).split.compute, base.split.compute);
 }
 
+TEST(PlannerPredict, AttentionChargedOnThePathTheRunTakes) {
+  // model.attention as the run resolves it on the machine's device: auto takes cuDNN's fused attention where the
+  // build and the head size allow it and the machine gives cudnn_attention_efficiency, charged at that (its backward
+  // five products, 3.5 causal in all); own, or a machine without the key, at attention_efficiency (seven, 4.5).
+  Config c = tiny_deck();
+  c.train.device = "cuda";
+  const int hs = c.model.n_embd / c.model.n_head;
+  Machine without = parse_machine(kMachine, "m.ini");
+  Machine with = without;
+  with.cudnn_attention_efficiency = 0.5;
+  const double micro = 2, blocks = c.model.n_layer, N = c.train.micro_batch * c.model.seq_len;
+  const double causal = 2 * N * c.model.seq_len * c.model.n_embd, peak = with.peak_flops * with.sustained_clock;
+  // The compute added by halving `efficiency` of `m`: the attention's time at it.
+  const auto attention_s = [&](Machine m, double Machine::*efficiency) {
+    const double base = predict(c, 1, 1, m).split.compute;
+    m.*efficiency /= 2;
+    return predict(c, 1, 1, m).split.compute - base;
+  };
+  const double own_s = micro * blocks * 4.5 * causal / (peak * with.attention_efficiency);
+  c.model.attention = "own";
+  EXPECT_EQ(attention_charge(c, with).path, AttentionPath::Own);
+  EXPECT_EQ(attention_charge(c, with).efficiency, with.attention_efficiency);
+  EXPECT_NEAR(attention_s(with, &Machine::attention_efficiency), own_s, 1e-9 * own_s);
+  EXPECT_EQ(attention_s(with, &Machine::cudnn_attention_efficiency), 0);
+  c.model.attention = "auto";
+  const AttentionCharge on_without = attention_charge(c, without, "m.ini");
+  EXPECT_EQ(on_without.path, AttentionPath::Own);
+  EXPECT_EQ(on_without.efficiency, without.attention_efficiency);
+  EXPECT_NEAR(attention_s(without, &Machine::attention_efficiency), own_s, 1e-9 * own_s);
+  // model.attention = cudnn where the machine file has no cuDNN: refused, naming the file and the key.
+  c.model.attention = "cudnn";
+  try {
+    attention_charge(c, without, "input/machines/m.ini");
+    ADD_FAILURE() << "model.attention = cudnn planned on a machine without cuDNN's attention";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("input/machines/m.ini"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("cudnn_attention_efficiency"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(predict(c, 1, 1, without), Error);
+  c.model.attention = "auto";
+  if (choose_attention(Device::Cuda, "auto", hs).path != AttentionPath::Cudnn)
+    GTEST_SKIP() << "this build runs no cuDNN attention: " << choose_attention(Device::Cuda, "auto", hs).why;
+  EXPECT_NE(on_without.why.find("m.ini gives no cudnn_attention_efficiency"), std::string::npos) << on_without.why;
+  const AttentionCharge on_with = attention_charge(c, with);
+  EXPECT_EQ(on_with.path, AttentionPath::Cudnn);
+  EXPECT_EQ(on_with.efficiency, with.cudnn_attention_efficiency);
+  const double cudnn_s = micro * blocks * 3.5 * causal / (peak * with.cudnn_attention_efficiency);
+  EXPECT_NEAR(attention_s(with, &Machine::cudnn_attention_efficiency), cudnn_s, 1e-9 * cudnn_s);
+  EXPECT_EQ(attention_s(with, &Machine::attention_efficiency), 0);
+}
+
 TEST(PlannerPredict, CpuLoopRates) {
   // On a cpu node the measured loops price what they measure: halving a rate adds the op's time at that rate once.
   // Attention: 3 x 2 B heads T^2 hs causal FLOPs (forward and backward) a block; GELU: one pass each way over
@@ -772,10 +846,12 @@ TEST(PlannerPredict, EveryStepWaitsOnTheWorldsScalars) {
 // the H100 runs of 2026-11-27; no document gives the H100's clock under sustained load. The bands:
 //   llm.c, GPT-2 1.5B (48 x 1600, 25 heads, seq 1024) on one H100 SXM, bf16, no recompute, 1M-token batches of
 //     16-sequence micro-batches: about 50% MFU (karpathy/llm.c discussion #677), with faster kernels than this
-//     project's: from 0.7x to 1.0x of that (predicted 41.7%, 0.83x, the optimizer on the GPU as llm.c keeps it).
+//     project's: from 0.7x to 1.0x of that (predicted 43.7%, 0.87x, the optimizer on the GPU as llm.c keeps it, and
+//     cuDNN's attention as llm.c's).
 //   Megatron-LM on H100 at 41-48% MFU (NVIDIA's published GPT runs): Yuan-4.7B on one 8-GPU node from 47% (the
 //     range's bottom x 1.15: data parallelism of a 4.7B model pays none of the tensor and pipeline parallelism
-//     those larger runs pay) to 1.3x its top (predicted 51.9%, the optimizer on the GPUs; 50.1% on the host).
+//     those larger runs pay) to 1.3x its top (predicted 55.4%, the optimizer on the GPUs; 53.3% on the host;
+//     cuDNN's attention).
 //   ASC22, Yuan-4.7B on 4 V100s, 1B tokens in 67.75 h (fp16, data parallel with ZeRO, recompute). This project's
 //     kernels need sm80 (bf16 mma.sync, cuBLASLt bf16), so the V100 prediction is of its fused, flash-style step
 //     ported to fp16; the ASC22 stack ran unfused attention (the [T,T] scores through HBM, about +20% step time by
@@ -830,6 +906,7 @@ TEST(PlannerAnchors, OneH100AsMeasured) {
     c.optim.offload = "host";  // as they ran
     c.train.recompute = r.recompute;
     c.optim.delayed_update = r.delayed;
+    c.model.attention = "own";  // as they ran, before cuDNN's attention
     const Prediction p = predict(c, 1, 1, h100);
     ASSERT_TRUE(p.fits) << r.what << ": " << p.short_of;
     std::printf("%s\n", ratio_line(r.what, p.step_s, r.measured_s, "s").c_str());

@@ -242,16 +242,46 @@ TEST(ProgramErrors, RangesAndCallsThatCannotWork) {
 // What a backend's ops ask of a model's shape is stated in its TensorFormats and checked where a model meets the
 // backend (a Program, a rank's plan), whatever the backend was made for: it is made from sizes only.
 TEST(ProgramErrors, ShapesTheBackendsOpsCannotRun) {
-  EXPECT_EQ(testing::error_of([] { check_op_constraints(GPTConfig{2, 1, 5, 4, 9}, Device::Cpu); }), "")
+  EXPECT_EQ(testing::error_of([] { check_op_constraints(GPTConfig{2, 1, 5, 4, 9}, Device::Cpu, AttentionPath::Own); }), "")
       << "the CPU reference ops take any width and head size";
 #ifdef YUAN_CUDA
-  EXPECT_EQ(testing::error_of([] { check_op_constraints(GPTConfig{1, 4, 100, 8, 8}, Device::Cuda); }),
+  EXPECT_EQ(testing::error_of([] { check_op_constraints(GPTConfig{1, 4, 100, 8, 8}, Device::Cuda, AttentionPath::Own); }),
             "cuda backend: n_embd = 100 must be a multiple of 8 (16-byte bf16 vectors)");
   for (const GPTConfig& c : {GPTConfig{1, 4, 48, 8, 8}, GPTConfig{1, 1, 256, 8, 8}, GPTConfig{1, 3, 64, 8, 8}})
-    EXPECT_EQ(testing::error_of([&] { check_op_constraints(c, Device::Cuda); }),
+    EXPECT_EQ(testing::error_of([&] { check_op_constraints(c, Device::Cuda, AttentionPath::Own); }),
               strf("cuda backend: head size n_embd/n_head = %d/%d must be a multiple of 8 and at most 128", c.n_embd,
                    c.n_head));
-  EXPECT_EQ(testing::error_of([] { check_op_constraints(GPTConfig{1, 2, 256, 8, 8}, Device::Cuda); }), "");
+  EXPECT_EQ(testing::error_of([] { check_op_constraints(GPTConfig{1, 2, 256, 8, 8}, Device::Cuda, AttentionPath::Own); }),
+            "");
+  EXPECT_EQ(testing::error_of([] {
+              check_op_constraints(GPTConfig{1, 1, 256, 8, 8}, Device::Cuda, AttentionPath::Cudnn);
+            }),
+            "")
+      << "cuDNN takes heads of 256";
+#endif
+}
+
+// model.attention: what each request gets, and the refusals, on the CPU and (built in, no device visible here:
+// the build and the shape decide) on CUDA.
+TEST(ProgramErrors, AttentionChoice) {
+  EXPECT_EQ(choose_attention(Device::Cpu, "auto", 64).path, AttentionPath::Own);
+  EXPECT_EQ(choose_attention(Device::Cpu, "own", 64).path, AttentionPath::Own);
+  EXPECT_EQ(testing::error_of([] { choose_attention(Device::Cpu, "cudnn", 64); }),
+            "model.attention = cudnn on train.device=cpu: the cpu backend runs the reference attention");
+#ifdef YUAN_CUDA
+  EXPECT_EQ(choose_attention(Device::Cuda, "own", 64).path, AttentionPath::Own);
+  const AttentionChoice odd = choose_attention(Device::Cuda, "auto", 12);
+  EXPECT_EQ(odd.path, AttentionPath::Own);
+  EXPECT_NE(odd.why.find("no cuDNN: "), std::string::npos) << odd.why;
+  EXPECT_NE(testing::error_of([] { choose_attention(Device::Cuda, "cudnn", 264); }).find("model.attention = cudnn on "
+                                                                                          "train.device=cuda: "),
+            std::string::npos);
+#ifdef YUAN_CUDNN
+  EXPECT_EQ(choose_attention(Device::Cuda, "auto", 64).path, AttentionPath::Cudnn);
+  EXPECT_EQ(choose_attention(Device::Cuda, "cudnn", 256).path, AttentionPath::Cudnn);
+#else
+  EXPECT_NE(odd.why.find("this build has no cuDNN"), std::string::npos) << odd.why;
+#endif
 #endif
 }
 

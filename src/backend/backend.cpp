@@ -32,7 +32,8 @@ Allocation host_allocation(size_t bytes, Mem cat) {
   return Allocation(p, bytes, std::free, cat);
 }
 
-Backend::Backend(const BackendSpec& spec) : size_(spec.elements), sharded_(spec.sharded) {}
+Backend::Backend(const BackendSpec& spec)
+    : size_(spec.elements), sharded_(spec.sharded), attention_(spec.attention) {}
 
 PeakFlops Backend::peak_flops() { return {measure_peak_flops(), "measured fp32 FMA loop on this rank's threads"}; }
 
@@ -67,18 +68,23 @@ struct Registered {
   size_t (*free_bytes)();
   int (*select)(int local_rank);
   std::unique_ptr<Backend> (*make)(const BackendSpec&);
+  std::string (*cudnn_problem)(int head_size);  // why cuDNN's attention cannot run here, or ""
+  std::string (*cudnn_library)();
 };
 
 bool always() { return true; }
 size_t unbounded() { return SIZE_MAX; }
 int host(int) { return -1; }
+std::string no_cudnn(int) { return "the cpu backend runs the reference attention"; }
+std::string no_library() { return ""; }
 
 // In order of preference for train.device=auto.
 const Registered kRegistry[] = {
 #ifdef YUAN_CUDA
-    {Device::Cuda, cuda_tensor_formats, cuda_device_available, cuda_free_bytes, cuda_select_device, make_cuda_backend},
+    {Device::Cuda, cuda_tensor_formats, cuda_device_available, cuda_free_bytes, cuda_select_device, make_cuda_backend,
+     cuda_cudnn_attention_problem, cuda_cudnn_attention_library},
 #endif
-    {Device::Cpu, cpu_tensor_formats, always, unbounded, host, make_cpu_backend},
+    {Device::Cpu, cpu_tensor_formats, always, unbounded, host, make_cpu_backend, no_cudnn, no_library},
 };
 
 const Registered* find(Device d) {
@@ -127,6 +133,21 @@ int select_device(Device d, int local_rank) { return require(d).select(local_ran
 
 Device planned_device(const DeviceRequest& req) {
   return req.automatic ? kRegistry[0].device : require(req.device).device;
+}
+
+const char* attention_path_name(AttentionPath p) { return p == AttentionPath::Cudnn ? "cudnn" : "own"; }
+
+AttentionChoice choose_attention(Device device, const std::string& request, int head_size) {
+  const Registered& r = require(device);
+  if (request == "own") return {AttentionPath::Own, "as model.attention asks"};
+  const std::string problem = r.cudnn_problem(head_size);
+  if (request == "cudnn") {
+    YUAN_CHECK(problem.empty(), "model.attention = cudnn on train.device=%s: %s", device_name(device), problem.c_str());
+    return {AttentionPath::Cudnn, r.cudnn_library()};
+  }
+  YUAN_CHECK(request == "auto", "model.attention must be auto, cudnn or own (got '%s')", request.c_str());
+  if (problem.empty()) return {AttentionPath::Cudnn, r.cudnn_library()};
+  return {AttentionPath::Own, device == Device::Cpu ? problem : "no cuDNN: " + problem};
 }
 
 const TensorFormats& tensor_formats(Device device) { return require(device).formats(); }

@@ -85,6 +85,7 @@ struct BackendSpec {
   size_t elements = 0;   // of each flat buffer
   bool sharded = false;  // ZeRO-3: the weights are this rank's shards, and there are no gradients
   int width = 0;         // the activations' row width that the ops' scratch is sized for (TensorFormats)
+  AttentionPath attention = AttentionPath::Own;  // whose attention kernels the ops run (choose_attention)
 };
 
 class Backend {
@@ -105,6 +106,7 @@ class Backend {
   // ---- the flat buffers ----
   size_t size() const { return size_; }  // elements of each flat buffer
   bool sharded() const { return sharded_; }  // ZeRO-3 shards, no gradients
+  AttentionPath attention() const { return attention_; }  // whose attention kernels its ops run
   // [1, size()] views of the whole buffers (grads() is empty when sharded).
   const Tensor& weights() const { return weights_; }
   const Tensor& grads() const { return grads_; }
@@ -165,6 +167,7 @@ class Backend {
  private:
   size_t size_ = 0;
   bool sharded_ = false;
+  AttentionPath attention_ = AttentionPath::Own;
 };
 
 // ---- the registry: one entry per backend compiled in ----
@@ -185,6 +188,15 @@ int select_device(Device d, int local_rank);
 // The device a job would use where its devices are visible (planning on a login node): the one asked for, or the
 // first backend built in (cuda when built with it) for auto. Throws for a backend not built in.
 Device planned_device(const DeviceRequest& r);
+
+// Whose attention kernels a backend runs, and why (model.attention): `request` auto takes cuDNN's where the
+// device's backend has them and they run heads of `head_size` here, this project's otherwise (`why` then says
+// what cuDNN lacked); cudnn throws Error naming the reason where they cannot run; own takes this project's.
+struct AttentionChoice {
+  AttentionPath path = AttentionPath::Own;
+  std::string why;  // the library and its version on cudnn, what ruled cuDNN out on an automatic own
+};
+AttentionChoice choose_attention(Device device, const std::string& request, int head_size);
 
 // How `device` stores the program's tensors; needs no device.
 const TensorFormats& tensor_formats(Device device);

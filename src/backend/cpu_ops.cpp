@@ -88,7 +88,7 @@ class CpuOps final : public Ops {
     ops::bias_residual_add(F(out), F(bias), F(residual), rows(out), cols(out));
   }
 
-  void attention_forward(const Tensor& out, const Tensor& state, const Tensor& qkv, int B, int T,
+  void attention_forward(const Tensor& out, const Tensor& state, const Tensor&, const Tensor& qkv, int B, int T,
                          int NH) override {
     YUAN_CHECK(state.numel() >= attention_matrix(B, T, NH), "cpu ops: attention state too small");
     ops::attention_forward(F(out), F(state), F(qkv), B, T, cols(out), NH);
@@ -139,6 +139,8 @@ class CpuOps final : public Ops {
 };
 
 size_t cpu_attention_state(int B, int T, int NH) { return attention_matrix(B, T, NH); }
+// One attention (the reference): the gradient of the probabilities, whatever the path.
+size_t cpu_attention_scratch(int B, int T, int NH, int, AttentionPath) { return attention_matrix(B, T, NH); }
 int64_t dense_logits(int V) { return V; }
 size_t token_rows(int B, int T) { return static_cast<size_t>(B) * (T + 1); }
 // The GELU backward's intermediate product: [B*T, 4C] fp32.
@@ -148,7 +150,7 @@ size_t gelu_scratch_bytes(int C, int B, int T) { return static_cast<size_t>(B) *
 
 const TensorFormats& cpu_tensor_formats() {
   // Backward keeps the attention probabilities [B, NH, T, T] and needs as much scratch for their gradient.
-  static const TensorFormats f{DType::F32, DType::F32, cpu_attention_state, cpu_attention_state, dense_logits,
+  static const TensorFormats f{DType::F32, DType::F32, cpu_attention_state, cpu_attention_scratch, dense_logits,
                                token_rows, gelu_scratch_bytes};
   return f;
 }

@@ -13,6 +13,7 @@
 #pragma once
 #include <cstddef>
 #include <memory>
+#include <string>
 
 #include "backend/backend.h"
 
@@ -34,6 +35,12 @@ PeakFlops cuda_peak_flops();
 // bf16 weights and activations, the attention's logsumexp per row as its saved state, logits rows padded to 64;
 // rows of whole 8-element vectors, heads of at most 128.
 const TensorFormats& cuda_tensor_formats();
+
+// Why cuDNN's fused attention cannot run heads of `head_size` in this process, or "" (cuda/cudnn_attention.cuh);
+// where no device is visible (planning on a login node), only the build and the shape decide.
+std::string cuda_cudnn_attention_problem(int head_size);
+// The cuDNN and frontend versions the cuDNN attention runs on, or "".
+std::string cuda_cudnn_attention_library();
 
 // Throws Error when there is no device.
 std::unique_ptr<Backend> make_cuda_backend(const BackendSpec& spec);

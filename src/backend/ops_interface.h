@@ -50,14 +50,21 @@ struct Tensor {
   }
 };
 
+// Whose attention kernels run (model.attention; backend/backend.h choose_attention): this project's (attention.cu,
+// or the CPU reference) or cuDNN's fused SDPA engines (cuda/cudnn_attention.cpp). Both keep the same state for the
+// backward; they differ in the scratch the backward needs.
+enum class AttentionPath { Own, Cudnn };
+const char* attention_path_name(AttentionPath p);
+
 // How a backend stores the program's tensors. Known without a device, so that memory plans can be computed
 // anywhere (src/program/program.h).
 struct TensorFormats {
   DType weights = DType::F32;      // working weights, what the ops read
   DType activations = DType::F32;  // activations kept for backward and activation gradients
-  // F32 elements an attention forward keeps for its backward (per B, T, NH), and its backward's scratch.
+  // F32 elements an attention forward keeps for its backward (per B, T, NH), and the scratch of the attention's
+  // kernels on `path` for heads of `head_size`.
   size_t (*attention_state)(int B, int T, int NH) = nullptr;
-  size_t (*attention_scratch)(int B, int T, int NH) = nullptr;
+  size_t (*attention_scratch)(int B, int T, int NH, int head_size, AttentionPath path) = nullptr;
   // Row stride of the [B*T, V] logits.
   int64_t (*logits_ld)(int V) = nullptr;
   // I32 elements of a token buffer for B rows of T+1 ids (the ids, and whatever the backend derives from them).
@@ -68,7 +75,8 @@ struct TensorFormats {
   size_t (*workspace_bytes)(int width, int B, int T) = nullptr;
   // What the ops ask of a model's shape, checked where a model meets the backend (program/program.h
   // check_op_constraints): rows a whole number of vectors of `vector_width` elements, and attention heads of a
-  // multiple of vector_width elements up to `max_head_size` (0: any size).
+  // multiple of vector_width elements up to `max_head_size` (0: any size) on the backend's own attention (cuDNN's
+  // limits are choose_attention's).
   int vector_width = 1;
   int max_head_size = 0;
 };
@@ -119,10 +127,11 @@ class Ops {
   virtual void bias_residual(const Tensor& out, const Tensor& bias, const Tensor& residual) = 0;
 
   // ---- attention: causal self-attention of qkv[B*T, 3C] into out[B*T, C]; `state` (attention_state elements)
-  // is what backward needs besides qkv and out ----
-  virtual void attention_forward(const Tensor& out, const Tensor& state, const Tensor& qkv, int B, int T,
-                                 int NH) = 0;
-  // dqkv = gradient of qkv; `scratch` holds attention_scratch elements.
+  // is what backward needs besides qkv and out; `scratch` (attention_scratch elements) is the kernels' to use
+  // until the call's work is done. The backend's AttentionPath decides whose kernels run. ----
+  virtual void attention_forward(const Tensor& out, const Tensor& state, const Tensor& scratch, const Tensor& qkv,
+                                 int B, int T, int NH) = 0;
+  // dqkv = gradient of qkv.
   virtual void attention_backward(const Tensor& dqkv, const Tensor& scratch, const Tensor& dout, const Tensor& qkv,
                                   const Tensor& out, const Tensor& state, int B, int T, int NH) = 0;
 

@@ -41,6 +41,9 @@ std::vector<Field> fields(Config& c) {
       {"model.n_embd", &c.model.n_embd, "residual stream width (required)"},
       {"model.seq_len", &c.model.seq_len, "context length in tokens (required)"},
       {"model.vocab_size", &c.model.vocab_size, "token ids are < vocab_size; match the tokenizer (required)"},
+      {"model.attention", &c.model.attention,
+       "attention kernels on a GPU: auto (cuDNN's fused attention where it runs the shape, else own), cudnn "
+       "(refuse to start without it) or own (this project's)"},
       {"data.train", &c.data.train, "glob of training shards (*.h5)"},
       {"data.val", &c.data.val, "glob of validation shards; empty: no evaluation"},
       {"data.prefetch", &c.data.prefetch, "micro-batches read ahead by the loader thread"},
@@ -469,6 +472,8 @@ void validate_model_data_train(const Config& c) {
   if (c.model.n_embd % c.model.n_head != 0)
     throw Error(strf("model.n_embd (%d) must be divisible by model.n_head (%d)", c.model.n_embd, c.model.n_head),
                 true);
+  if (c.model.attention != "auto" && c.model.attention != "cudnn" && c.model.attention != "own")
+    throw Error(strf("model.attention must be auto, cudnn or own (got '%s')", c.model.attention.c_str()), true);
 
   if (c.data.train.empty()) throw Error("data.train must name the training shards (a glob of *.h5)", true);
   at_least("data.prefetch", c.data.prefetch, 1);

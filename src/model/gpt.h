@@ -22,6 +22,9 @@ struct GPTConfig {
   int n_embd = 0;
   int seq_len = 0;     // maximum context = rows of wpe
   int vocab_size = 0;  // rows of wte (tied with the output classifier)
+  // Whose attention kernels run on a GPU: auto, cudnn or own (backend/backend.h choose_attention). Not the
+  // model's math, which is the same on both; the key sits here because the model's shape decides what cuDNN takes.
+  std::string attention = "auto";
 };
 
 // How a tensor is cut over the tensor-parallel ranks (Megatron-LM): the column-parallel layers (attn.c_attn, with

@@ -43,6 +43,8 @@ const std::vector<Key>& keys() {
       {"device", "mem_bw", Key::Number, &Machine::mem_bw},
       {"device", "attention_efficiency", Key::Number, &Machine::attention_efficiency, nullptr, nullptr, true, true,
        true},
+      {"device", "cudnn_attention_efficiency", Key::Number, &Machine::cudnn_attention_efficiency, nullptr, nullptr,
+       false, true, false, true},
       {"device", "mem_efficiency", Key::Number, &Machine::mem_efficiency, nullptr, nullptr, true, true, true},
       {"device", "launch_s", Key::Number, &Machine::launch_s, nullptr, nullptr, false, false, true},
       {"device", "sm_count", Key::Count, nullptr, &Machine::sm_count, nullptr, true, false, true},

@@ -17,6 +17,9 @@
 // GELU and the classifier's softmax at memory bandwidth); only a cpu machine uses them. [machine] nodes_per_host
 // (optional, 1 when left out; only a cpu machine uses it) says that several nodes of the launch run on one host, as
 // `--calibrate` finds when their ranks read one kernel boot id: their ranks share one host's cores.
+// [device] cudnn_attention_efficiency (optional, 0 when left out) is attention_efficiency for cuDNN's fused
+// attention (model.attention, backend/backend.h choose_attention): left out where it does not run (below sm_80, a
+// cpu), and then every run is charged at attention_efficiency.
 #pragma once
 #include <map>
 #include <string>
@@ -41,6 +44,8 @@ struct Machine {
   double gemm_half_flops = 0;    // [device] FLOPs of a GEMM that reaches half that rate (smaller ones fall off)
   double mem_bw = 0;             // [device] bytes/s for memory-bound ops per device; cpu: the node's
   double attention_efficiency = 1;  // [device] fraction of peak_flops the flash attention kernels reach (cuda)
+  double cudnn_attention_efficiency = 0;  // [device] (optional) the same of cuDNN's fused attention
+                                          //   (model.attention); 0: cuDNN's attention does not run there
   double mem_efficiency = 1;     // [device] fraction of mem_bw streaming kernels reach
   double launch_s = 0;           // [device] the device's idle time per kernel, launched back to back on a stream
   int sm_count = 0;              // [device] streaming multiprocessors (cuda): a GEMM's tiles run in waves over them

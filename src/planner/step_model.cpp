@@ -203,6 +203,7 @@ struct Rates {
   double gemm = 0;       // FLOP/s large GEMMs reach
   double half = 0;       // gemm_half_flops
   double attention = 0;  // FLOP/s the flash attention kernels reach (cuda)
+  double attention_backward = 0;  // the backward's GEMM-like products per the forward's, on the charged path
   double mem_bw = 0;     // bytes/s of memory-bound ops
   double launch = 0;     // seconds the device idles per kernel
   int sms = 0;           // streaming multiprocessors a GEMM's tiles run in waves over (0: no waves, cpu)
@@ -313,13 +314,12 @@ StageTimes stage_times(const GPTConfig& g, const ModuleRange& range, int B, bool
           softmax = B * heads * S * S * 4 * 2;
         }
       } else {
-        // cuda/attention.cu: flash-style, causal, at the rate FlashAttention-2-class kernels reach (not the GEMM
-        // rate: softmax, masking and the small tiles' mma.sync keep them further from peak). Forward runs two
-        // GEMM-like products (S = Q K^T, O = P V); backward seven, because its kv and q kernels each recompute S
-        // and dP (kv: S, dP, dV, dK; q: S, dP, dQ).
+        // Flash-style, causal, at the rate the path's kernels reach (attention_charge; not the GEMM rate:
+        // softmax, masking and the tiles' shapes keep them further from peak). Forward runs two GEMM-like
+        // products (S = Q K^T, O = P V), backward attention_backward times as many.
         const double causal = 2 * N * S * C / tp;
         attention_f = causal / r.attention;
-        attention_b = 3.5 * causal / r.attention;
+        attention_b = r.attention_backward * causal / r.attention;
       }
       const double memory_f = mem_s(r, 2 * 2 * N * C * e + 2 * 3 * N * C * e + gelu_bytes + softmax);
       const double launch_f = kBlockKernelsForward * r.launch, launch_b = kBlockKernelsBackward * r.launch;
@@ -441,6 +441,25 @@ std::string gib(double b) { return strf("%.2f GiB", b / kGiB); }
 
 }  // namespace
 
+AttentionCharge attention_charge(const Config& c, const Machine& m, const std::string& file) {
+  const Device device = m.cpu() ? Device::Cpu : Device::Cuda;
+  const std::string where = file.empty() ? "machine '" + m.name + "'" : file;
+  if (c.model.attention == "cudnn" && m.cudnn_attention_efficiency == 0)
+    throw Error(strf("model.attention = cudnn, but %s gives no [device] cudnn_attention_efficiency: cuDNN's fused "
+                     "attention is not available on that machine (auto or own plan for this project's)",
+                     where.c_str()), true);
+  const AttentionChoice chosen = choose_attention(device, c.model.attention, c.model.n_embd / c.model.n_head);
+  if (chosen.path == AttentionPath::Own)
+    return {AttentionPath::Own, m.attention_efficiency, "own kernels at device.attention_efficiency: " + chosen.why};
+  if (m.cudnn_attention_efficiency == 0)
+    return {AttentionPath::Own, m.attention_efficiency,
+            "own kernels at device.attention_efficiency: " + where + " gives no cudnn_attention_efficiency "
+            "(cuDNN's fused attention does not run there)"};
+  return {AttentionPath::Cudnn, m.cudnn_attention_efficiency,
+          "cuDNN's fused attention at device.cudnn_attention_efficiency" +
+              (chosen.why.empty() ? std::string() : " (" + chosen.why + ")")};
+}
+
 Prediction predict(const Config& c, int world, int ranks_per_node, const Machine& m) {
   YUAN_CHECK(ranks_per_node >= 1, "planner: %d ranks per node", ranks_per_node);
   const Device device = m.cpu() ? Device::Cpu : Device::Cuda;
@@ -481,7 +500,12 @@ Prediction predict(const Config& c, int world, int ranks_per_node, const Machine
   // GEMMs and attention run on the tensor cores at the clock the GPU holds under load (sustained_clock, 1 on cpu).
   r.gemm = m.peak_flops * m.sustained_clock * m.gemm_efficiency / share;
   r.half = m.gemm_half_flops;
-  r.attention = m.peak_flops * m.sustained_clock * m.attention_efficiency / share;
+  const AttentionCharge attention = attention_charge(c, m);
+  r.attention = m.peak_flops * m.sustained_clock * attention.efficiency / share;
+  // Own backward (cuda/attention.cu) runs seven products, its kv and q kernels each recomputing S and dP (kv: S,
+  // dP, dV, dK; q: S, dP, dQ); cuDNN's runs FlashAttention-2's five (S, dP, dV, dK, dQ: ops/op_cost.h
+  // attention_backward_cost), the count its quoted rates are per.
+  r.attention_backward = attention.path == AttentionPath::Cudnn ? 2.5 : 3.5;
   r.mem_bw = m.mem_bw * m.mem_efficiency / share;
   if (m.cpu()) {
     r.cpu_attention = m.attention_flops / share;

@@ -3,9 +3,10 @@
 // modules, tensor part, micro-batch, recompute, module groups and ZeRO shards.
 //   compute   per op from its FLOPs and bytes: GEMMs (cuBLASLt on cuda) at the rate their size reaches
 //             (gemm_efficiency x peak, falling off below gemm_half_flops; on cuda their output tiles run in waves
-//             over sm_count SMs, gemm_wave_efficiency, and the tensor cores at sustained_clock); attention on cuda (this project's own
-//             flash-style kernel, not cuBLAS: assumed to reach what FlashAttention-2 reaches on the device,
-//             attention_efficiency x peak), on the cpu backend causal loops per head at the rate the op was
+//             over sm_count SMs, gemm_wave_efficiency, and the tensor cores at sustained_clock); attention on cuda on
+//             the path the run takes (attention_charge: this project's own flash-style kernel, assumed to reach
+//             what FlashAttention-2 reaches on the device, attention_efficiency x peak, or cuDNN's fused one at
+//             cudnn_attention_efficiency x peak), on the cpu backend causal loops per head at the rate the op was
 //             measured at (attention_flops; the GEMM rate when not measured); on cpu GELU and the classifier's
 //             softmax at their measured tanh / exp-bound rates (gelu_rate, softmax_rate) when given;
 //             memory-bound ops (layernorm, GELU, residuals, softmax, embedding; this project's own one-pass
@@ -36,11 +37,24 @@
 #include <utility>
 #include <vector>
 
+#include "backend/ops_interface.h"
 #include "config/config.h"
 #include "parallel/schedule.h"
 #include "planner/machine.h"
 
 namespace yuan::planner {
+
+// Whose attention kernels a run of `c` takes on `m`, as the step model charges them: the path choose_attention
+// takes for model.attention on m's kind of device (with no GPU visible, the build and the head size decide), at
+// cudnn_attention_efficiency where that is cuDNN's and m gives it, else this project's at attention_efficiency
+// (what the run takes where cuDNN's does not run, as below sm_80). Throws Error for model.attention = cudnn on a
+// machine without cudnn_attention_efficiency, naming `file` (m's name when empty) and the key.
+struct AttentionCharge {
+  AttentionPath path = AttentionPath::Own;  // the kernels charged
+  double efficiency = 0;                    // their fraction of peak_flops
+  std::string why;                          // which key, and why that path
+};
+AttentionCharge attention_charge(const Config& c, const Machine& m, const std::string& file = "");
 
 enum class Collective { AllReduce, ReduceScatter, AllGather, SendRecv };
 // Seconds for `ranks` ranks to run `op` over a buffer of `bytes` each rank passes (the whole buffer, as the

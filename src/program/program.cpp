@@ -111,7 +111,8 @@ struct Program::Buffers {
       dqkv = k.take(kBufferPool, act, BT, 3 * Ct);
       dfch = k.take(kBufferPool, act, BT, 4 * Ct);
       att_scratch = k.take(kBufferPool, DType::F32, 1,
-                           static_cast<int64_t>(f.attention_scratch(s.micro_batch, c.seq_len, heads)));
+                           static_cast<int64_t>(f.attention_scratch(s.micro_batch, c.seq_len, heads,
+                                                                    c.n_embd / c.n_head, s.attention)));
     }
   }
 };
@@ -130,12 +131,13 @@ std::string MemoryPlan::describe() const {
               grads / kGiB, activations / kGiB, buffers / kGiB);
 }
 
-void check_op_constraints(const GPTConfig& c, Device device) {
+void check_op_constraints(const GPTConfig& c, Device device, AttentionPath attention) {
   const TensorFormats& f = tensor_formats(device);
   const int w = f.vector_width;
   YUAN_CHECK(c.n_embd % w == 0, "%s backend: n_embd = %d must be a multiple of %d (%zu-byte %s vectors)",
              device_name(device), c.n_embd, w, w * dtype_size(f.activations), dtype_name(f.activations));
-  if (w == 1 && f.max_head_size == 0) return;  // the ops take heads of any size
+  // the ops take heads of any size, or cuDNN takes these (choose_attention asked)
+  if ((w == 1 && f.max_head_size == 0) || attention == AttentionPath::Cudnn) return;
   const int hs = c.n_head > 0 ? c.n_embd / c.n_head : 0;
   YUAN_CHECK(c.n_head > 0 && c.n_embd % c.n_head == 0 && hs % w == 0 && (f.max_head_size == 0 || hs <= f.max_head_size),
              "%s backend: head size n_embd/n_head = %d/%d must be a multiple of %d%s", device_name(device), c.n_embd,
@@ -181,7 +183,9 @@ Program::Program(Backend& backend, const ParamLayout& layout, const ProgramSpec&
     : backend_(backend), ops_(backend.ops()), layout_(layout),
       own_params_(params ? nullptr : std::make_unique<BackendParams>(backend, layout)),
       params_(params ? *params : *own_params_), tensor_(tensor), cfg_(layout.config()), spec_(spec) {
-  check_op_constraints(cfg_, backend.device());
+  YUAN_CHECK(spec.attention == backend.attention(), "program: sized for %s attention on a backend running %s",
+             attention_path_name(spec.attention), attention_path_name(backend.attention()));
+  check_op_constraints(cfg_, backend.device(), spec.attention);
   const TensorParallel& tp = layout.tp();
   YUAN_CHECK(tp.size == spec.tp_size && (tp.size == 1 || (tensor && tensor->size() == tp.size &&
                                                             tensor->rank() == tp.rank)),
@@ -312,7 +316,8 @@ void Program::block_forward(int slot, int l, bool keep_output) {
   const Tensor x = rows(block_input(slot, l), slot), res2 = rows(a.res2, slot);
   ops_.layernorm_forward(rows(a.ln1, slot), rows(a.ln1_mean, slot), rows(a.ln1_rstd, slot), x, W(kLn1W), W(kLn1B));
   ops_.matmul_forward(rows(a.qkv, slot), rows(a.ln1, slot), W(kQkvW), W(kQkvB), {}, {});
-  ops_.attention_forward(rows(a.atty, slot), a.att_state, rows(a.qkv, slot), s.B, s.T, attention_heads_);
+  ops_.attention_forward(rows(a.atty, slot), a.att_state, att_scratch_, rows(a.qkv, slot), s.B, s.T,
+                         attention_heads_);
   row_parallel(res2, rows(a.atty, slot), W(kAttnProjW), W(kAttnProjB), x);
   ops_.layernorm_forward(rows(a.ln2, slot), rows(a.ln2_mean, slot), rows(a.ln2_rstd, slot), res2, W(kLn2W),
                          W(kLn2B));

@@ -45,6 +45,7 @@ struct ProgramSpec {
   int slots = 1;                         // micro-batches whose activations are kept at once
   bool recompute = false;
   int tp_size = 1;                       // tensor-parallel ranks (the program's layout is one rank's part)
+  AttentionPath attention = AttentionPath::Own;  // the backend's (BackendSpec::attention): sizes its scratch
 };
 
 // Device bytes of a program by purpose (the memory plan; src/backend's own buffers are extra).
@@ -64,7 +65,7 @@ struct ParamMemory {
 // Throws Error when `device`'s ops cannot run a model of shape `c` (TensorFormats::vector_width, max_head_size):
 // "cuda backend: n_embd = 100 must be a multiple of 8 (16-byte bf16 vectors)". Where a model meets a backend: a
 // Program's construction, and a rank's plan before anything is allocated (train/memory_plan.h plan_rank).
-void check_op_constraints(const GPTConfig& c, Device device);
+void check_op_constraints(const GPTConfig& c, Device device, AttentionPath attention);
 
 // Device bytes of a backend and a program of `spec` on it, by purpose: what make_backend (parameter memory
 // `params`, its own workspace) and the Program (or ZeRO-3's gathered modules) allocate. Needs no device.
@@ -182,7 +183,8 @@ class Program {
   Tensor lnf_, lnf_mean_, lnf_rstd_, logits_, losses_;
   Tensor row_max_, row_sums_;  // the vocabulary-parallel cross-entropy's reductions (tensor parallelism)
   // backward scratch
-  Tensor dres_, dres_op_, dln_, datty_, dqkv_, dfch_, att_scratch_;  // dres_op_: empty when activations are fp32
+  // dres_op_: empty when activations are fp32. att_scratch_: the attention's, forward and backward (one stream).
+  Tensor dres_, dres_op_, dln_, datty_, dqkv_, dfch_, att_scratch_;
   std::vector<float> host_losses_;
 };
 

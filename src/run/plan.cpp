@@ -245,6 +245,7 @@ void print_search(const Config& cfg, const planner::Machine& m, const std::strin
   say("machine: %s (%s), %d node%s x %d ranks; %zu layouts fit, %zu do not; the best %d by predicted tokens/s:",
       m.name.c_str(), file.c_str(), nodes, nodes == 1 ? "" : "s", per_node, found.fitting.size(),
       found.rejected.size(), shown);
+  say("attention: %s", planner::attention_charge(cfg, m, file).why.c_str());
   for (int i = 0; i < shown; i++) {
     const planner::Candidate& c = found.fitting[i];
     say("\n%d. %s", i + 1, c.layout.c_str());
@@ -277,9 +278,11 @@ int print_replan(const Config& c, int nodes, int per_node, const std::vector<int
     r.notes.push_back("no --machine: the layout the FLOPs model picks (micro-batches shared by the slowest stage's "
                       "module FLOPs, the bubble counted), not timed");
   } else {
-    const planner::ReplanChoice choice =
-        planner::best_replan(c, nodes, per_node, lost, planner::read_machine(machine_file), machine_file);
+    const planner::Machine m = planner::read_machine(machine_file);
+    const std::string attention = planner::attention_charge(c, m, machine_file).why;
+    const planner::ReplanChoice choice = planner::best_replan(c, nodes, per_node, lost, m, machine_file);
     r = choice.replan;
+    r.notes.push_back("attention: " + attention);
     p = choice.prediction;
   }
   if (json) {
@@ -350,7 +353,12 @@ int plan_main(const std::vector<std::string>& args) {
   if (top < 1) throw Error(strf("plan: --top %d must be at least 1", top), true);
   YUAN_CHECK(!predict || !machine_file.empty(), "plan: --predict needs --machine FILE");
   planner::Machine machine;
-  if (!machine_file.empty()) machine = planner::read_machine(machine_file);
+  std::string attention;  // whose attention kernels the machine's steps are charged for
+  if (!machine_file.empty()) {
+    machine = planner::read_machine(machine_file);
+    // Refused here, naming the file, before any layout is planned: model.attention = cudnn where it does not run.
+    attention = planner::attention_charge(cfg, machine, machine_file).why;
+  }
   if (!machine_file.empty() && !predict) {
     // The search places its own layouts: it needs the nodes, and the ranks on each (the machine's devices by
     // default).
@@ -410,7 +418,8 @@ int plan_main(const std::vector<std::string>& args) {
     if (json) {
       std::printf("%s\n", prediction_json(p, overrides, world, rpn).dump().c_str());
     } else {
-      say("machine: %s (%s), %d ranks, %d per node", machine.name.c_str(), machine_file.c_str(), world, rpn);
+      say("machine: %s (%s), %d ranks, %d per node; attention: %s", machine.name.c_str(), machine_file.c_str(),
+          world, rpn, attention.c_str());
       print_prediction(p);
     }
     return 0;

@@ -29,12 +29,13 @@ RankPlan plan_rank(const Config& c, const parallel::Topology& topo, Device devic
   const int stages = static_cast<int>(pl.stages.size());
   const ModuleRange& range = pl.stages[place.stage];
   const TensorParallel tp{place.tp_rank, topo.tp_size()};
-  check_op_constraints(c.model, device);
-  RankPlan plan{ParamLayout(c.model, held_modules(c.model, range), tp), {}, {}, {}};
+  const AttentionChoice attention = choose_attention(device, c.model.attention, c.model.n_embd / c.model.n_head);
+  check_op_constraints(c.model, device, attention.path);
+  RankPlan plan{ParamLayout(c.model, held_modules(c.model, range), tp), {}, {}, {}, attention};
   const ParamLayout& held = plan.layout;
   const parallel::Schedule schedule(parallel::parse_schedule(c.parallel.schedule), place.stage, stages,
                                     pl.micro_batches);
-  plan.program = {range, c.train.micro_batch, schedule.slots(), c.train.recompute, tp.size};
+  plan.program = {range, c.train.micro_batch, schedule.slots(), c.train.recompute, tp.size, attention.path};
   const DType weights = tensor_formats(device).weights;
   RankMemory& m = plan.memory;
   m.device = device;
@@ -58,6 +59,7 @@ RankPlan plan_rank(const Config& c, const parallel::Topology& topo, Device devic
     if (c.optim.zero == 3) shards = z.shard_n;  // one module group (validate)
   }
   plan.backend = backend_spec(held, shards);
+  plan.backend.attention = attention.path;
   m.on_device = plan_memory(device, c.model, plan.program, zero_param_memory(held, shards));
   // Both ends of a pipeline read its micro-batches (the trainer's loaders).
   if (range.first == kWteModule || range.end == module_count(c.model)) {

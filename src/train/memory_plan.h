@@ -39,6 +39,7 @@ struct RankPlan {
   BackendSpec backend;  // the layout's parameters, or ZeRO-3's shard elements of them
   ProgramSpec program;  // its stage, the micro-batch, the micro-batches kept at once, recompute, tensor ranks
   RankMemory memory;    // what it allocates
+  AttentionChoice attention;  // whose attention kernels (model.attention), and why
 };
 RankPlan plan_rank(const Config& c, const parallel::Topology& topo, Device device, int rank);
 

@@ -165,6 +165,7 @@ class Trainer {
     Config planned = cfg;
     planned.optim = optim_;
     const RankPlan plan = plan_rank(planned, groups_.topology(), device_, world_.rank);
+    attention_ = plan.attention;
     check_node_memory(plan.memory, device_index, memory_hint(planned, world_.size, plan.memory));
     n_params_ = ParamLayout(cfg.model).total();
     flops_per_token_ = flops_per_token(cfg.model, n_params_);
@@ -322,6 +323,8 @@ class Trainer {
         : gather_thread_                            ? "; modules gathered on a communication thread"
                                                     : "; modules gathered in the compute thread (MPI has no "
                                                       "MPI_THREAD_MULTIPLE, or one rank)");
+    say("attention: %s%s", attention_path_name(attention_.path),
+        attention_.why.empty() ? "" : strf(" (%s)", attention_.why.c_str()).c_str());
     say("val: %s", !c.data.val.empty() ? strf("%d micro-batches per pipeline from %s", c.train.eval_batches,
                                                c.data.val.c_str()).c_str()
                                         : "none (data.val is empty)");
@@ -554,6 +557,7 @@ class Trainer {
   Config cfg_;
   OptimConfig optim_;        // cfg_.optim with optim.offload resolved (choose_offload)
   std::string offload_why_;  // and why, for the start-up line
+  AttentionChoice attention_;  // whose attention kernels, and why (the start-up line)
   parallel::WorldInfo world_;
   // Before the process groups, so destroyed after their communicators: the backend's teardown waits on streams
   // behind NCCL events (and cudaFree on the whole device) with no deadline; a communicator finalizes within

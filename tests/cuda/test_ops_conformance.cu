@@ -41,6 +41,7 @@
 namespace {
 
 using namespace yuan::test;
+using yuan::AttentionPath;
 using yuan::Backend;
 using yuan::Device;
 using yuan::DType;
@@ -76,8 +77,9 @@ using yuan::Tensor;
      const Tensor& w, const Tensor& pre_gelu),                                                                       \
     (dinp, dw, dbias, dout, in, w, pre_gelu))                                                                        \
   X(bias_residual, (const Tensor& out, const Tensor& bias, const Tensor& residual), (out, bias, residual))           \
-  X(attention_forward, (const Tensor& out, const Tensor& state, const Tensor& qkv, int B, int T, int NH),            \
-    (out, state, qkv, B, T, NH))                                                                                     \
+  X(attention_forward,                                                                                               \
+    (const Tensor& out, const Tensor& state, const Tensor& scratch, const Tensor& qkv, int B, int T, int NH),        \
+    (out, state, scratch, qkv, B, T, NH))                                                                            \
   X(attention_backward,                                                                                              \
     (const Tensor& dqkv, const Tensor& scratch, const Tensor& dout, const Tensor& qkv, const Tensor& out,            \
      const Tensor& state, int B, int T, int NH),                                                                     \
@@ -165,6 +167,10 @@ class Ctx {
   Ctx(Backend& be, Ops& ops) : be_(be), ops_(ops) {}
   Ops& ops() { return ops_; }
   const yuan::TensorFormats& formats() const { return be_.formats(); }
+  // The attention's scratch on the backend's path, for heads of C / NH.
+  Tensor attention_scratch(int B, int T, int C, int NH) {
+    return scratch(formats().attention_scratch(B, T, NH, C / NH, be_.attention()));
+  }
   DType act() const { return formats().activations; }
   DType wt() const { return formats().weights; }
 
@@ -414,7 +420,7 @@ void run_bias_residual(Ctx& c, const Shape& s) {
 Tensor attention_forward(Ctx& c, const Shape& s, const Tensor& qkv, Tensor* state) {
   *state = c.scratch(c.formats().attention_state(s.B, s.T, s.NH));
   const Tensor out = c.poisoned(c.act(), s.N(), s.C);
-  c.ops().attention_forward(out, *state, qkv, s.B, s.T, s.NH);
+  c.ops().attention_forward(out, *state, c.attention_scratch(s.B, s.T, s.C, s.NH), qkv, s.B, s.T, s.NH);
   return out;
 }
 
@@ -429,8 +435,7 @@ void run_attention_backward(Ctx& c, const Shape& s) {
   Tensor state;
   const Tensor qkv = c.input(c.act(), s.N(), 3 * s.C, 1.5f), out = attention_forward(c, s, qkv, &state);
   const Tensor dout = c.input(c.act(), s.N(), s.C, 1), dqkv = c.poisoned(c.act(), s.N(), 3 * s.C);
-  c.ops().attention_backward(dqkv, c.scratch(c.formats().attention_scratch(s.B, s.T, s.NH)), dout, qkv, out, state,
-                             s.B, s.T, s.NH);
+  c.ops().attention_backward(dqkv, c.attention_scratch(s.B, s.T, s.C, s.NH), dout, qkv, out, state, s.B, s.T, s.NH);
   // P and dS enter the products as bf16, delta = rowsum(dO * O) reads the bf16 O, and dqkv is stored: four.
   c.out("dqkv", dqkv, 4, s.T + s.C / s.NH);
 }
@@ -578,13 +583,13 @@ const std::vector<Row>& rows() {
   return r;
 }
 
-// ---- backends, one per (device, width), kept for the whole suite ----
+// ---- backends, one per (device, width, attention path), kept for the whole suite ----
 struct Backends {
-  std::map<std::tuple<Device, int, bool>, std::unique_ptr<Backend>> made;
+  std::map<std::tuple<Device, int, bool, AttentionPath>, std::unique_ptr<Backend>> made;
   // A backend whose ops are sized for width C, with no parameters: the ops run on memory from alloc().
-  Backend& get(Device d, int C, bool reference) {
-    std::unique_ptr<Backend>& be = made[{d, C, reference}];
-    if (!be) be = yuan::make_backend(d, {0, false, C});
+  Backend& get(Device d, int C, bool reference, AttentionPath attention = AttentionPath::Own) {
+    std::unique_ptr<Backend>& be = made[{d, C, reference, attention}];
+    if (!be) be = yuan::make_backend(d, {0, false, C, attention});
     return *be;
   }
 };
@@ -596,14 +601,21 @@ Backends& backends() {
 struct Case {
   int row, shape;
   Device device;
+  AttentionPath attention = AttentionPath::Own;
 };
 
+// Every row on every backend; the attention rows on CUDA once more through cuDNN where the build has it.
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
   for (Device d : {Device::Cpu, Device::Cuda})
     for (size_t r = 0; r < rows().size(); r++)
-      for (size_t s = 0; s < rows()[r].shapes.size(); s++)
+      for (size_t s = 0; s < rows()[r].shapes.size(); s++) {
         cases.push_back({static_cast<int>(r), static_cast<int>(s), d});
+#ifdef YUAN_CUDNN
+        if (d == Device::Cuda && std::string(rows()[r].method).rfind("attention_", 0) == 0)
+          cases.push_back({static_cast<int>(r), static_cast<int>(s), d, AttentionPath::Cudnn});
+#endif
+      }
   return cases;
 }
 
@@ -633,7 +645,7 @@ TEST_P(OpsConformance, MatchesTheCpuReference) {
   if (k.device == Device::Cuda) YUAN_REQUIRE_GPU();
   const Row& row = rows()[k.row];
   const Shape& s = row.shapes[k.shape];
-  Backend& be = backends().get(k.device, s.C, false);
+  Backend& be = backends().get(k.device, s.C, false, k.attention);
   const Result ref = run_row(backends().get(Device::Cpu, s.C, true), row, s), got = run_row(be, row, s);
   ASSERT_TRUE(ref.called && got.called) << "the row of " << row.method << " does not call it";
   ASSERT_FALSE(got.outputs.empty()) << row.method << ": a row compares at least one output";
@@ -653,7 +665,8 @@ INSTANTIATE_TEST_SUITE_P(Ops, OpsConformance, testing::ValuesIn(all_cases()),
                          [](const testing::TestParamInfo<Case>& i) {
                            const Row& r = rows()[i.param.row];
                            return std::string(r.method) + "_" + r.shapes[i.param.shape].label + "_" +
-                                  yuan::device_name(i.param.device);
+                                  yuan::device_name(i.param.device) +
+                                  (i.param.attention == AttentionPath::Cudnn ? "_cudnn" : "");
                          });
 
 // A method of Ops with no row (or a row for a method Ops does not have) fails here.

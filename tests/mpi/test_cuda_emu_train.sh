@@ -1,5 +1,7 @@
 # The CUDA backend on the emulator (bin/yuanlm_emu, cuda/emu) trains like the CPU backend: the tiny deck with
-# train.device=cuda and with train.device=cpu, same data order and initial weights, in five layouts:
+# train.device=cuda and with train.device=cpu, same data order and initial weights, in five layouts, the first four
+# on both attention paths (model.attention = own, this project's kernels, and auto, which takes cuDNN's fused
+# attention through the emulated cuDNN of cuda/emu/cudnn.cpp where the build has the cuDNN frontend):
 #   data:     2 data-parallel ranks for 20 steps, ZeRO-2 with small buckets, so that gradients are reduced over NCCL
 #             (emulated over MPI) bucket by bucket while backward still runs;
 #   pipeline: one pipeline of 2 stages for 10 steps, 4 micro-batches under 1F1B, so that activations and their
@@ -54,11 +56,11 @@ fi
 want="cuda backend: n_embd = 36 must be a multiple of 8 (16-byte bf16 vectors)"
 grep '^error:' "$WORK/shape.log" | grep -qF "$want" || { cat "$WORK/shape.log"; exit 1; }
 if grep -q "^cuda: device" "$WORK/shape.log"; then echo "the backend was made before the shape was refused"; exit 1; fi
-# compare_metrics RUN K MIN_STEPS DROP: RUN-cpu's and RUN-cuda's metrics.jsonl: losses and gradient norms in units
+# compare_metrics CPU_RUN CUDA_RUN K MIN_STEPS DROP: the two runs' metrics.jsonl: losses and gradient norms in units
 # of K times bf16's rounding u, at least MIN_STEPS steps, the loss down by DROP; then the same with the planted bug
 # the norm comparison is for.
 compare_metrics() {
-  $PY - "$1-cpu/metrics.jsonl" "$1-cuda/metrics.jsonl" "$2" "$3" "$4" <<'PYEOF'
+  $PY - "$1/metrics.jsonl" "$2/metrics.jsonl" "$3" "$4" "$5" <<'PYEOF'
 import json, sys
 cpu, gpu = ([json.loads(l) for l in open(p) if '"loss"' in l] for p in sys.argv[1:3])
 k, min_steps, drop = float(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
@@ -89,28 +91,44 @@ else:
 PYEOF
 }
 
-# run_layout NAME NP ARGS...: the layout on both backends, NAME-cpu and NAME-cuda, with no emulator report.
-run_layout() {
-  local name=$1 np=$2
-  shift 2
-  for dev in cpu cuda; do
-    mpirun -np "$np" bin/yuanlm_emu train "${TINY[@]}" --train.device=$dev --data.train="$WORK/corpus/*.h5" \
-      --run.dir="$WORK/$name-$dev" --train.global_batch=8 --train.log_every=1 "$@" \
-      >"$WORK/$name-$dev.log" 2>&1 || { cat "$WORK/$name-$dev.log"; exit 1; }
-  done
-  grep -q "backend cuda" "$WORK/$name-cuda.log"
-  if grep -q "cuda emulator:" "$WORK/$name-cuda.log"; then
-    grep "cuda emulator:" "$WORK/$name-cuda.log"
+# run NAME NP DEVICE ARGS...: the layout on one backend into $WORK/NAME, with no emulator report.
+run() {
+  local name=$1 np=$2 dev=$3
+  shift 3
+  mpirun -np "$np" bin/yuanlm_emu train "${TINY[@]}" --train.device=$dev --data.train="$WORK/corpus/*.h5" \
+    --run.dir="$WORK/$name" --train.global_batch=8 --train.log_every=1 "$@" \
+    >"$WORK/$name.log" 2>&1 || { cat "$WORK/$name.log"; exit 1; }
+  if grep -q "cuda emulator:" "$WORK/$name.log"; then
+    grep "cuda emulator:" "$WORK/$name.log"
     exit 1
   fi
 }
+# run_layout NAME NP ARGS...: the layout on both backends, NAME-cpu and NAME-cuda.
+run_layout() {
+  run "$1-cpu" "$2" cpu "${@:3}"
+  run "$1-cuda" "$2" cuda "${@:3}"
+  grep -q "backend cuda" "$WORK/$1-cuda.log"
+}
+
+# The attention paths this build has: own always, cudnn where the emulated cuDNN is built in (auto takes it).
+paths=(own)
+run probe 1 cuda --train.steps=1 --train.micro_batch=8
+if grep -q "^attention: cudnn" "$WORK/probe.log"; then
+  paths+=(cudnn)
+else
+  echo "note: this build has no cuDNN, only own attention is compared: $(grep '^attention:' "$WORK/probe.log")"
+fi
 
 for layout in data pipeline zero3 tp; do
-  echo "== $layout"
   declare -n extra=$layout
-  run_layout "$layout" 2 "${extra[@]}"
-  compare "$WORK/$layout-cpu" "$WORK/$layout-cuda" 1e-2 1e-2
-  compare_metrics "$WORK/$layout" 1 10 0.2
+  run "$layout-cpu" 2 cpu "${extra[@]}"
+  for path in "${paths[@]}"; do
+    echo "== $layout, $path attention"
+    run "$layout-$path" 2 cuda --model.attention=$path "${extra[@]}"
+    grep -q "^attention: $path" "$WORK/$layout-$path.log" || { grep "^attention" "$WORK/$layout-$path.log"; exit 1; }
+    compare "$WORK/$layout-cpu" "$WORK/$layout-$path" 1e-2 1e-2
+    compare_metrics "$WORK/$layout-cpu" "$WORK/$layout-$path" 1 10 0.2
+  done
 done
 
 echo "== tp4"
@@ -140,4 +158,4 @@ json.dump(state, open(f"{d}/state.json", "w"), indent=2)
 PYEOF
 run_layout tp4 4 --model.n_head=4 --parallel.tp_size=4 --train.micro_batch=2 --train.steps=7 --ckpt.resume="$ckpt"
 compare "$WORK/tp4-cpu" "$WORK/tp4-cuda" 1e-2 2e-2
-compare_metrics "$WORK/tp4" 16 6 0.1
+compare_metrics "$WORK/tp4-cpu" "$WORK/tp4-cuda" 16 6 0.1

@@ -1,8 +1,8 @@
 # `yuanlm plan --machine`: the search over layouts prints the best with a command line that `yuanlm plan` (the
 # trainer's parse and checks) accepts as it is, --predict of that layout gives the same prediction, on a GPU machine
 # the optimizer's state placed on the GPUs or the host (Yuan-4.7B on 8 H100s: on the GPUs first), and bad input
-# (a machine file with an unknown key, a directory as the machine file, a deck no layout fits, --predict without a
-# machine) is one error line that says where and what.
+# (a machine file with an unknown key, a directory as the machine file, a deck no layout fits, model.attention = cudnn
+# on a machine without cuDNN's attention, --predict without a machine) is one error line that says where and what.
 source "$(dirname "$0")/lib.sh"
 
 fail() { echo "$1"; [ -n "${2:-}" ] && cat "$2"; exit 1; }
@@ -75,6 +75,12 @@ grep -q "^error: .*bad.ini:13: key 'device.mem_bandwith': unknown key$" "$WORK/o
   fail "a deck larger than the node was planned"
 grep -q "^error: .*no layout of the deck fits 1 node x 2 ranks.*short of host memory: node 0's ranks need .*GiB short" \
   "$WORK/out" || fail "no fit: wrong error" "$WORK/out"
+# model.attention = cudnn where the machine file gives cuDNN's attention no efficiency (sm_70: none runs there).
+"${deck[@]}" --model.attention=cudnn --machine input/machines/v100.ini --nodes 1 >"$WORK/out" 2>&1 &&
+  fail "model.attention = cudnn was planned on the V100"
+[ "$(wc -l <"$WORK/out")" = 1 ] &&
+  grep -q "^error: .*model.attention = cudnn, but input/machines/v100.ini gives no \[device\] cudnn_attention_efficiency" \
+    "$WORK/out" || fail "model.attention = cudnn on the V100: wrong error" "$WORK/out"
 "${deck[@]}" --world 2 --predict >"$WORK/out" 2>&1 && fail "--predict without --machine was accepted"
 grep -q "^error: .*--predict needs --machine FILE" "$WORK/out" ||
   fail "--predict alone: wrong error" "$WORK/out"

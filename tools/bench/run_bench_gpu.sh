@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make bench-gpu` on a GPU machine, and the one call to make on a GPU machine lent for a few minutes (with the kit
 # of env/device-kit.sh sourced first): each stage below under a time limit of its own, in the order of what it is
-# worth, so that the limits' sum (about 28 minutes) or a shorter lease cuts the least useful ones. The stages' logs
+# worth, so that the limits' sum (about 30 minutes) or a shorter lease cuts the least useful ones. The stages' logs
 # and results go to these files in $OUT when OUT is set (the device tool's output folder, whose files come back
 # even when the call runs out of time; at most 8), else in build/bench-gpu/:
 #   env.txt      the GPU, driver, host, and which binaries are there
@@ -11,10 +11,16 @@
 #                tools/kernel_account.py: ours beside the peer's by family, and gpt-xl's
 #   kernels_gpt-small.json, kernels_gpt-xl.json  the trainer's run.dir/kernels.json of those runs
 #   kernels_torch_gpt-small.json                 the peer's, in the same schema
+#   train.txt    first bin/bench_gpu_attention (about 15 s): attention alone, forward and backward, on both paths
+#                (model.attention: own, cuDNN's fused SDPA) at gpt-small's micro-batch (32 x 1024, 12 heads of 64)
+#                and Yuan-4.7B's (1 x 2048, 24 heads of 128): TFLOP/s, the fraction of the bf16 peak, cuDNN's time
+#                against own's (own alone, with the reason, where cuDNN's does not run)
 #   correct.log  bin/test_cuda; tests/mpi/test_gpu_loss_curve.sh (the demo's GPU loss curve against the CPU's);
 #                compute-sanitizer's memcheck over 3 training steps with evaluation and a checkpoint
-#   train.txt    bin/bench_gpu_train (GPT program + GPU AdamW: tokens/s, MFU); last, the PyTorch peer
-#                (tools/bench/gpt_torch.py, torch.compile) at the same micro-batches, then ours / PyTorch per config
+#   train.txt    then bin/bench_gpu_train (GPT program + GPU AdamW: tokens/s, MFU) with model.attention's auto, and
+#                where that took cuDNN's attention gpt-small again with own's, the two steps against each other;
+#                last, the PyTorch peer (tools/bench/gpt_torch.py, torch.compile) at the same micro-batches, then ours
+#                / PyTorch per config
 #   trainer.txt  yuanlm train gpt-small on random tokens, micro-batch 32 x 2 and 64, and the metrics' per-step split
 #                (compute_s, optim_s, ...) of its last steps: the trainer's step beside the planner's prediction;
 #                then bin/bench_gpu_offload (ZeRO-Offload: step breakdown, MFU; gpt-xl, Yuan-4.7B)
@@ -84,6 +90,9 @@ for name in gpt-small gpt-xl; do
   fi
 done
 
+# Attention alone on both paths: a few seconds of kernels, most of the limit cuDNN's graph building and the start.
+if have bench_gpu_attention; then stage 60 train.txt "bin/bench_gpu_attention" bin/bench_gpu_attention; fi
+
 if have test_cuda; then stage 150 correct.log "bin/test_cuda" bin/test_cuda --gtest_brief=1; fi
 if have yuanlm; then
   stage 150 correct.log "tests/mpi/test_gpu_loss_curve.sh" bash tests/mpi/test_gpu_loss_curve.sh
@@ -94,7 +103,14 @@ if have yuanlm; then
       --train.log_every=1 --train.eval_every=0 --run.dir="$scratch/sanitizer"
   fi
 fi
-if have bench_gpu_train; then stage 200 train.txt "bin/bench_gpu_train $*" bin/bench_gpu_train "$@"; fi
+if have bench_gpu_train; then
+  stage 200 train.txt "bin/bench_gpu_train $*" bin/bench_gpu_train "$@"
+  # The step with auto's attention against own's, where auto took cuDNN's: gpt-small alone (about 10 s).
+  if grep -q '^RESULT {"name":"gpt-small".*"attention":"cudnn"' "$out/train.txt"; then
+    stage 60 train.txt "bin/bench_gpu_train --only gpt-small --attention=own $*" bin/bench_gpu_train --only gpt-small \
+      --attention=own "$@"
+  fi
+fi
 if have yuanlm; then
   for mb in 32 64; do
     stage 90 trainer.txt "yuanlm train gpt-small, micro-batch $mb, global batch 64" env OMPI_ALLOW_RUN_AS_ROOT=1 \
@@ -109,23 +125,38 @@ if have bench_gpu_offload; then
   stage 150 trainer.txt "bin/bench_gpu_offload --only xl" bin/bench_gpu_offload --only xl
   stage 180 trainer.txt "bin/bench_gpu_offload --only yuan" bin/bench_gpu_offload --only yuan
 fi
+# The peer runs each config once, at the micro-batch of its first (model.attention's auto) line.
 results=$(python3 -c '
 import json, sys
-print(json.dumps([json.loads(l[len("RESULT "):]) for l in open(sys.argv[1]) if l.startswith("RESULT ")]))
+rows = {}
+for l in open(sys.argv[1]):
+    if l.startswith("RESULT "):
+        r = json.loads(l[len("RESULT "):])
+        rows.setdefault(r["name"], r)
+print(json.dumps(list(rows.values())))
 ' "$out/train.txt" 2>/dev/null || echo "[]")
 if [ "$results" != "[]" ]; then
   stage 300 train.txt "PyTorch peer (tools/bench/gpt_torch.py)" python3 tools/bench/gpt_torch.py --configs "$results"
   python3 - "$out/train.txt" <<'PY' | tee -a "$out/train.txt"
 import json, sys
-rows = lambda prefix: [json.loads(l[len(prefix):]) for l in open(sys.argv[1]) if l.startswith(prefix)]
-ours = {r["name"]: r for r in rows("RESULT ")}
-torch = {r["name"]: r for r in rows("{")}  # the peer's lines: bench_gpu_train's start with "RESULT "
+lines = open(sys.argv[1]).read().splitlines()
+ours, own = {}, {}
+for l in lines:  # auto's line first; own's after it where auto took cuDNN's attention
+    if l.startswith("RESULT "):
+        r = json.loads(l[len("RESULT "):])
+        (own if r["name"] in ours else ours)[r["name"]] = r
+# The peer's lines are bare JSON objects (bench_gpu_train's start with "RESULT ").
+torch = {r["name"]: r for r in (json.loads(l) for l in lines if l.startswith("{"))}
 print(f"{'config':<14}{'B':>4}{'ours tok/s':>14}{'MFU':>7}{'torch B':>9}{'torch tok/s':>14}{'ratio':>8}")
 for name, o in ours.items():
     t = torch.get(name, {})
     tt = t.get("tokens_per_s", 0.0)
     ratio = f"{o['tokens_per_s'] / tt:.2f}" if tt else "n/a"
     print(f"{name:<14}{o['B']:>4}{o['tokens_per_s']:>14.0f}{o['mfu']:>7.3f}{t.get('B', 0):>9}{tt:>14.0f}{ratio:>8}")
+for name, w in own.items():
+    a = ours[name]
+    print(f"{name}: attention {a['attention']} {a['tokens_per_s']:.0f} tokens/s (B {a['B']}) against "
+          f"{w['attention']} {w['tokens_per_s']:.0f} (B {w['B']}): {a['tokens_per_s'] / w['tokens_per_s']:.3f}x")
 PY
 fi
 echo "== done at +$(($(date +%s) - t0)) s, status $status" | tee -a "$out/env.txt"
