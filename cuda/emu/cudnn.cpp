@@ -89,8 +89,6 @@ struct Attribute {
   std::vector<char> bytes;
 };
 
-struct Desc;
-
 // ---- what Finalize makes of the attributes ----
 
 struct Tensor {
