@@ -107,12 +107,11 @@ GraphP backward_graph(const Layout& l) {
 
 // validate through build_plans, as cuda/cudnn_attention.cu does; the first error.
 fe::error_t build(fe::graph::Graph& g, cudnnHandle_t h) {
-  fe::error_t e = g.validate();
-  if (e.is_good()) e = g.build_operation_graph(h);
-  if (e.is_good()) e = g.create_execution_plans({fe::HeurMode_t::A});
-  if (e.is_good()) e = g.check_support();
-  if (e.is_good()) e = g.build_plans();
-  return e;
+  if (fe::error_t e = g.validate(); e.is_bad()) return e;
+  if (fe::error_t e = g.build_operation_graph(h); e.is_bad()) return e;
+  if (fe::error_t e = g.create_execution_plans({fe::HeurMode_t::A}); e.is_bad()) return e;
+  if (fe::error_t e = g.check_support(h); e.is_bad()) return e;
+  return g.build_plans(h);
 }
 
 int64_t workspace_size(const fe::graph::Graph& g) {
