@@ -77,7 +77,7 @@ ifeq ($(CUDA)$(if $(wildcard cuda/*.cu),+),1+)
   CU_SRC    := $(wildcard cuda/*.cu)
   CU_HOST   := $(wildcard cuda/*.cpp)
   CU_OBJ    := $(CU_SRC:%.cu=build/%.o) $(CU_HOST:%.cpp=build/%.o)
-  CU_TEST   := $(wildcard tests/cuda/*.cu)
+  CU_TEST   := $(wildcard tests/cuda/*.cu) $(wildcard tests/cuda/*.cpp)
   NVCCFLAGS ?= -O3 -arch=$(CUDA_ARCH) -std=c++17 -Xcompiler -fopenmp,-Wall,-Wextra -Isrc -Icuda -MMD -MP
   CPPFLAGS  += -DYUAN_CUDA -I$(CUDA_HOME)/include $(if $(NCCL_HOME),-I$(NCCL_HOME)/include)
   CUDA_LIB  := -L$(CUDA_HOME)/lib64 $(if $(NCCL_HOME),-L$(NCCL_HOME)/lib) -lcudart -lcublasLt -lcublas -lnccl
@@ -124,7 +124,7 @@ bin/%: build/tools/bench/%.o $(APP_OBJ) $(CORE_OBJ) $(CU_OBJ)
 	$(CXX) $(LDFLAGS) -o $@ $^ $(LIBS)
 
 # GPU benchmarks and CUDA kernel tests: CUDA runtime + core only (no MPI, HDF5, Boost), so they build on bare GPU machines.
-bin/test_cuda: $(CU_TEST:%.cu=build/%.o) $(CU_OBJ) $(CORE_OBJ)
+bin/test_cuda: $(patsubst %.cpp,build/%.o,$(CU_TEST:%.cu=build/%.o)) $(CU_OBJ) $(CORE_OBJ)
 	@mkdir -p $(@D)
 	$(CXX) $(LDFLAGS) -o $@ $^ $(BLAS_LIB) $(CRYPTO_LIB) $(CUDA_LIB) -lgtest -lgtest_main -lpthread
 
@@ -136,9 +136,13 @@ build/%.o: %.cpp $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(CXX) $(CPPFLAGS) -DYUAN_BACKENDS='"$(BACKENDS)"' $(CXXFLAGS) -c -o $@ $<
 
-# The CUDA backend's host-only files (cuda/*.cpp: cudnn_attention.cpp, over the cuDNN frontend's headers, which
-# nvcc's front end takes minutes to get through) by the host compiler; -O1 is all graph-building code needs.
+# The CUDA backend's host-only files and tests (cuda/*.cpp, tests/cuda/*.cpp: the ones over the cuDNN frontend's
+# headers, which nvcc's front end takes minutes to get through) by the host compiler; -O1 is all graph-building code
+# needs.
 build/cuda/%.o: cuda/%.cpp $(FLAGS_STAMP)
+	@mkdir -p $(@D)
+	$(CXX) $(CPPFLAGS) $(CUDNN_INC) -Icuda $(CXXFLAGS) -O1 -c -o $@ $<
+build/tests/cuda/%.o: tests/cuda/%.cpp $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(CXX) $(CPPFLAGS) $(CUDNN_INC) -Icuda $(CXXFLAGS) -O1 -c -o $@ $<
 
@@ -165,7 +169,8 @@ EMU_CUFLAGS  := -x c++ -Wno-unknown-pragmas -fsanitize=thread --param=tsan-instr
                 -fsanitize=alignment -fdata-sections
 EMU_RT_OBJ   := $(patsubst %.cpp,build/emu/%.o,$(wildcard cuda/emu/*.cpp))
 EMU_CU_OBJ   := $(patsubst %.cu,build/emu/%.o,$(wildcard cuda/*.cu)) $(patsubst %.cpp,build/emu/%.o,$(wildcard cuda/*.cpp))
-EMU_TEST_OBJ := $(patsubst %.cu,build/emu/%.o,$(wildcard tests/cuda/*.cu))
+EMU_TEST_OBJ := $(patsubst %.cu,build/emu/%.o,$(wildcard tests/cuda/*.cu)) \
+                $(patsubst %.cpp,build/emu/%.o,$(wildcard tests/cuda/*.cpp))
 # Host files that list the backends are built again with the CUDA backend in; the others are shared with build/.
 EMU_HOST_SRC := $(shell grep -l 'YUAN_CUDA\|YUAN_BACKENDS' src/main.cpp src/*/*.cpp)
 emu_objs      = $(foreach o,$(1),$(if $(filter $(o:build/%.o=%.cpp),$(EMU_HOST_SRC)),build/emu/$(o:build/%=%),$(o)))
@@ -210,8 +215,11 @@ build/emu/%.o: %.cu $(EMU_STAMP) cuda/emu/gather_shared.sh
 	$(CXX) $(EMU_FLAGS) $(EMU_CUFLAGS) $(filter-out -I$(CUDA_HOME)/include -I$(CUDNN_HOME)/include -DNV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING,$(filter -I% -D%,$(CPPFLAGS))) -c -o $@ $<
 	cuda/emu/gather_shared.sh $@
 
-# Host-only files of the backend: no device code to instrument.
+# Host-only files of the backend and its tests: no device code to instrument.
 build/emu/cuda/%.o: cuda/%.cpp $(EMU_STAMP)
+	@mkdir -p $(@D)
+	$(CXX) $(EMU_FLAGS) -O1 -c -o $@ $<
+build/emu/tests/cuda/%.o: tests/cuda/%.cpp $(EMU_STAMP)
 	@mkdir -p $(@D)
 	$(CXX) $(EMU_FLAGS) -O1 -c -o $@ $<
 

@@ -170,8 +170,8 @@ const TensorFormats& cuda_tensor_formats() {
   return f;
 }
 
-std::string cuda_cudnn_attention_problem(int head_size) {
-  return gpu::cudnn_attention_problem(head_size, !cuda_device_available());
+std::string cuda_cudnn_attention_problem(int head_size, int seq_len) {
+  return gpu::cudnn_attention_problem(head_size, seq_len, !cuda_device_available());
 }
 
 std::string cuda_cudnn_attention_library() { return gpu::cudnn_attention_library(); }

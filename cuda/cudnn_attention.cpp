@@ -48,18 +48,18 @@ size_t cudnn_attention_workspace_bytes(int B, int T, int C, int NH) {
 
 #ifndef YUAN_CUDNN
 
-std::string cudnn_attention_problem(int, bool) {
+std::string cudnn_attention_problem(int, int, bool) {
   return "this build has no cuDNN (the cuDNN frontend's headers or cuDNN's were not found at build time: make deps "
          "fetches the frontend; CUDNN_HOME names cuDNN)";
 }
 std::string cudnn_attention_library() { return ""; }
 void cudnn_attention_forward(bf16*, float*, const bf16*, int, int, int, int, void*, size_t, cudaStream_t,
                              const CudnnGraphFaults&) {
-  throw Error(cudnn_attention_problem(0));
+  throw Error(cudnn_attention_problem(0, 0));
 }
 void cudnn_attention_backward(bf16*, const bf16*, const bf16*, const bf16*, const float*, int, int, int, int, void*,
                               size_t, cudaStream_t, const CudnnGraphFaults&) {
-  throw Error(cudnn_attention_problem(0));
+  throw Error(cudnn_attention_problem(0, 0));
 }
 
 #else
@@ -201,10 +201,11 @@ void run(bool backward, int B, int T, int C, int NH, std::unordered_map<int64_t,
 
 }  // namespace
 
-std::string cudnn_attention_problem(int head_size, bool planning) {
+std::string cudnn_attention_problem(int head_size, int seq_len, bool planning) {
   if (head_size % 8 != 0 || head_size > kCudnnMaxHeadSize)
     return strf("cuDNN's fused attention takes head sizes that are multiples of 8 up to %d (this model's is %d)",
                 kCudnnMaxHeadSize, head_size);
+  if (seq_len < 2) return "the cuDNN frontend refuses the backward of a single position (model.seq_len 1)";
   if (planning) return "";
   if (!library_problem().empty()) return library_problem();
   int dev = 0;

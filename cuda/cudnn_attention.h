@@ -19,11 +19,12 @@ constexpr int kCudnnMaxHeadSize = 256;
 // The kernel account's note on traffic: cuDNN's kernels are not this project's to itemise.
 constexpr const char* kCudnnAttentionExempt = "cuDNN's fused kernels: their tiling and re-reads are cuDNN's";
 
-// Why this process cannot run attention of head size `head_size` through cuDNN, or "" when it can: a build
-// without the frontend's headers, libcudnn.so.9 not found or older than the frontend needs, a device below sm_80,
-// or a head size cuDNN does not take. `planning` (yuanlm plan, perhaps on a machine without the GPU's libraries)
-// asks only what the build and the shape decide.
-std::string cudnn_attention_problem(int head_size, bool planning = false);
+// Why this process cannot run attention of head size `head_size` over `seq_len` positions through cuDNN, or ""
+// when it can: a head size cuDNN does not take, a single position (the frontend refuses a backward of one query
+// and one key), a build without the frontend's headers, libcudnn.so.9 not found or older than the frontend needs,
+// a device below sm_80. `planning` (yuanlm plan, perhaps on a machine without the GPU's libraries) asks only what
+// the build and the shape decide.
+std::string cudnn_attention_problem(int head_size, int seq_len, bool planning = false);
 // "cuDNN 9.19.0 (frontend 1.32.0)", for the start-up line; "" without cuDNN.
 std::string cudnn_attention_library();
 

@@ -663,8 +663,8 @@ TEST(PlannerPredict, AttentionChargedOnThePathTheRunTakes) {
   }
   EXPECT_THROW(predict(c, 1, 1, without), Error);
   c.model.attention = "auto";
-  if (choose_attention(Device::Cuda, "auto", hs).path != AttentionPath::Cudnn)
-    GTEST_SKIP() << "this build runs no cuDNN attention: " << choose_attention(Device::Cuda, "auto", hs).why;
+  if (choose_attention(Device::Cuda, "auto", hs, 2048).path != AttentionPath::Cudnn)
+    GTEST_SKIP() << "this build runs no cuDNN attention: " << choose_attention(Device::Cuda, "auto", hs, 2048).why;
   EXPECT_NE(on_without.why.find("m.ini gives no cudnn_attention_efficiency"), std::string::npos) << on_without.why;
   const AttentionCharge on_with = attention_charge(c, with);
   EXPECT_EQ(on_with.path, AttentionPath::Cudnn);

@@ -68,14 +68,14 @@ struct Registered {
   size_t (*free_bytes)();
   int (*select)(int local_rank);
   std::unique_ptr<Backend> (*make)(const BackendSpec&);
-  std::string (*cudnn_problem)(int head_size);  // why cuDNN's attention cannot run here, or ""
+  std::string (*cudnn_problem)(int head_size, int seq_len);  // why cuDNN's attention cannot run here, or ""
   std::string (*cudnn_library)();
 };
 
 bool always() { return true; }
 size_t unbounded() { return SIZE_MAX; }
 int host(int) { return -1; }
-std::string no_cudnn(int) { return "the cpu backend runs the reference attention"; }
+std::string no_cudnn(int, int) { return "the cpu backend runs the reference attention"; }
 std::string no_library() { return ""; }
 
 // In order of preference for train.device=auto.
@@ -137,10 +137,10 @@ Device planned_device(const DeviceRequest& req) {
 
 const char* attention_path_name(AttentionPath p) { return p == AttentionPath::Cudnn ? "cudnn" : "own"; }
 
-AttentionChoice choose_attention(Device device, const std::string& request, int head_size) {
+AttentionChoice choose_attention(Device device, const std::string& request, int head_size, int seq_len) {
   const Registered& r = require(device);
   if (request == "own") return {AttentionPath::Own, "as model.attention asks"};
-  const std::string problem = r.cudnn_problem(head_size);
+  const std::string problem = r.cudnn_problem(head_size, seq_len);
   if (request == "cudnn") {
     YUAN_CHECK(problem.empty(), "model.attention = cudnn on train.device=%s: %s", device_name(device), problem.c_str());
     return {AttentionPath::Cudnn, r.cudnn_library()};

@@ -190,13 +190,14 @@ int select_device(Device d, int local_rank);
 Device planned_device(const DeviceRequest& r);
 
 // Whose attention kernels a backend runs, and why (model.attention): `request` auto takes cuDNN's where the
-// device's backend has them and they run heads of `head_size` here, this project's otherwise (`why` then says
-// what cuDNN lacked); cudnn throws Error naming the reason where they cannot run; own takes this project's.
+// device's backend has them and they run heads of `head_size` over `seq_len` positions here, this project's
+// otherwise (`why` then says what cuDNN lacked); cudnn throws Error naming the reason where they cannot run; own
+// takes this project's.
 struct AttentionChoice {
   AttentionPath path = AttentionPath::Own;
   std::string why;  // the library and its version on cudnn, what ruled cuDNN out on an automatic own
 };
-AttentionChoice choose_attention(Device device, const std::string& request, int head_size);
+AttentionChoice choose_attention(Device device, const std::string& request, int head_size, int seq_len);
 
 // How `device` stores the program's tensors; needs no device.
 const TensorFormats& tensor_formats(Device device);

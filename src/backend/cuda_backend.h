@@ -36,9 +36,10 @@ PeakFlops cuda_peak_flops();
 // rows of whole 8-element vectors, heads of at most 128.
 const TensorFormats& cuda_tensor_formats();
 
-// Why cuDNN's fused attention cannot run heads of `head_size` in this process, or "" (cuda/cudnn_attention.cuh);
-// where no device is visible (planning on a login node), only the build and the shape decide.
-std::string cuda_cudnn_attention_problem(int head_size);
+// Why cuDNN's fused attention cannot run heads of `head_size` over `seq_len` positions in this process, or ""
+// (cuda/cudnn_attention.h); where no device is visible (planning on a login node), only the build and the shape
+// decide.
+std::string cuda_cudnn_attention_problem(int head_size, int seq_len);
 // The cuDNN and frontend versions the cuDNN attention runs on, or "".
 std::string cuda_cudnn_attention_library();
 

@@ -448,7 +448,7 @@ AttentionCharge attention_charge(const Config& c, const Machine& m, const std::s
     throw Error(strf("model.attention = cudnn, but %s gives no [device] cudnn_attention_efficiency: cuDNN's fused "
                      "attention is not available on that machine (auto or own plan for this project's)",
                      where.c_str()), true);
-  const AttentionChoice chosen = choose_attention(device, c.model.attention, c.model.n_embd / c.model.n_head);
+  const AttentionChoice chosen = choose_attention(device, c.model.attention, c.model.n_embd / c.model.n_head, c.model.seq_len);
   if (chosen.path == AttentionPath::Own)
     return {AttentionPath::Own, m.attention_efficiency, "own kernels at device.attention_efficiency: " + chosen.why};
   if (m.cudnn_attention_efficiency == 0)

@@ -29,7 +29,8 @@ RankPlan plan_rank(const Config& c, const parallel::Topology& topo, Device devic
   const int stages = static_cast<int>(pl.stages.size());
   const ModuleRange& range = pl.stages[place.stage];
   const TensorParallel tp{place.tp_rank, topo.tp_size()};
-  const AttentionChoice attention = choose_attention(device, c.model.attention, c.model.n_embd / c.model.n_head);
+  const AttentionChoice attention = choose_attention(device, c.model.attention, c.model.n_embd / c.model.n_head,
+                                                     c.model.seq_len);
   check_op_constraints(c.model, device, attention.path);
   RankPlan plan{ParamLayout(c.model, held_modules(c.model, range), tp), {}, {}, {}, attention};
   const ParamLayout& held = plan.layout;

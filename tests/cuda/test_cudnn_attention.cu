@@ -25,7 +25,7 @@ namespace ops = yuan::ops;
 #define YUAN_REQUIRE_CUDNN(head_size)                                                            \
   do {                                                                                           \
     YUAN_REQUIRE_GPU();                                                                          \
-    const std::string why_ = gpu::cudnn_attention_problem(head_size);                           \
+    const std::string why_ = gpu::cudnn_attention_problem(head_size, 2);                        \
     if (!why_.empty()) GTEST_SKIP() << "no cuDNN attention here: " << why_;                      \
   } while (0)
 
@@ -104,22 +104,25 @@ TEST(CudnnAttention, PlantedFaultsAreReported) {
 
   gpu::CudnnGraphFaults strides;
   strides.head_time_strides_swapped = true;
-  if (const std::string why = refusal([&] { p.forward(strides); }); why.empty())
+  if (const std::string why = refusal([&] { p.forward(strides); }); why.empty()) {
     EXPECT_GT(p.out_err(), 0.1) << "Q, K, V read with [B, T, NH, hs] strides pass for [B, NH, T, hs]";
+  }
 
   gpu::CudnnGraphFaults mask;
   mask.no_causal_mask = true;
-  if (const std::string why = refusal([&] { p.forward(mask); }); why.empty())
+  if (const std::string why = refusal([&] { p.forward(mask); }); why.empty()) {
     EXPECT_GT(p.out_err(), 0.1) << "attention that sees the future passes for causal";
+  }
 
   gpu::CudnnGraphFaults stats;
   stats.no_stats_to_backward = true;
   p.forward();
   const std::string why = refusal([&] { p.backward(stats); });
-  if (why.empty())
+  if (why.empty()) {
     EXPECT_GT(p.dqkv_err(), 0.1) << "a backward without the forward's logsumexp passes";
-  else
+  } else {
     EXPECT_NE(why.find("cuDNN"), std::string::npos) << why;
+  }
 }
 
 }  // namespace

@@ -55,7 +55,7 @@ static void train_step(Program& program, CudaAdamW& opt, const std::vector<int32
 static void run(const Bench& b, int steps, bool recompute, const std::string& attention, const PeakFlops& peak) {
   const GPTConfig& c = b.cfg;
   const ParamLayout layout(c);
-  const AttentionChoice path = choose_attention(Device::Cuda, attention, c.n_embd / c.n_head);
+  const AttentionChoice path = choose_attention(Device::Cuda, attention, c.n_embd / c.n_head, c.seq_len);
   std::vector<float> init(layout.total());
   init_gpt2(layout, 1, init.data());
   for (int B = 32; B >= 1; B /= 2) {

@@ -1,4 +1,4 @@
-// cuDNN's fused attention through its frontend, built as cuda/cudnn_attention.cu builds it (llm.c's graphs: Q, K, V
+// cuDNN's fused attention through its frontend, built as cuda/cudnn_attention.cpp builds it (llm.c's graphs: Q, K, V
 // strided views of one [B, T, 3, NH, HS] bf16 buffer, a causal mask, the scale by value, the softmax statistics
 // written forward and read backward, the deterministic backward), against causal attention computed here in double
 // from the same bf16 inputs; and what cuDNN refuses for those graphs. On the emulator this is cuda/emu/cudnn.cpp's
@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cudnn_attention.h"
 #include "gpu_test.h"
 #ifdef YUAN_EMU
 #include <cuda_emu.h>
@@ -122,12 +123,16 @@ int64_t workspace_size(const fe::graph::Graph& g) {
 
 class CudnnFrontend : public testing::Test {
  protected:
+  // Through the frontend's shim, as the product calls cuDNN: the GPU build loads libcudnn.so.9 at run time
+  // (cudnn_attention_problem opens it, and says why not), the emulator's links the emulated one.
   void SetUp() override {
     YUAN_REQUIRE_GPU();
-    ASSERT_EQ(cudnnCreate(&handle_), CUDNN_STATUS_SUCCESS);
+    const std::string why = yuan::gpu::cudnn_attention_problem(64, 64);
+    if (!why.empty()) GTEST_SKIP() << "no cuDNN here: " << why;
+    ASSERT_EQ(fe::detail::create_handle(&handle_), CUDNN_STATUS_SUCCESS);
   }
   void TearDown() override {
-    if (handle_) cudnnDestroy(handle_);
+    if (handle_) fe::detail::destroy_handle(handle_);
   }
   cudnnHandle_t handle_ = nullptr;
 };
