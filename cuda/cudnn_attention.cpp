@@ -19,6 +19,7 @@
 #include "cudnn_attention.h"
 
 #include "cuda_check.h"
+#include "kernel_account.cuh"
 
 #include <cmath>
 #include <tuple>
@@ -196,7 +197,9 @@ void run(bool backward, int B, int T, int C, int NH, std::unordered_map<int64_t,
              "cuda attention: cuDNN's %s graph at B %d, T %d, C %d, NH %d asks for %lld bytes of workspace, more than "
              "the %zu of the memory plan (cudnn_attention_workspace_bytes in cuda/cudnn_attention.cpp)",
              backward ? "backward" : "forward", B, T, C, NH, static_cast<long long>(built.workspace), workspace_bytes);
-  CUDNN_CHECK(built.graph->execute(handle, pointers, workspace));
+  // One library call for the kernel account (kernel_account.cuh), under the op's scope that cuda_ops.cu opened.
+  timed(backward ? "cudnn sdpa backward" : "cudnn sdpa forward", s,
+        [&] { CUDNN_CHECK(built.graph->execute(handle, pointers, workspace)); });
 }
 
 }  // namespace
