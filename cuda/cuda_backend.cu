@@ -101,9 +101,8 @@ class CudaBackend final : public Backend {
   void zero_grads(size_t off, size_t n) override {
     check_range(off, n);
     YUAN_CHECK(!sharded(), "cuda backend: no flat gradients under ZeRO-3");
-    compute_after_transfers();
+    compute_after_transfers();  // the copies still reading them; compute enqueued later sees the zeros
     gpu::fill_async(grads_.as<float>() + off, 0, n * sizeof(float), stream_);
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
   void grads_to_host(size_t off, size_t n, float* dst) override {
     check_range(off, n);

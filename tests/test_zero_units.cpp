@@ -144,8 +144,13 @@ TEST(HostAdamW, TiledUpdateIsThePerTensorUpdate) {
       CpuBackend backend(backend_spec(layout));
       const ZeroSpec spec(layout, {}, optim(1, mb), 1, 0, true, DType::F32);
       HostBuffers k(backend);
-      double comm_seconds = 0;
-      HostAdamW adamw(spec, layout, backend, *comm, k, init.data(), comm_seconds);
+      HostAdamW adamw(spec, layout, backend, k, init.data());
+      // Every bucket is announced once, in the order the next forward reads the weights: the reverse of
+      // spec.buckets, which is backward's order.
+      std::vector<size_t> announced;
+      const HostAdamW::BucketUploaded note = [&](const ZeroBucket& b) { announced.push_back(b.offset); };
+      std::vector<size_t> forward_order;
+      for (auto b = spec.buckets.rbegin(); b != spec.buckets.rend(); ++b) forward_order.push_back(b->offset);
       EXPECT_EQ(std::vector<float>(adamw.master(), adamw.master() + n), init);
       adamw.load_backend();
       std::vector<float> got(n);
@@ -156,9 +161,13 @@ TEST(HostAdamW, TiledUpdateIsThePerTensorUpdate) {
         adamw.update(g.data(), h);
         backend.get_params(got.data(), 0, n);
         EXPECT_EQ(got, init) << "update() leaves the backend alone";
-        adamw.upload_shard();
+        adamw.upload_shard(note);
       } else {
-        adamw.update_and_upload(g.data(), h);
+        adamw.update_and_upload(g.data(), h, note);
+      }
+      EXPECT_EQ(announced, forward_order);
+      if (mb == 0.001) {
+        EXPECT_GT(announced.size(), 2u) << "a bucket per module";
       }
       backend.get_params(got.data(), 0, n);
       EXPECT_EQ(got, want);

@@ -1,7 +1,7 @@
 // The sharded AdamW of a ZeRO optimizer with its state on the device (optim.offload = none; optim/zero.h): this
 // rank's shard of the fp32 master weights and of both moments in the backend's memory (Backend::alloc), updated by
 // the backend's adamw op straight from the reduced gradient in the backend's own buffer, which writes the shard's
-// working weights in place; at zero 1 and 2 the updated weights are then all-gathered (all_gather_weights) as on
+// working weights in place; at zero 1 and 2 the updated weights are then all-gathered (gather_bucket) as on
 // the host path. Nothing crosses to the host in a step but the norm's scalar. Below zero 3 only: the shard is one
 // run of the backend's flat buffer.
 //

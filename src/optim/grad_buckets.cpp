@@ -102,7 +102,9 @@ void GradientBuckets::finish() {
   const double t0 = now_seconds();
   comm_.synchronize();
   backend_.wait_transfers();
-  comm_seconds_ += now_seconds() - t0;
+  const double waited = now_seconds() - t0;
+  comm_seconds_ += waited;
+  transfer_wait_ += waited;
   // Zero 3's module buffers are zeroed as they are taken; on the device the AdamW reads them first
   // (ZeroOptimizer::step zeroes them after).
   if (spec_.cfg.zero < 3 && !spec_.device) backend_.zero_grads(spec_.range_off, spec_.range_n);

@@ -11,6 +11,7 @@
 // host: the reduced shard stays in the backend's gradient buffer, where the device AdamW reads it.
 #pragma once
 #include <cstddef>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -68,6 +69,8 @@ class GradientBuckets {
   void reduce();
   // This rank's share of the squared global norm of the reduced gradient (the world's shares sum to it).
   double norm_share() const;
+  // The host seconds spent waiting for reductions and copies to land since the previous call (in comm_seconds too).
+  double take_transfer_wait() { return std::exchange(transfer_wait_, 0.0); }
 
  private:
   struct Bucket {
@@ -84,6 +87,7 @@ class GradientBuckets {
   Communicator& comm_;
   HostGradient& host_;
   double& comm_seconds_;
+  double transfer_wait_ = 0;
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_module_;  // by module index; -1 outside the range
   std::vector<bool> module_done_;      // by module index: reported ready in the current micro-batch

@@ -26,15 +26,17 @@ HostAdamW::Buffers::Buffers(HostBuffers& k, const ZeroSizes& s)
     for (Allocation& a : stage) a = k.transfer(s.tile * sizeof(uint16_t), Mem::Comm);
 }
 
-HostAdamW::HostAdamW(const ZeroSpec& spec, const ParamLayout& layout, Backend& backend, Communicator& comm,
-                     HostBuffers& k, const ParamInit& init, double& comm_seconds)
-    : spec_(spec), backend_(backend), comm_(comm), comm_seconds_(comm_seconds), buf_(k, spec.sizes()) {
+HostAdamW::HostAdamW(const ZeroSpec& spec, const ParamLayout& layout, Backend& backend, HostBuffers& k,
+                     const ParamInit& init)
+    : spec_(spec), backend_(backend), buf_(k, spec.sizes()) {
   // Tiles: the buckets' parts of the shard's pieces, which tile it, each cut where weight decay changes.
-  for (const ZeroBucket& b : spec.buckets)
+  for (size_t bi = 0; bi < spec.buckets.size(); bi++)
     for (const ZeroSpec::Piece& p : spec.pieces) {
+      const ZeroBucket& b = spec.buckets[bi];
       const size_t tlo = std::max(b.offset, p.layout), thi = std::min(b.offset + b.count, p.layout + p.count);
       if (tlo >= thi) continue;
       Tile t;
+      t.bucket = bi;
       t.offset = p.host + (tlo - p.layout);
       t.count = thi - tlo;
       t.backend = spec.cfg.zero == 3 ? t.offset : tlo;
@@ -57,50 +59,69 @@ void HostAdamW::update_tile(const Tile& t, const float* g, uint16_t* bf16, const
   }
 }
 
-// Tile k is written into lane k%2's staging buffer and uploaded on that lane while tile k+1 updates; before a
-// buffer is refilled, the upload from two tiles ago must have left it.
-void HostAdamW::update_and_upload(const float* g, const ops::AdamWHyper& h) {
-  for (size_t k = 0; k < tiles_.size(); k++) {
-    const Tile& t = tiles_[k];
-    const int lane = static_cast<int>(k % 2);
-    uint16_t* out = nullptr;
-    if (spec_.bf16) {
-      backend_.wait_upload(lane);
-      out = buf_.stage[lane].as<uint16_t>();
-    }
-    update_tile(t, g, out, h);
-    backend_.params_from_host_async(spec_.bf16 ? static_cast<const void*>(out) : buf_.master.data() + t.offset,
-                                    t.backend, t.count, lane);
+// The buckets go in reverse (spec.buckets is in the order backward finishes them), so the weights the next forward
+// needs first are the first up; every rank calls `uploaded` for every bucket in the same order, tiles or not, since
+// at zero 1 and 2 it is a collective.
+void HostAdamW::in_forward_order(const std::function<void(const Tile&, size_t)>& upload,
+                                 const BucketUploaded& uploaded) {
+  size_t k = 0, next = tiles_.size();  // tiles_ is bucket-major: a bucket's tiles are the run below `next`
+  for (size_t bi = spec_.buckets.size(); bi-- > 0;) {
+    size_t first = next;
+    while (first > 0 && tiles_[first - 1].bucket == bi) first--;
+    for (size_t i = first; i < next; i++) upload(tiles_[i], k++);
+    next = first;
+    uploaded(spec_.buckets[bi]);
   }
-  for (int lane : {0, 1}) backend_.wait_upload(lane);
+}
+
+// Tile k is written into lane k%2's staging buffer and uploaded on that lane while tile k+1 updates; before a
+// lane is refilled, the upload from two tiles ago must have left it (with fp32 weights the lanes read master,
+// which only the next step's update rewrites, after the gradients that came after the uploads' compute).
+HostAdamW::UpdateTimes HostAdamW::update_and_upload(const float* g, const ops::AdamWHyper& h,
+                                                    const BucketUploaded& uploaded) {
+  UpdateTimes times;
+  in_forward_order(
+      [&](const Tile& t, size_t k) {
+        const int lane = static_cast<int>(k % 2);
+        const double t0 = now_seconds();
+        backend_.wait_upload(lane);
+        const double t1 = now_seconds();
+        uint16_t* out = spec_.bf16 ? buf_.stage[lane].as<uint16_t>() : nullptr;
+        update_tile(t, g, out, h);
+        times.lane_wait += t1 - t0;
+        times.adamw += now_seconds() - t1;
+        backend_.params_from_host_async(out ? static_cast<const void*>(out) : buf_.master.data() + t.offset,
+                                        t.backend, t.count, lane);
+      },
+      uploaded);
+  return times;
 }
 
 void HostAdamW::update(const float* g, const ops::AdamWHyper& h) {
+  for (int lane : {0, 1}) backend_.wait_upload(lane);  // the previous upload_shard's reads of what this rewrites
   uint16_t* out = spec_.bf16 ? buf_.bf16_shard.as<uint16_t>() : nullptr;
   for (const Tile& t : tiles_) update_tile(t, g, out ? out + t.offset : nullptr, h);
 }
 
-void HostAdamW::upload_shard() {
-  for (size_t k = 0; k < tiles_.size(); k++) {
-    const Tile& t = tiles_[k];
-    const void* src = spec_.bf16 ? static_cast<const void*>(buf_.bf16_shard.as<uint16_t>() + t.offset)
-                                 : buf_.master.data() + t.offset;
-    backend_.params_from_host_async(src, t.backend, t.count, static_cast<int>(k % 2));
-  }
-  for (int lane : {0, 1}) backend_.wait_upload(lane);
+void HostAdamW::upload_shard(const BucketUploaded& uploaded) {
+  in_forward_order(
+      [&](const Tile& t, size_t k) {
+        const void* src = spec_.bf16 ? static_cast<const void*>(buf_.bf16_shard.as<uint16_t>() + t.offset)
+                                     : buf_.master.data() + t.offset;
+        backend_.params_from_host_async(src, t.backend, t.count, static_cast<int>(k % 2));
+      },
+      uploaded);
 }
 
-void all_gather_weights(const ZeroSpec& spec, Backend& backend, Communicator& comm, double& comm_seconds) {
+void gather_bucket(const ZeroSpec& spec, Backend& backend, Communicator& comm, const ZeroBucket& b) {
   if (spec.cfg.zero == 0 || spec.cfg.zero == 3) return;
+  // A device communicator's gather runs after the compute enqueued so far, which waits for the uploads; a host
+  // communicator's reads the weights now.
+  if (!comm.stream())
+    for (int lane : {0, 1}) backend.wait_upload(lane);
   const Tensor& p = backend.weights();
-  const double t0 = now_seconds();
-  for (const ZeroBucket& b : spec.buckets)
-    comm.all_gather(p.elements(b.offset, b.count).data, spec.shard_counts(b), p.dtype);
-  comm.synchronize();
-  comm_seconds += now_seconds() - t0;
+  comm.all_gather(p.elements(b.offset, b.count).data, spec.shard_counts(b), p.dtype);
 }
-
-void HostAdamW::gather() { all_gather_weights(spec_, backend_, comm_, comm_seconds_); }
 
 void HostAdamW::load_backend() { backend_.set_params(buf_.master.data(), spec_.shard_off, spec_.shard_n); }
 

@@ -1,7 +1,9 @@
 // The sharded host AdamW of a ZeRO optimizer (optim/zero.h): this rank's shard of the fp32 master weights and of
 // both moments, updated tile by tile (a tile is a bucket's part of the shard, cut where weight decay changes) with
 // OpenMP, each finished tile's working weights uploaded into the backend on alternating copy lanes while the next
-// tile updates, and at zero 1 and 2 the updated weights all-gathered over the group, bucket by bucket. With bf16
+// tile updates, and at zero 1 and 2 each bucket's updated weights all-gathered over the group while the next bucket
+// updates. Buckets go in the order the next forward reads them, so the weights it needs first are the first there,
+// and the only transfers the step waits for are the last bucket's upload and gather. With bf16
 // working weights AdamW writes them beside the master copy into staging: one tile per lane, or the whole shard when
 // the update runs on the delayed-update thread and is uploaded later (upload_shard).
 #pragma once
@@ -39,10 +41,10 @@ class ParamInit {
   Fill fill_;
 };
 
-// Zero 1 and 2: every rank's updated shard of the backend's working weights into every rank's backend, bucket by
-// bucket over `comm` (nothing at zero 0, where each rank updates all of it, and at zero 3, which gathers where the
-// weights are used); its host time is added to `comm_seconds`. Both placements of the state publish with it.
-void all_gather_weights(const ZeroSpec& spec, Backend& backend, Communicator& comm, double& comm_seconds);
+// Zero 1 and 2: every rank's updated shard of bucket `b` of the backend's working weights into every rank's
+// backend, enqueued over `comm` after the backend's work so far (nothing at zero 0, where each rank updates all of
+// it, and at zero 3, which gathers where the weights are used). Both placements of the state publish with it.
+void gather_bucket(const ZeroSpec& spec, Backend& backend, Communicator& comm, const ZeroBucket& b);
 
 class HostAdamW {
  public:
@@ -54,20 +56,29 @@ class HostAdamW {
     Buffers(HostBuffers& k, const ZeroSizes& s);
   };
   // The shard of `spec` over the backend's working weights, its initial values from `init`; the weights go to the
-  // backend at load_backend(). Collectives over `comm` (the gathers) add their host time to `comm_seconds`.
-  HostAdamW(const ZeroSpec& spec, const ParamLayout& layout, Backend& backend, Communicator& comm, HostBuffers& k,
-            const ParamInit& init, double& comm_seconds);
+  // backend at load_backend().
+  HostAdamW(const ZeroSpec& spec, const ParamLayout& layout, Backend& backend, HostBuffers& k, const ParamInit& init);
 
-  // AdamW over the shard from its gradient `g`, each tile's weights uploaded as it is done (zero 3: into the
-  // backend's shard; below: into the shard's place in the backend's weights).
-  void update_and_upload(const float* g, const ops::AdamWHyper& h);
-  // AdamW over the shard without touching the backend (delayed_update: on its thread); upload_shard() follows.
+  // Called with every bucket of the spec, in forward order (the reverse of spec.buckets), once this rank's part of
+  // it has been enqueued for upload (possibly none): at zero 1 and 2 its all-gather goes out there, beside the
+  // AdamW of the buckets after it.
+  using BucketUploaded = std::function<void(const ZeroBucket&)>;
+  // Host seconds of an update: the AdamW itself, and waiting for a staging lane to be free.
+  struct UpdateTimes {
+    double adamw = 0, lane_wait = 0;
+  };
+  // AdamW over the shard from its gradient `g`, bucket by bucket in the order the next forward uses the weights, each
+  // tile's weights uploaded as it is done (zero 3: into the backend's shard; below: into the shard's place in the
+  // backend's weights). Returns with the last uploads in flight: the backend's compute waits for them, and the
+  // staging lanes are waited for where they are next filled.
+  UpdateTimes update_and_upload(const float* g, const ops::AdamWHyper& h, const BucketUploaded& uploaded);
+  // AdamW over the shard without touching the backend (delayed_update: on its thread); upload_shard() follows. It
+  // first waits for the previous upload_shard() to have left the bf16 copy (or master).
   void update(const float* g, const ops::AdamWHyper& h);
-  void upload_shard();  // the working weights of the whole shard from master (or its bf16 copy)
-  // Zero 1 and 2: every rank's uploaded shard into every rank's backend (nothing to do at zero 0; zero 3 gathers
-  // where the weights are used).
-  void gather();
-  void load_backend();  // master into the backend's working weights (the shard's part; gather() for the rest)
+  // The working weights of the whole shard from master (or its bf16 copy), bucket by bucket as above; returns with
+  // the uploads in flight.
+  void upload_shard(const BucketUploaded& uploaded);
+  void load_backend();  // master into the backend's working weights (the shard's part; all_gather_weights the rest)
 
   float* master() { return buf_.master.data(); }
   float* exp_avg() { return buf_.m.data(); }
@@ -78,17 +89,18 @@ class HostAdamW {
 
  private:
   struct Tile {
+    size_t bucket = 0;                 // its index in spec.buckets
     size_t offset = 0, count = 0;      // a bucket's part of this rank's shard
     size_t backend = 0;                // where it is in the backend's flat weights
     std::vector<DecaySegment> pieces;  // the tile split where weight decay changes, offsets in the shard
   };
   // AdamW over tile `t` from gradient `g` (the shard's); its working weights in bf16 into `bf16` when not null.
   void update_tile(const Tile& t, const float* g, uint16_t* bf16, const ops::AdamWHyper& h);
+  // `upload(tile, k)` for each tile, the k-th in forward order, then `uploaded(bucket)`, bucket by bucket.
+  void in_forward_order(const std::function<void(const Tile&, size_t)>& upload, const BucketUploaded& uploaded);
 
   const ZeroSpec& spec_;
   Backend& backend_;
-  Communicator& comm_;
-  double& comm_seconds_;
   Buffers buf_;
   std::vector<Tile> tiles_;
   int64_t t_ = 0;

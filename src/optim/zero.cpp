@@ -1,5 +1,6 @@
 #include "optim/zero.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -25,6 +26,15 @@ size_t zero_optimizer_bytes(size_t shard, bool delayed_update) {
   s.shard = shard;
   s.delayed = delayed_update;
   return zero_host_memory(s).optimizer;
+}
+
+OffloadSplit& OffloadSplit::operator+=(const OffloadSplit& o) {
+  down_bytes += o.down_bytes;
+  up_bytes += o.up_bytes;
+  grads_wait += o.grads_wait;
+  adamw += o.adamw;
+  weights_wait += o.weights_wait;
+  return *this;
 }
 
 // The optimizer's spec for this rank of `comm`, once the backend is known to fit the stage.
@@ -66,7 +76,7 @@ ZeroOptimizer::ZeroOptimizer(const ParamLayout& layout, const OptimConfig& cfg, 
   if (spec_.device)
     device_ = std::make_unique<DeviceAdamW>(spec_, layout_, backend, buffers, init);
   else
-    host_ = std::make_unique<HostAdamW>(spec_, layout_, backend, comm, buffers, init, comm_seconds_);
+    host_ = std::make_unique<HostAdamW>(spec_, layout_, backend, buffers, init);
   // The model as this tensor rank holds it: every module, each tensor its part of (the whole model without tensor
   // parallelism). Checkpoints place shards there.
   const GPTConfig& c = layout.config();
@@ -96,7 +106,11 @@ void ZeroOptimizer::after_micro_batch() {
 }
 
 double ZeroOptimizer::reduce_gradients() {
+  if (host_)  // zero 2 and 3 bring every micro-batch's reduced part down, zero 0 and 1 the step's once
+    split_.down_bytes += spec_.shard_n * sizeof(float) *
+                         static_cast<uint64_t>(spec_.per_micro ? std::max(grad_.micro_batches(), 1) : 1);
   buckets_.reduce();
+  if (host_) split_.grads_wait += buckets_.take_transfer_wait();
   const double t0 = now_seconds();
   const double share = buckets_.norm_share();
   optim_seconds_ += now_seconds() - t0;
@@ -104,10 +118,24 @@ double ZeroOptimizer::reduce_gradients() {
 }
 
 void ZeroOptimizer::publish() {
-  if (zero3_)
+  if (!zero3_)
+    for (const ZeroBucket& b : spec_.buckets) gather_bucket(spec_, backend_, comm_, b);
+  published();
+}
+
+void ZeroOptimizer::published() {
+  if (zero3_) {
     zero3_->weights_changed();
-  else
-    all_gather_weights(spec_, backend_, comm_, comm_seconds_);
+    return;
+  }
+  if (spec_.cfg.zero == 0) return;
+  const double t0 = now_seconds();
+  comm_.synchronize();
+  comm_seconds_ += now_seconds() - t0;
+}
+
+HostAdamW::BucketUploaded ZeroOptimizer::gather_uploaded() {
+  return [this](const ZeroBucket& b) { gather_bucket(spec_, backend_, comm_, b); };
 }
 
 double ZeroOptimizer::land_delayed() {
@@ -115,11 +143,15 @@ double ZeroOptimizer::land_delayed() {
   if (device_) {
     device_->update_saved(*saved_);
     saved_.reset();
+    publish();
   } else {
     seconds = delayed_.wait();
-    host_->upload_shard();
+    const double t0 = now_seconds();
+    host_->upload_shard(gather_uploaded());
+    published();
+    split_.weights_wait += now_seconds() - t0;
+    split_.up_bytes += spec_.shard_n * dtype_size(backend_.weights().dtype);
   }
-  publish();
   return seconds;
 }
 
@@ -139,6 +171,7 @@ ZeroStepStats ZeroOptimizer::step(double lr, double grad_norm, bool skip) {
   auto finish = [&] {
     st.optim_seconds = std::exchange(optim_seconds_, 0.0);
     st.comm_seconds = std::exchange(comm_seconds_, 0.0);
+    if (host_) st.offload = std::exchange(split_, {});
     return st;
   };
   if (skip || !std::isfinite(grad_norm)) {
@@ -167,8 +200,12 @@ ZeroStepStats ZeroOptimizer::step(double lr, double grad_norm, bool skip) {
     grad_.swap();
   } else {
     const double c0 = comm_seconds_;
-    host_->update_and_upload(grad_.current(), h);
-    publish();
+    const HostAdamW::UpdateTimes u = host_->update_and_upload(grad_.current(), h, gather_uploaded());
+    const double t3 = now_seconds();
+    published();
+    split_.adamw += u.adamw;
+    split_.weights_wait += u.lane_wait + (now_seconds() - t3);
+    split_.up_bytes += spec_.shard_n * dtype_size(backend_.weights().dtype);
     optim_seconds_ += now_seconds() - t2 - (comm_seconds_ - c0);
   }
   return finish();
@@ -247,6 +284,7 @@ ZeroStepStats ZeroOptimizers::step(double lr, double grad_norm, bool skip) {
     total.optim_seconds += st.optim_seconds;
     total.background_seconds += st.background_seconds;
     total.skipped = st.skipped;
+    if (st.offload) total.offload = total.offload.value_or(OffloadSplit{}) += *st.offload;
   }
   return total;
 }

@@ -25,7 +25,8 @@
 //                    (the memory plan sums the same walk of the buffers that the units allocate);
 //   grad_buckets.h   the host gradient and the buckets that reduce into it, as modules finish in backward;
 //   host_adamw.h     the sharded master weights and moments, the tiled AdamW with its two upload lanes, bf16
-//                    staging, and the all-gather of the updated weights at zero 1 and 2;
+//                    staging, bucket by bucket in the order the next forward reads them, each bucket's all-gather
+//                    (zero 1 and 2) going out while the next updates, so the step waits only for the last;
 //   device_adamw.h   the same state on the device instead (optim.offload = none, zero 0-2), updated by the
 //                    backend's adamw op from the reduced gradient where the backend holds it;
 //   delayed_update.h the thread that runs an update beside the next step (optim.delayed_update);
@@ -68,6 +69,18 @@ size_t zero_device_memory(const ZeroSizes& s);
 // is the largest.
 size_t zero_optimizer_bytes(size_t shard, bool delayed_update = false);
 
+// The host placement's part of a step (optim.offload = host): what crossed between host and device, and the host
+// seconds each part kept the step waiting. The transfers themselves run beside compute and the AdamW; their own
+// durations are the kernel account's (profile.kernels).
+struct OffloadSplit {
+  uint64_t down_bytes = 0;  // reduced gradients into host memory (fp32; at zero 2 and 3 once per micro-batch)
+  uint64_t up_bytes = 0;    // updated working weights into the device
+  double grads_wait = 0;    // waiting for the gradients' reductions and copies once backward is done
+  double adamw = 0;         // the AdamW on the step's critical path (with delayed_update it is background_seconds)
+  double weights_wait = 0;  // waiting for a staging lane, and for the last uploads and gathers to land
+  OffloadSplit& operator+=(const OffloadSplit& o);
+};
+
 struct ZeroStepStats {
   double grad_norm = 0;           // global L2 norm before clipping, as passed to step()
   double comm_seconds = 0;        // host time in and waiting for collectives and gradient copies since last step
@@ -75,6 +88,7 @@ struct ZeroStepStats {
                                   // (delayed_update: norm, waiting for the previous update, its upload)
   double background_seconds = 0;  // delayed_update: the AdamW that ran on the worker thread beside compute
   bool skipped = false;           // no update: the norm was not finite, or the caller asked to skip
+  std::optional<OffloadSplit> offload;  // with the optimizer state on the host
 };
 
 // The part of a shard that lies in one run of the model as this tensor rank holds it (every module, each tensor
@@ -153,7 +167,12 @@ class ZeroOptimizer : public ParamSource {
                 HostBuffers&& buffers);
   Zero3Params& zero3(const char* what) const;  // the ParamSource, or the error that this stage has none
   void module_ready(int module);
-  void publish();       // the updated shard into every rank's backend: all-gathered (zero 1, 2) or invalidated (3)
+  // The updated shard into every rank's backend: all-gathered bucket by bucket (zero 1, 2) or invalidated (3);
+  // published() after the buckets' gathers are issued (by the host AdamW, as it goes) waits for them.
+  void publish();
+  void published();
+  // The host AdamW's callback: bucket b's part of this rank's shard is on its way up; its gather goes out.
+  HostAdamW::BucketUploaded gather_uploaded();
   double land_delayed();  // the delayed update finished, its weights uploaded and published; its seconds
   void check_no_update_in_flight(const char* what) const;
   bool update_in_flight() const;  // a delayed update not yet landed (on the host's thread, or set aside)
@@ -164,6 +183,7 @@ class ZeroOptimizer : public ParamSource {
   Communicator& comm_;
   size_t global_off_ = 0;  // where the range starts in the model's buffer as this tensor rank holds it
   double comm_seconds_ = 0, optim_seconds_ = 0;
+  OffloadSplit split_;  // the host placement's, since the last step()
   HostGradient grad_;
   GradientBuckets buckets_;
   std::unique_ptr<HostAdamW> host_;      // the state in host memory, or

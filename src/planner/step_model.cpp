@@ -349,6 +349,7 @@ After after_schedule(const Config& c, const parallel::Topology& topo, int rank, 
   const bool hides = !r.cpu && overlap;
   const double backward_compute = times.backward.compute, m = micro_batches;
   double exposed = 0, shard = 0;
+  double gathers = 0, gather_tail = 0;  // zero 1 and 2: the weights' all-gathers after the update, and the last's
   bool per_micro = false;  // the ZeroSpec's: zero 2 and 3 with overlap, and not with the state on the device
   for (const ModuleRange& g : topo.module_groups_of(rank)) {
     const std::vector<int> holders = topo.holders(g.first, place.tp_rank);
@@ -380,7 +381,10 @@ After after_schedule(const Config& c, const parallel::Topology& topo, int rank, 
                                   : collective_s(Collective::ReduceScatter, bucket, D, link);
     const double reductions = per_micro ? m : 1;
     exposed += hides ? reductions * std::max(reduce - backward_compute, tail) : reductions * reduce;
-    if (zero == 1 || zero == 2) exposed += collective_s(Collective::AllGather, weights, D, link);
+    if (zero == 1 || zero == 2) {
+      gathers += collective_s(Collective::AllGather, weights, D, link);
+      gather_tail += collective_s(Collective::AllGather, std::min(weights, r.weight / 4 * bucket), D, link);
+    }
     if (zero == 3) {
       // Each block is gathered for every pass, less the two still in the block buffers where one pass turns into
       // the next (tools/comm_volume.py); the embedding, wpe and ln_f once per step. On cuda the next module's
@@ -394,7 +398,7 @@ After after_schedule(const Config& c, const parallel::Topology& topo, int rank, 
     }
   }
   After a;
-  a.comm = exposed;
+  a.comm = exposed + gathers;
   // The AdamW over the shard (every parameter the rank holds at zero 0) and, before it, the shard's squared gradient
   // norm (ZeroOptimizer::reduce_gradients; the clipping needs it first, so no delayed update hides it), at the bytes
   // op_cost.h counts: adamw_cost reads the fp32 gradient, master weight, m and v, writes the last three and the
@@ -434,6 +438,10 @@ After after_schedule(const Config& c, const parallel::Topology& topo, int rank, 
   // accumulation, part of the passes.
   a.optimizer = (c.optim.delayed_update ? std::max(0.0, adamw - schedule_s) : adamw) + transfers + accumulate +
                 norm_bytes / r.host_bw;
+  // On cuda each bucket's gather goes out on the NCCL stream as soon as its part is uploaded, beside the AdamW of
+  // the buckets after it (optim/host_adamw.h): what shows is the gathers beyond the AdamW, and the last bucket's.
+  // The delayed update lands its weights at once, gathers and all, on the step's path.
+  if (!r.cpu && !c.optim.delayed_update) a.comm -= gathers - std::max(gathers - adamw, gather_tail);
   return a;
 }
 

@@ -127,6 +127,15 @@ JsonLine step_record(const StepMetrics& m) {
       .add("base_host_bytes", static_cast<long long>(m.base_host_bytes))
       .add("comm_bytes", step_traffic(m));
   if (m.bubble) line.add("bubble", *m.bubble).add("stage_busy", m.stage_busy);
+  if (m.offload) {
+    const OffloadSplit& o = *m.offload;
+    line.add("offload", nlohmann::ordered_json{{"down_bytes", static_cast<long long>(o.down_bytes)},
+                                               {"up_bytes", static_cast<long long>(o.up_bytes)},
+                                               {"grads_wait_s", o.grads_wait},
+                                               {"adamw_s", o.adamw},
+                                               {"weights_wait_s", o.weights_wait},
+                                               {"exposed_s", o.grads_wait + o.adamw + o.weights_wait}});
+  }
   return line;
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "optim/zero.h"
 #include "parallel/groups.h"
 #include "parallel/watchdog.h"
 
@@ -48,6 +49,8 @@ struct StepMetrics {
   double loss = 0, lr = 0, grad_norm = 0;
   double tokens_per_s = 0, mfu = 0;
   double step_s = 0, data_s = 0, compute_s = 0, comm_s = 0, optim_s = 0, optim_background_s = 0;
+  // With the optimizer state on the host: its transfers and AdamW, and what of them the step waited for.
+  std::optional<OffloadSplit> offload;
   // The fast tier's checkpoint after the step (ckpt.local_every), on this rank: the copy into node memory the step's
   // thread makes, and its wait for the previous one's write; 0 after a step with none. Not in step_s: tokens_per_s
   // and MFU stay the step's own, the ETA counts it.

@@ -392,6 +392,7 @@ class Trainer {
     m.comm_s = st.comm_seconds;
     m.optim_s = st.optim_seconds;
     m.optim_background_s = st.background_seconds;
+    m.offload = st.offload;
     m.skipped = st.skipped;
     m.tokens = static_cast<long long>(m.step * tokens_per_step());
     const Straggler slow = slowest_rank(parallel::gather(m.step_s - parallel::take_waited_seconds()));

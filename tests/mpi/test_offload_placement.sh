@@ -58,6 +58,28 @@ for layout in zero0 zero1 zero2 delayed tp pipeline; do
   same "$layout-host" "$layout-none"
 done
 
+echo "== the host placement's split in metrics.jsonl"
+# Rank 0's bytes each way (its shard: the whole model at zero 0, the first half at zero 1; fp32 down, bf16 up),
+# the waits adding up to what was exposed; the delayed update's first step uploads nothing (it lands a step
+# later) and keeps its AdamW off the critical path; no split where nothing crosses.
+$PY - "$WORK" <<'PYEOF'
+import json, re, sys
+w = sys.argv[1]
+n = int(re.search(r"model: (\d+) parameters", open(f"{w}/zero1-host.log").read()).group(1))
+recs = lambda name: [json.loads(l) for l in open(f"{w}/{name}/metrics.jsonl") if '"loss"' in l]
+for name, shard in (("zero0-host", n), ("zero1-host", (n + 1) // 2), ("delayed-host", (n + 1) // 2)):
+    for i, r in enumerate(recs(name)):
+        o = r["offload"]
+        up = 0 if name == "delayed-host" and i == 0 else 2 * shard
+        assert (o["down_bytes"], o["up_bytes"]) == (4 * shard, up), (name, r["step"], o)
+        parts = o["grads_wait_s"] + o["adamw_s"] + o["weights_wait_s"]
+        assert min(o.values()) >= 0 and abs(o["exposed_s"] - parts) < 1e-9, (name, r["step"], o)
+        assert (o["adamw_s"] == 0) == (name == "delayed-host"), (name, r["step"], o)
+for name in ("zero0-none", "zero1-none", "delayed-none"):
+    assert all("offload" not in r for r in recs(name)), name
+print(f"split: {n} parameters; bytes down and up as the shards say, on the host placement only")
+PYEOF
+
 echo "== resumed in the other placement"
 # Killed at step 7 in one placement, resumed from its step-5 checkpoint in the other: the same numbers as the
 # other placement's uninterrupted run.
