@@ -24,6 +24,22 @@ TEST(Liveness, DescribeRanksGroupsRunsByHost) {
   EXPECT_EQ(describe_ranks({0, 2, 3, 5}, hosts), "world ranks 0 on node1, 2-3 on node2 and 5 on node3");
 }
 
+TEST(Liveness, DescribeSilentNamesANodeOnlyWhenAllItsRanksAreSilent) {
+  const std::vector<std::string> hosts = {"node1", "node1", "node2", "node2", "node3", "node3"};
+  const NodeMap nodes = NodeMap::from_leaders({0, 0, 2, 2, 4, 4}, hosts);
+  EXPECT_EQ(describe_silent({2, 3}, 0.5, nodes, hosts),
+            "world ranks 2-3 on node2 do not answer a liveness ping within 0.5 s: node2 is lost or cut off");
+  EXPECT_EQ(describe_silent({2, 3, 4, 5}, 0.5, nodes, hosts),
+            "world ranks 2-3 on node2 and 4-5 on node3 do not answer a liveness ping within 0.5 s: node2 and node3 "
+            "are lost or cut off");
+  // A node with a rank that answers is not lost: its silent rank is.
+  EXPECT_EQ(describe_silent({3}, 2, nodes, hosts),
+            "world rank 3 on node2 does not answer a liveness ping within 2 s: stopped, dead or cut off");
+  EXPECT_EQ(describe_silent({2, 3, 5}, 2, nodes, hosts),
+            "world ranks 2-3 on node2 and 5 on node3 do not answer a liveness ping within 2 s: stopped, dead or cut "
+            "off");
+}
+
 TEST(Liveness, LongestWaitAndTimeWaitedAreTakenOnce) {
   take_longest_wait();  // whatever earlier tests waited
   take_waited_seconds();

@@ -136,8 +136,7 @@ void note_wait(int64_t ns, const char* op, const char* group) {
 
 void end_job_for_wait(const char* op, const char* group, int peer, double waited, const char* limit_key,
                       double limit) {
-  static std::atomic<bool> ending{false};
-  if (ending.exchange(true))
+  if (!claim_last_line())
     for (;;) pause();
   std::string who = "a peer is stopped, stuck or unreachable (the ranks that print no such line)";
   bool report = true;
@@ -174,6 +173,8 @@ void end_job_for_wait(const char* op, const char* group, int peer, double waited
   // period the watcher kills the launcher and the alarm this process (SIGALRM's default action ends it).
   end_launcher_after(kAbortGraceSeconds);
   alarm(kAbortGraceSeconds);
+  // The launcher's SIGTERM to the other ranks then comes from this line's MPI_Abort: they stay quiet.
+  if (report) announce_end();
   MPI_Abort(MPI_COMM_WORLD, 1);
   std::_Exit(1);  // MPI_Abort does not return; should it, the job must still end
 }

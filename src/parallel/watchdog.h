@@ -23,7 +23,8 @@ void stop_watchdog();
 // deadline `limit` of the setting `limit_key`: every rank whose wait runs out calls it, and the job gets one line,
 // naming the ranks that do not answer a liveness ping (parallel/liveness.h), from the lowest rank that answers.
 // The watchdog calls it for MPI waits (dist.timeout_s), the NCCL communicator for its own (dist.nccl_timeout_s).
-// A second call in the same process (another thread's wait ran out too) waits for the first to end the process.
+// A call while this process already ends the job with a line (another thread's wait ran out too, an error, the
+// check after a SIGTERM: parallel::claim_last_line) waits for that to end the process.
 [[noreturn]] void end_job_for_wait(const char* op, const char* group, int peer, double waited, const char* limit_key,
                                    double limit);
 

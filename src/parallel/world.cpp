@@ -1,6 +1,7 @@
 #include "parallel/world.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cinttypes>
 #include <climits>
 #include <csignal>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "parallel/liveness.h"
 #include "parallel/mpi_check.h"
 #include "parallel/watchdog.h"
 #include "util/crash_report.h"
@@ -23,8 +25,12 @@ NodeMap g_nodes;
 MPI_Comm g_node_comm = MPI_COMM_NULL;
 bool g_initialized = false;
 bool g_owns_mpi = false;  // false when the embedding program initialised MPI itself
-volatile std::sig_atomic_t g_stop_signal = 0;
-extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
+// Written by the signal handler, read by the main thread and the liveness service's: a lock-free atomic is both
+// async-signal-safe and free of data races.
+std::atomic<int> g_stop_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free, "the stop signal handler needs a lock-free atomic");
+extern "C" void on_stop_signal(int sig) { g_stop_signal.store(sig); }
+std::atomic<bool> g_ending{false}, g_last_line{false};
 
 // StartupDeadline's line, written before the alarm is armed: the handler may only write(2) and _exit.
 char g_startup_line[512];
@@ -120,6 +126,7 @@ void init(int* argc, char*** argv) {
 
 void finalize() {
   if (!g_initialized) return;
+  note_ending();  // peers may leave MPI_Finalize's start before this one: no longer a sign of a lost node
   // MPI_Finalize is not watched: under mpirun, export and sample leave ranks other than 0 waiting in it for as
   // long as rank 0 writes or generates.
   stop_watchdog();
@@ -247,11 +254,22 @@ void install_stop_handlers() {
 }
 
 int agreed_stop_signal() {
-  int sig = g_stop_signal;
-  if (!g_initialized || g_world.size == 1) return sig;
-  Waiting wait("agreed_stop_signal", "world");
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &sig, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+  int sig = g_stop_signal.load();
+  if (g_initialized && g_world.size > 1) {
+    Waiting wait("agreed_stop_signal", "world");
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &sig, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+  }
+  // Every rank was there to agree: a peer that leaves from here on has checkpointed and exits.
+  if (sig) note_ending();
   return sig;
+}
+
+int stop_signal_received() { return g_stop_signal.load(); }
+void note_ending() { g_ending.store(true); }
+bool ending() { return g_ending.load(); }
+bool claim_last_line() {
+  note_ending();
+  return !g_last_line.exchange(true);
 }
 
 const char* signal_name(int sig) {
@@ -263,11 +281,27 @@ const char* signal_name(int sig) {
 }
 
 int fail(const Error& e) {
+  // Another thread is ending the process with its own line (a deadline, a lost node): one line per process.
+  if (!claim_last_line())
+    for (;;) pause();
+  const bool lone = !e.collective() && g_initialized && g_world.size > 1;
+  // A lone rank's error may be a peer's loss showing through (an MPI call that failed on a closed connection):
+  // the ranks that do not answer then go into its line.
+  std::string silent;
+  if (lone && liveness_served()) {
+    const std::vector<int> ranks = silent_ranks(kEndingPingSeconds);
+    if (!ranks.empty()) silent = describe_silent(ranks, kEndingPingSeconds, g_nodes, g_hosts);
+  }
   if (!e.collective() || process_rank() == 0)
-    std::fprintf(stderr, "error: [rank %d@%s] %s\n", process_rank(), process_host().c_str(), e.what());
+    std::fprintf(stderr, "error: [rank %d@%s] %s%s\n", process_rank(), process_host().c_str(), e.what(),
+                 silent.empty() ? "" : ("; " + silent).c_str());
   std::fflush(stderr);
-  // A lone rank's error would leave the others blocked in their next collective: take the whole job down.
-  if (!e.collective() && g_initialized && g_world.size > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+  if (lone) {
+    // The SIGTERM with which the launcher then ends the other ranks comes from this error, which has its line.
+    announce_end();
+    // A lone rank's error would leave the others blocked in their next collective: take the whole job down.
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
   finalize();
   return 1;
 }

@@ -86,6 +86,19 @@ void check_same_command(const char* command);
 void install_stop_handlers();
 int agreed_stop_signal();
 const char* signal_name(int sig);  // "SIGTERM", "SIGUSR1"
+// The stop signal this process has received (0: none), before any agreement: the liveness service
+// (parallel/liveness.h) checks on a SIGTERM whether the launcher is ending the job over a lost node.
+int stop_signal_received();
+
+// Ending the job. A launcher ends a job by sending SIGTERM to the ranks left, whatever the reason; a rank that gets
+// one while a peer is silent names that peer, unless this process already knows why the job ends and has said or
+// will say so: note_ending() marks that (a stop every rank agreed on, MPI_Finalize begun), ending() asks.
+void note_ending();
+bool ending();
+// The job's last line from this process: the first caller (an error, a deadline, the liveness check after a
+// SIGTERM) gets true, writes its line and ends the process; a later caller, on another thread at the same moment,
+// gets false and must not write a second line (the first ends the process).
+bool claim_last_line();
 
 // Ends the whole job after `e`: prints "error: [rank R@host] msg" (collective errors on rank 0 only) and
 // returns the exit code for main(). Non-collective errors abort every rank through MPI_Abort.
