@@ -25,7 +25,8 @@ the top also when it ends a repository path (`nvtx3/nvToolsExt.h`), and a bare f
 is anywhere (prose says `train.cpp` where the folder is plain). A glob exists when it matches a file.
 
 A config key is a `section.key` word whose section is one of the option table's (`train.steps`, `--ckpt.every=5`,
-`run.dir/ckpt`), and not a file name (`train.sbatch`) or, in code, a member access or call (`data.size()`)."""
+`run.dir/ckpt`), and not a file name (`train.sbatch`) or, in code, a member access or call (`data.size()`). Keys
+are also read in the string literals of src/ and cuda/: the messages that tell the user what to set."""
 import argparse
 import fnmatch
 import functools
@@ -41,15 +42,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Folders whose comments are read, and the top-level files; every Markdown file is read whole.
 CODE_TOPS = ('src', 'cuda', 'tests', 'tools', 'jobs', 'env', 'input')
 CODE_FILES = ('Makefile',)
-C_LIKE = ('.h', '.cpp', '.cu', '.cuh', '.c', '.hpp')
+C_LIKE = ('.h', '.cpp', '.cu', '.cuh')
 HASH_LIKE = ('.sh', '.sbatch', '.yaml', '.example')
 
 # Extensions that make a bare file name a reference to a repository file.
 OWN_EXTENSIONS = {'h', 'cpp', 'cu', 'cuh', 'py', 'sh', 'md', 'ini', 'sbatch'}
 SOURCE_EXTENSIONS = ('.h', '.cpp', '.cu', '.cuh', '.py', '.sh')
 
-# Folders that a build or a run fills: what lies there is made, not kept, so a name there cannot go stale in the
-# repository.
+# What a build or a run writes, folders and the few files prose names bare: made, not kept, so that a name there
+# cannot go stale in the repository.
 GENERATED = {
     'build': 'object files, dependency files, test logs and fetched headers of `make` (.gitignore)',
     'bin': 'the binaries `make` links (.gitignore)',
@@ -121,23 +122,25 @@ def config_keys(root):
     with open(os.path.join(root, 'src', 'config', 'config.cpp'), encoding='utf-8') as f:
         for section, key in CONFIG_KEY.findall(f.read()):
             keys.setdefault(section, set()).add(key)
+    if not keys:  # else every key would pass unchecked
+        sys.exit('error: no config key found in src/config/config.cpp\'s table; CONFIG_KEY no longer matches its rows')
     return keys
 
 
 # ---- comments, as (line number, text) ----
 
-def c_comments(text):
+def c_comments(text, literals=False):
     """The // and /* */ comments of C, C++ and CUDA source, outside string and character literals (raw strings
-    included); a block comment yields each of its lines."""
+    included); a block comment yields each of its lines. With `literals`, the string literals instead."""
     line, at = 1, 0
     for m in C_TOKENS.finditer(text):
         token = m.group(0)
-        if not token.startswith(('//', '/*')):
+        if token.startswith(('//', '/*')) == literals or token.startswith("'"):
             continue
         line += text.count('\n', at, m.start())
         at = m.start()
         body = token[2:-2] if token.startswith('/*') and token.endswith('*/') else token[2:]
-        for k, part in enumerate(body.split('\n')):
+        for k, part in enumerate((token if literals else body).split('\n')):
             yield line + k, part
 
 
@@ -318,7 +321,14 @@ def check(root):
             for word in words(text):
                 if repo.is_path(word) and not repo.resolves(path, word):
                     problems.append(f"{path}:{number}: '{word}' does not exist")
-    return problems
+    # The program's own messages name keys for the user to set (cuda/cuda_adamw.cu: "optim.offload = host"); the
+    # tests' name wrong ones on purpose.
+    for path in repo.files:
+        if path.split('/')[0] in ('src', 'cuda') and path.endswith(C_LIKE):
+            with open(os.path.join(root, path), encoding='utf-8') as f:
+                for number, text in c_comments(f.read(), literals=True):
+                    problems += [f"{path}:{number}: '{key}' is not a config key" for key in repo.stale_keys(text)]
+    return sorted(problems, key=lambda p: (p.split(':')[0], int(p.split(':')[1])))
 
 
 def main():

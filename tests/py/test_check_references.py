@@ -74,8 +74,13 @@ class Stale(unittest.TestCase):
 
     def test_config_keys(self):
         problems = run({"docs/C.md": "`train.steps`, `--ckpt.every=10` and run.dir/ckpt; train.sbatch\n",
-                        "src/a.cpp": "// optim.offload = host, train.steps; train.size() and c.train.lr are code\n"})
-        self.assertEqual(problems, ["docs/C.md:1: 'ckpt.every' is not a config key"])
+                        "src/a.cpp": "// optim.offload = host, train.steps; train.size() and c.train.lr are code\n"
+                                     'f(x.train.steps);  // the user sets train.step\n'
+                                     'throw Error("set ckpt.local = 5 (not train.steps)");\n',
+                        "tests/test_a.cpp": 'EXPECT_THROW(parse("--train.lr=3"));  // a wrong key on purpose\n'})
+        self.assertEqual(problems, ["docs/C.md:1: 'ckpt.every' is not a config key",
+                                    "src/a.cpp:2: 'train.step' is not a config key",
+                                    "src/a.cpp:3: 'ckpt.local' is not a config key"])
 
     @unittest.skipUnless(shutil.which("git"), "needs git")
     def test_a_moved_folder_still_reads_as_a_path(self):
