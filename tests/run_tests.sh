@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Every test yuanlm has, in one run: the GoogleTest suites in one process; the Mpi* suites under mpirun with
-# 1, 2, 3 and 4 ranks; the CUDA tests on a GPU when they were built (they skip without one) and on the CPU
+# Every test yuanlm has, in one run: the repository's own checks (tools/folder_graph.py, tools/check_references.py)
+# and the Python tools' unit tests (tests/py); the GoogleTest suites in one process; the Mpi* suites under mpirun
+# with 1, 2, 3 and 4 ranks; the CUDA tests on a GPU when they were built (they skip without one) and on the CPU
 # emulator (cuda/emu, make emu), where nothing skips; each end-to-end script in tests/mpi/ (a real `yuanlm` job
 # under mpirun, one test each) and each check of the GPU compiler's output in tests/cuda/. A script exiting 77
 # counts as skipped. Ends with the line "N passed, N failed", alone, and exits non-zero when a test failed.
@@ -40,6 +41,15 @@ else
   fail=$((fail + 1))
   echo "  FAIL folder_graph:"
   sed 's/^/    /' "$log/folder_graph.log"
+fi
+echo "== every path and config key the comments and docs name exists (tools/check_references.py)"
+if /usr/bin/python3 tools/check_references.py >"$log/check_references.log" 2>&1; then
+  pass=$((pass + 1))
+  echo "  PASS check_references"
+else
+  fail=$((fail + 1))
+  echo "  FAIL check_references:"
+  sed 's/^/    /' "$log/check_references.log"
 fi
 echo "== the Python tools' unit tests (tests/py)"
 for t in tests/py/test_*.py; do

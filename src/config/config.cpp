@@ -150,7 +150,7 @@ std::string entry_name(const std::string& text) {
 
 bool repeatable(const Field& f) { return std::holds_alternative<std::vector<std::string>*>(f.ptr); }
 
-// Converts `text` into the field; `where` ("deck.ini: " or "") prefixes the error.
+// Converts `text` into the field; `where` (the deck's path and ": ", or "") prefixes the error.
 void assign(const Field& f, const std::string& text, const std::string& where) {
   std::visit(
       [&](auto* p) {
@@ -381,7 +381,8 @@ std::string closest_key(const std::string& key) {
   const Config defaults;
   for (const Field& f : fields(defaults)) {
     std::string k = f.key, tail = after_dot(k);
-    // The tail match catches a key in the wrong section ("train.lr") or with no section at all ("n_layer").
+    // The tail match catches a key in the wrong section (lr under [train], for optim.lr) or with no section at all
+    // ("n_layer").
     size_t d_full = levenshtein(key, k), d_tail = levenshtein(after_dot(key), tail);
     size_t d = std::min(d_full <= k.size() / 3 ? d_full : SIZE_MAX, d_tail <= tail.size() / 3 ? d_tail : SIZE_MAX);
     if (d < best_d) best_d = d, best = k;

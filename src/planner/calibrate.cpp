@@ -2,7 +2,7 @@
 // compute and memory figures come from the CPU backend's own ops (the matmul and the memory-bound ops the program
 // runs) and the host AdamW the optimizer runs, timed on every rank at once with the threads each rank trains with,
 // so that a node's figure is what its ranks get together when they share it; the links come from the ping-pong
-// that tools/bench/bench_pingpong also runs.
+// that tools/bench/bench_pingpong.cpp also runs.
 #include "planner/calibrate.h"
 
 #include <fcntl.h>

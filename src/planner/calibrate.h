@@ -13,7 +13,7 @@ namespace yuan::planner {
 
 // Seconds per round trip of `bytes` between ranks `a` and `b` of `comm` (a sends, b answers), for about `seconds`
 // after a first exchange that lines the two up: a decides when to stop and tells b in the tag of its last message.
-// The time is a's; b and the ranks outside the pair return 0 (the others at once). tools/bench/bench_pingpong
+// The time is a's; b and the ranks outside the pair return 0 (the others at once). tools/bench/bench_pingpong.cpp
 // measures the links with it too.
 double round_trip(MPI_Comm comm, int a, int b, size_t bytes, double seconds);
 

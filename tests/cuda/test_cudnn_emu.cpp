@@ -106,7 +106,7 @@ GraphP backward_graph(const Layout& l) {
   return g;
 }
 
-// validate through build_plans, as cuda/cudnn_attention.cu does; the first error.
+// validate through build_plans, as cuda/cudnn_attention.cpp does; the first error.
 fe::error_t build(fe::graph::Graph& g, cudnnHandle_t h) {
   if (fe::error_t e = g.validate(); e.is_bad()) return e;
   if (fe::error_t e = g.build_operation_graph(h); e.is_bad()) return e;

@@ -33,7 +33,7 @@ TEST(CudaMemoryPlan, TensorFormats) {
   EXPECT_EQ(f.activations, yuan::DType::BF16);
   EXPECT_EQ(f.attention_state(3, 100, 12), 3u * 12 * 100) << "the logsumexp per row and head";
   EXPECT_EQ(f.attention_scratch(3, 100, 12, 64, yuan::AttentionPath::Own), 3u * 12 * 100) << "delta";
-  // cuDNN's workspace: the deterministic backward's fp32 dQ and softmax sums, twice over (cudnn_attention.cuh).
+  // cuDNN's workspace: the deterministic backward's fp32 dQ and softmax sums, twice over (cuda/cudnn_attention.h).
   EXPECT_EQ(f.attention_scratch(3, 100, 12, 64, yuan::AttentionPath::Cudnn), 2u * (3 * 12 * 100 * 64 + 3 * 12 * 100));
   EXPECT_EQ(f.logits_ld(50257), 50304);
   EXPECT_EQ(f.logits_ld(64), 64);
