@@ -143,12 +143,13 @@ Search search_layouts(const Config& deck, int nodes, int ranks_per_node, const M
       }
     }
   }
-  std::sort(out.fitting.begin(), out.fitting.end(), [](const Candidate& a, const Candidate& b) {
+  // Layouts predicted alike (ZeRO 1 and 2 with the state on the device, both reducing once a step) keep the order
+  // they were enumerated in, the lower ZeRO stage first, whatever else the search adds.
+  const auto faster = [](const Candidate& a, const Candidate& b) {
     return a.prediction.tokens_per_s > b.prediction.tokens_per_s;
-  });
-  std::sort(out.rejected.begin(), out.rejected.end(), [](const Candidate& a, const Candidate& b) {
-    return a.prediction.tokens_per_s > b.prediction.tokens_per_s;
-  });
+  };
+  std::stable_sort(out.fitting.begin(), out.fitting.end(), faster);
+  std::stable_sort(out.rejected.begin(), out.rejected.end(), faster);
   return out;
 }
 
