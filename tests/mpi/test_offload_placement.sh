@@ -4,9 +4,9 @@
 # where the two differ: ZeRO 0, 1 and 2 with buckets small enough that gradients are reduced in several, the
 # delayed update, 2 tensor ranks, a pipeline of 2 stages, and ZeRO 3 with 2 micro-batches a step (each module's
 # reduced piece accumulated into the device gradient shard), with and without the delayed update. Then runs
-# checkpointed in one placement and resumed in the other, both ways, at ZeRO 1 and at ZeRO 3; optim.offload = auto
-# choosing each placement on an emulated device that holds the state and on one that does not
-# (YUAN_EMU_DEVICE_MB), and none at ZeRO 3; and the refusals of none where it cannot run.
+# checkpointed in one placement and resumed in the other, both ways, at ZeRO 1 and at ZeRO 3 (and on another
+# number of ranks); optim.offload = auto choosing each placement on an emulated device that holds the state and
+# on one that does not (YUAN_EMU_DEVICE_MB), and none at ZeRO 3; and the refusals of none where it cannot run.
 #
 # Tolerance: 1e-3 relative on every step's loss, and on the final weights against their largest value; 4e-3 on
 # every step's gradient norm, which the bf16 flips below move most (measured: up to 5e-4). Both placements run AdamW in fp32 with the same formula (ops/adamw.h) on the same reduced gradients; they
@@ -19,13 +19,13 @@ source "$(dirname "$0")/lib.sh"
 make_corpus "$WORK/corpus" 2 4000 64
 base=(--train.device=cuda --train.steps=10 --train.global_batch=8 --train.log_every=1 --data.val=)
 
-# run NAME ARGS...: 2 ranks of the tiny deck on the emulator into $WORK/NAME; its log must name the placement
-# PLACE ARGS ask for ("host" or "device"). The emulator runs its streams in the order YUAN_EMU_STREAMS names, when
-# set.
+# run NAME ARGS...: 2 ranks (NP, when set) of the tiny deck on the emulator into $WORK/NAME; its log must name the
+# placement PLACE ARGS ask for ("host" or "device"). The emulator runs its streams in the order YUAN_EMU_STREAMS
+# names, when set.
 run() {
   local name=$1
   shift
-  mpirun -np 2 ${YUAN_EMU_STREAMS:+-x YUAN_EMU_STREAMS} bin/yuanlm_emu train "${TINY[@]}" "${base[@]}" \
+  mpirun -np "${NP:-2}" ${YUAN_EMU_STREAMS:+-x YUAN_EMU_STREAMS} bin/yuanlm_emu train "${TINY[@]}" "${base[@]}" \
     --data.train="$WORK/corpus/*.h5" --run.dir="$WORK/$name" "$@" >"$WORK/$name.log" 2>&1 ||
     { cat "$WORK/$name.log"; exit 1; }
   if grep -q "cuda emulator:" "$WORK/$name.log"; then grep "cuda emulator:" "$WORK/$name.log"; exit 1; fi
@@ -87,6 +87,17 @@ for layout in zero1 zero3; do
     same "$layout-$second" "$name"
   done
 done
+# Across rank counts too: killed at ZeRO 3 on 2 ranks with the state on the host, resumed on 1 with it on the
+# device (the shards re-cut), the same numbers as the 2-rank run on the device.
+name=resume-zero3-ranks
+YUANLM_KILL_AT=7 timeout 120 mpirun -x YUANLM_KILL_AT -np 2 bin/yuanlm_emu train "${TINY[@]}" "${base[@]}" \
+  "${zero3[@]}" --data.train="$WORK/corpus/*.h5" --run.dir="$WORK/$name" --optim.offload=host \
+  --ckpt.every=5 >"$WORK/$name-killed.log" 2>&1 && { cat "$WORK/$name-killed.log"; echo "not killed"; exit 1; }
+NP=1 run "$name" "${zero3[@]}" --optim.offload=none --ckpt.every=5
+placed "$name" device
+grep -q "resumed from $WORK/$name/ckpt/step_0000005: step 5, written by 2 ranks, optimizer state re-cut for 1" \
+  "$WORK/$name.log" || { cat "$WORK/$name.log"; exit 1; }
+same zero3-none "$name"
 
 echo "== auto"
 # A model whose optimizer state (12 bytes a parameter, 3.7M parameters) fits the default 16 GiB device, and an
