@@ -397,6 +397,10 @@ class CudaOps final : public Ops {
   double sum_squares(const Tensor& x) override {
     return gpu::sum_squares(arg<float>(x, x.rows, x.cols, "sum_squares x"), x.numel(), norm_partials_, s_);
   }
+  void add(const Tensor& dst, const Tensor& src) override {
+    const int64_t n = static_cast<int64_t>(dst.numel());
+    gpu::add_f32(vec<float>(dst, n, "add dst"), vec<float>(src, n, "add src"), static_cast<size_t>(n), s_);
+  }
 
  private:
   struct Grouping {  // the embedding backward's grouping in a token buffer, as token_groups gave it

@@ -81,7 +81,7 @@ TEST(MpiGradientBuckets, ReduceTheShardIntoTheHostGradient) {
           for (size_t i = 0; i < n; i++) ASSERT_EQ(g[i], 0.0f) << "backend gradient left at " << i;
           want_norm2 = 0;
           for (size_t i = 0; i < n; i++) want_norm2 += reduced(accum, i) * reduced(accum, i);
-          EXPECT_DOUBLE_EQ(comm->sum(buckets.norm_share()), want_norm2);
+          EXPECT_DOUBLE_EQ(comm->sum(buckets.norm_share(Tensor())), want_norm2);
         }
 }
 
@@ -119,7 +119,7 @@ TEST(MpiZero3Params, GatherEachModuleAndReduceScatterItsGradient) {
     HostBuffers k(*backend);
     HostGradient host(k, spec.sizes());
     double comm_seconds = 0;
-    Zero3Params z(spec, layout, *backend, *comm, host, comm_seconds, thread ? world_comm(true) : nullptr);
+    Zero3Params z(spec, layout, *backend, *comm, host, nullptr, comm_seconds, thread ? world_comm(true) : nullptr);
     for (int m = 0; m < module_count(kCfg); m++) {
       z.acquire(m, false);
       for (const TensorSpec& t : layout.tensors()) {

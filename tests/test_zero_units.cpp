@@ -116,6 +116,30 @@ TEST(ZeroSpec, PlanCountsWhatTheUnitsAllocate) {
   }
 }
 
+// With the state on the device (optim.offload = none) the host keeps only the checkpoint's copies of master, m
+// and v, no gradient, at every stage; the device holds the state, at zero 3 also the shard's reduced gradient (the
+// backend has none there), and with the delayed update the gradient set aside. Zero 3 still reduces every
+// micro-batch, zero 2 then once a step.
+TEST(ZeroSpec, StateOnTheDeviceCountsItsGradientShardAtZeroThree) {
+  OptimConfig oc = optim(2, 0.001);
+  oc.offload = "none";
+  for (int zero : {0, 1, 2, 3})
+    for (bool delayed : {false, true}) {
+      SCOPED_TRACE(strf("zero %d, delayed %d", zero, delayed));
+      oc.zero = zero;
+      oc.delayed_update = delayed;
+      const ZeroSpec spec(ParamLayout(kTiny), {}, oc, 3, 1, true, DType::BF16);
+      const ZeroSizes s = spec.sizes();
+      EXPECT_TRUE(s.device);
+      EXPECT_EQ(s.sharded, zero == 3);
+      EXPECT_EQ(s.per_micro, zero == 3);
+      const ZeroHostMemory host = zero_host_memory(s);
+      EXPECT_EQ(host.optimizer, 0u);
+      EXPECT_EQ(host.staging, 3 * spec.shard_n * sizeof(float));
+      EXPECT_EQ(zero_device_memory(s), (3 + (zero == 3) + delayed) * spec.shard_n * sizeof(float));
+    }
+}
+
 std::vector<float> ramp(size_t n, float scale, float shift) {
   std::vector<float> v(n);
   for (size_t i = 0; i < n; i++) v[i] = scale * static_cast<float>(static_cast<int>(i % 23) - 11) + shift;

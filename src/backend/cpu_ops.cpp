@@ -128,6 +128,10 @@ class CpuOps final : public Ops {
     if (weights && weights.data != master.data) std::memcpy(F(weights), F(master), n * sizeof(float));
   }
   double sum_squares(const Tensor& x) override { return ops::sum_squares(F(x), x.numel()); }
+  void add(const Tensor& dst, const Tensor& src) override {
+    YUAN_CHECK(src.numel() == dst.numel(), "cpu ops: add of %zu values into %zu", src.numel(), dst.numel());
+    ops::add(F(dst), F(src), dst.numel());
+  }
 
  private:
   // Host scratch for the GELU backward's intermediate product, grown to the largest one asked for.

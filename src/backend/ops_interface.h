@@ -156,6 +156,9 @@ class Ops {
                      const Tensor& weights, const ops::AdamWHyper& h) = 0;
   // The sum of squares of fp32 `x`, accumulated in double in a fixed order (the same bits every run); waits for it.
   virtual double sum_squares(const Tensor& x) = 0;
+  // dst += src, fp32 vectors of the same length (a micro-batch's reduced gradient into the step's, ZeRO-3 with the
+  // state on the device).
+  virtual void add(const Tensor& dst, const Tensor& src) = 0;
 };
 
 }  // namespace yuan

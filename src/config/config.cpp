@@ -77,7 +77,7 @@ std::vector<Field> fields(Config& c) {
        "run step t's host AdamW beside step t+1's forward/backward; gradients see weights one step stale"},
       {"optim.offload", &c.optim.offload,
        "auto | host | none: the fp32 master weights and AdamW moments in host memory (host) or on the GPUs (none, "
-       "ZeRO 0-2); auto takes none where the rank's plan with them fits its GPU"},
+       "any ZeRO stage); auto takes none where the rank's plan with them fits its GPU"},
       {"parallel.template", &c.parallel.templates,
        "(repeatable) a pipeline template, NAME: stage | stage | ..., a stage listing modules and ranges "
        "(wte, wpe, h.0-h.3, ln_f), or NAME: auto:K for K stages balanced by modelled cost"},
@@ -523,9 +523,6 @@ void validate_optim_run(const Config& c) {
   above("optim.bucket_mb", o.bucket_mb, 0);
   if (o.offload != "auto" && o.offload != "host" && o.offload != "none")
     throw Error(strf("optim.offload must be auto, host or none (got '%s')", o.offload.c_str()), true);
-  if (o.offload == "none" && o.zero == 3)
-    throw Error("optim.offload = none needs optim.zero <= 2: ZeRO-3's per-module gathers and reductions run "
-                "through the host optimizer (use optim.offload = host or auto)", true);
   validate_dist(c);
 
   if (c.run.dir.empty()) throw Error("run.dir must not be empty", true);

@@ -56,4 +56,9 @@ double sum_squares(const float* x, size_t n) {
   return acc;
 }
 
+void add(float* __restrict dst, const float* __restrict src, size_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+  for (size_t i = 0; i < n; i++) dst[i] += src[i];
+}
+
 }  // namespace yuan::ops

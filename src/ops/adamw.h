@@ -26,4 +26,8 @@ void adamw_update(float* p, float* m, float* v, const float* g, uint16_t* p_bf16
 // sum of x[i]^2, accumulated in double (squared L2 norm for gradient clipping).
 double sum_squares(const float* x, size_t n);
 
+// dst[i] += src[i]: a later micro-batch's reduced gradient into the step's (fp32, each element one rounding, so the
+// same bits in any order or thread count).
+void add(float* dst, const float* src, size_t n);
+
 }  // namespace yuan::ops

@@ -143,6 +143,8 @@ inline OpCost transfer_cost(double bytes) { return {0, bytes}; }
 inline OpCost adamw_cost(double n, int working) { return {15 * n, n * (4 * kF32 + 3 * kF32 + working)}; }
 // The gradient's sum of squares for its global norm: a multiply and an add per fp32 element, each read once.
 inline OpCost grad_norm_cost(double n) { return {2 * n, n * kF32}; }
+// A micro-batch's gradient added into the step's: an add per fp32 element, two read and one written.
+inline OpCost add_cost(double n) { return {n, 3 * n * kF32}; }
 
 // ---- collectives: bytes over the link, not memory ----
 // What one rank sends of a buffer of `bytes` among P ranks, the figure nccl-tests calls bus bandwidth's: an

@@ -6,7 +6,7 @@
 
 namespace yuan {
 
-static size_t state_tensors(const ZeroSizes& s) { return s.delayed ? 4 : 3; }
+static size_t state_tensors(const ZeroSizes& s) { return 3 + (s.sharded ? 1 : 0) + (s.delayed ? 1 : 0); }
 
 size_t DeviceAdamW::device_bytes(const ZeroSizes& s) { return state_tensors(s) * s.shard * sizeof(float); }
 
@@ -18,15 +18,15 @@ DeviceAdamW::Buffers::Buffers(HostBuffers& k, Backend* backend, const ZeroSizes&
 DeviceAdamW::DeviceAdamW(const ZeroSpec& spec, const ParamLayout& layout, Backend& backend, HostBuffers& k,
                          const ParamInit& init)
     : spec_(spec), backend_(backend), buf_(k, &backend, spec.sizes()) {
-  YUAN_CHECK(spec.cfg.zero < 3 && spec.pieces.size() == 1, "DeviceAdamW: optim.zero = %d (the state on the device "
-             "needs zero <= 2)", spec.cfg.zero);
-  segments_ = decay_segments(layout, spec.shard_off, spec.shard_off + spec.shard_n);
-  for (DecaySegment& d : segments_) d.offset -= spec.shard_off;
+  for (const ZeroSpec::Piece& p : spec.pieces)
+    for (DecaySegment d : decay_segments(layout, p.layout, p.layout + p.count)) {
+      d.offset = p.host + (d.offset - p.layout);
+      segments_.push_back(d);
+    }
   // The initial master weights go through the host copy that checkpoints use.
-  if (spec.shard_n) {
-    init(spec.shard_off, spec.shard_n, buf_.master.data());
-    backend_.ops().from_host_f32(part(0, 0, spec.shard_n), buf_.master.data());
-  }
+  for (const ZeroSpec::Piece& p : spec.pieces)
+    if (p.count) init(p.layout, p.count, buf_.master.data() + p.host);
+  if (spec.shard_n) backend_.ops().from_host_f32(part(0, 0, spec.shard_n), buf_.master.data());
 }
 
 Tensor DeviceAdamW::part(int k, size_t offset, size_t count) const {
@@ -34,7 +34,14 @@ Tensor DeviceAdamW::part(int k, size_t offset, size_t count) const {
                 static_cast<int64_t>(count));
 }
 
-Tensor DeviceAdamW::grad() const { return backend_.grads().elements(spec_.shard_off, spec_.shard_n); }
+Tensor DeviceAdamW::grad() const {
+  return spec_.cfg.zero == 3 ? part(3, 0, spec_.shard_n) : backend_.grads().elements(spec_.shard_off, spec_.shard_n);
+}
+
+void DeviceAdamW::accumulate(const Tensor& reduced, size_t offset, bool first) {
+  const Tensor dst = grad().elements(offset, reduced.numel());
+  first ? backend_.ops().copy(dst, reduced) : backend_.ops().add(dst, reduced);
+}
 
 void DeviceAdamW::update_from(const Tensor& g, const ops::AdamWHyper& h) {
   const Tensor weights = backend_.weights().elements(spec_.shard_off, spec_.shard_n);

@@ -14,16 +14,12 @@ HostGradient::Buffers::Buffers(HostBuffers& k, const ZeroSizes& s) {
   if (s.per_micro) incoming = k.transfer(s.shard * sizeof(float), Mem::Comm);
 }
 
-HostGradient::HostGradient(HostBuffers& k, const ZeroSizes& s) : n_(s.shard), per_micro_(s.per_micro), buf_(k, s) {}
+// On the device (zero 3) the micro-batches accumulate there (Zero3Params): nothing lands here to be added.
+HostGradient::HostGradient(HostBuffers& k, const ZeroSizes& s)
+    : n_(s.shard), per_micro_(s.per_micro && !s.device), buf_(k, s) {}
 
 void HostGradient::end_micro_batch() {
-  if (per_micro_ && micro_ > 0) {
-    float* dst = buf_.grad[cur_].as<float>();
-    const float* src = buf_.incoming.as<float>();
-    const size_t n = n_;
-#pragma omp parallel for simd schedule(static) if (n >= (1 << 16))
-    for (size_t i = 0; i < n; i++) dst[i] += src[i];
-  }
+  if (per_micro_ && micro_ > 0) ops::add(buf_.grad[cur_].as<float>(), buf_.incoming.as<float>(), n_);
   micro_++;
 }
 
@@ -110,17 +106,16 @@ void GradientBuckets::finish() {
   if (spec_.cfg.zero < 3 && !spec_.device) backend_.zero_grads(spec_.range_off, spec_.range_n);
 }
 
-double GradientBuckets::norm_share() const {
+double GradientBuckets::norm_share(const Tensor& device_grad) const {
   // At zero 0 every member holds the whole gradient: one of them speaks for the group. With tensor parallelism
   // every tensor rank holds the replicated tensors whole (LayerNorms, the row-parallel layers' biases, wpe):
   // tensor rank 0 counts them, the others only their own parts.
   const TensorParallel& tp = layout_.tp();
-  // The sum of squares of the reduced gradient's n values from `off` in the shard: in the host gradient, or on the
-  // device where the backend's buffer holds the shard (one piece, at shard_off).
+  // The sum of squares of the reduced gradient's n values from `off` in the shard, on the host or the device.
   const auto sum_squares = [&](size_t off, size_t n) {
     if (n == 0) return 0.0;
     if (!spec_.device) return ops::sum_squares(host_.current() + off, n);
-    return backend_.ops().sum_squares(backend_.grads().elements(spec_.shard_off + off, n));
+    return backend_.ops().sum_squares(device_grad.elements(off, n));
   };
   if (spec_.cfg.zero == 0 && comm_.rank() != 0) return 0;
   if (tp.size == 1 || tp.rank == 0) return sum_squares(0, spec_.shard_n);

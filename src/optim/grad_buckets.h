@@ -8,7 +8,8 @@
 // micro-batches; at zero 0 and 1 they go during the step's last backward when the caller announces it
 // (before_last_micro_batch), else all at once in reduce(). Zero 3 reduces module by module (optim/zero3_params.h):
 // here its modules are only checked off. With the optimizer on the device (ZeroSpec::device) nothing goes to the
-// host: the reduced shard stays in the backend's gradient buffer, where the device AdamW reads it.
+// host: the reduced shard stays in the backend's gradient buffer (at zero 3 it is accumulated into the device
+// AdamW's gradient shard), where the device AdamW reads it.
 #pragma once
 #include <cstddef>
 #include <utility>
@@ -21,7 +22,8 @@
 namespace yuan {
 
 // The fp32 gradient of this rank's shard on the host (the whole range at zero 0), as the step's micro-batches
-// write it. With delayed_update two of them: backward fills one while the update reads the other.
+// write it. With delayed_update two of them: backward fills one while the update reads the other. With the state
+// on the device it holds nothing and only counts the micro-batches.
 class HostGradient {
  public:
   // The buffers in the one order that the constructor allocates and the memory plan counts them.
@@ -67,8 +69,9 @@ class GradientBuckets {
   void after_micro_batch();
   // After the step's last micro-batch: the reductions not yet done, and the backend's gradients zeroed.
   void reduce();
-  // This rank's share of the squared global norm of the reduced gradient (the world's shares sum to it).
-  double norm_share() const;
+  // This rank's share of the squared global norm of the reduced gradient (the world's shares sum to it): of the
+  // host gradient, or with the state on the device of `device_grad`, the shard's reduced gradient in shard order.
+  double norm_share(const Tensor& device_grad) const;
   // The host seconds spent waiting for reductions and copies to land since the previous call (in comm_seconds too).
   double take_transfer_wait() { return std::exchange(transfer_wait_, 0.0); }
 

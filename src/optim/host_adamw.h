@@ -78,7 +78,7 @@ class HostAdamW {
   // The working weights of the whole shard from master (or its bf16 copy), bucket by bucket as above; returns with
   // the uploads in flight.
   void upload_shard(const BucketUploaded& uploaded);
-  void load_backend();  // master into the backend's working weights (the shard's part; all_gather_weights the rest)
+  void load_backend();  // master into the backend's working weights (the shard's part; ZeroOptimizer::publish the rest)
 
   float* master() { return buf_.master.data(); }
   float* exp_avg() { return buf_.m.data(); }

@@ -82,7 +82,8 @@ ZeroOptimizer::ZeroOptimizer(const ParamLayout& layout, const OptimConfig& cfg, 
   const GPTConfig& c = layout.config();
   global_off_ = ParamLayout(c, held_modules(c, all_modules(c)), layout.tp()).module(spec_.modules.first).offset;
   if (cfg.zero == 3)
-    zero3_ = std::make_unique<Zero3Params>(spec_, layout_, backend, comm, grad_, comm_seconds_, std::move(gathers));
+    zero3_ = std::make_unique<Zero3Params>(spec_, layout_, backend, comm, grad_, device_.get(), comm_seconds_,
+                                           std::move(gathers));
   ready_ = [this](int module) { module_ready(module); };
   load_backend_params();
 }
@@ -112,7 +113,7 @@ double ZeroOptimizer::reduce_gradients() {
   buckets_.reduce();
   if (host_) split_.grads_wait += buckets_.take_transfer_wait();
   const double t0 = now_seconds();
-  const double share = buckets_.norm_share();
+  const double share = buckets_.norm_share(device_ ? device_->grad() : Tensor());
   optim_seconds_ += now_seconds() - t0;
   return share;
 }
@@ -175,13 +176,13 @@ ZeroStepStats ZeroOptimizer::step(double lr, double grad_norm, bool skip) {
     return st;
   };
   if (skip || !std::isfinite(grad_norm)) {
-    if (device_) backend_.zero_grads(spec_.range_off, spec_.range_n);  // dropped (the host path never copied them)
+    drop_backend_grads();  // the host path never copied them
     st.skipped = true;
     return finish();
   }
   const ops::AdamWHyper h = adamw_hyper(spec_.cfg, lr, host_ ? host_->next_step() : device_->next_step(), grad_norm);
   if (device_) {
-    // The update reads the reduced gradient where the backend holds it; the next step's backward adds into zeros.
+    // The update reads the reduced gradient on the device; the next step's backward adds into zeros.
     const double c0 = comm_seconds_;
     if (spec_.cfg.delayed_update) {
       device_->save_gradient();
@@ -189,7 +190,7 @@ ZeroStepStats ZeroOptimizer::step(double lr, double grad_norm, bool skip) {
     } else {
       device_->update(h);
     }
-    backend_.zero_grads(spec_.range_off, spec_.range_n);
+    drop_backend_grads();
     if (!saved_) publish();
     optim_seconds_ += now_seconds() - t2 - (comm_seconds_ - c0);
   } else if (spec_.cfg.delayed_update) {
@@ -209,6 +210,10 @@ ZeroStepStats ZeroOptimizer::step(double lr, double grad_norm, bool skip) {
     optim_seconds_ += now_seconds() - t2 - (comm_seconds_ - c0);
   }
   return finish();
+}
+
+void ZeroOptimizer::drop_backend_grads() {
+  if (device_ && spec_.cfg.zero < 3) backend_.zero_grads(spec_.range_off, spec_.range_n);
 }
 
 void ZeroOptimizer::drain() {

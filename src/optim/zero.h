@@ -1,15 +1,17 @@
 // ZeRO data-parallel AdamW. The fp32 master weights and the AdamW moments are sharded over the data-parallel
-// ranks, in host memory (ZeRO-Offload, optim.offload = host) or on the device (optim.offload = none, zero 0-2);
-// the backend keeps the working weights and gradients (see backend/backend.h).
+// ranks, in host memory (ZeRO-Offload, optim.offload = host) or on the device (optim.offload = none); the backend
+// keeps the working weights and gradients (see backend/backend.h).
 //
 //   zero 0: gradients all-reduced, every rank holds and updates the whole optimizer state.
 //   zero 1: gradients reduce-scattered once per step; rank r holds and updates shard r of the master weights
 //           and moments (1/N of the bytes), then the weights are all-gathered.
 //   zero 2: as 1, but each finished bucket is reduce-scattered during backward of every micro-batch and
-//           accumulated into the host gradient shard, so no rank keeps a full gradient across micro-batches.
+//           accumulated into the host gradient shard, so no rank keeps a full gradient across micro-batches
+//           (with the state on the device the backend's gradient is whole anyway: reduced as at zero 1).
 //   zero 3: as 2, and the working weights are sharded too: the backend holds 1/N of every module, and the
 //           optimizer, as the program's ParamSource, all-gathers a module where forward or backward uses it and
-//           reduce-scatters its gradient as soon as backward reports it ready.
+//           reduce-scatters its gradient as soon as backward reports it ready, into the host gradient shard or,
+//           with the state on the device, into a gradient shard there.
 //
 // One optimizer covers a range of whole modules of the backend's flat buffer (a module group of the topology:
 // every module of the model for plain data parallelism) over one data-parallel group, the Communicator it is
@@ -27,8 +29,8 @@
 //   host_adamw.h     the sharded master weights and moments, the tiled AdamW with its two upload lanes, bf16
 //                    staging, bucket by bucket in the order the next forward reads them, each bucket's all-gather
 //                    (zero 1 and 2) going out while the next updates, so the step waits only for the last;
-//   device_adamw.h   the same state on the device instead (optim.offload = none, zero 0-2), updated by the
-//                    backend's adamw op from the reduced gradient where the backend holds it;
+//   device_adamw.h   the same state on the device instead (optim.offload = none), updated by the backend's adamw
+//                    op from the reduced gradient on the device (the backend's, or at zero 3 its own shard of it);
 //   delayed_update.h the thread that runs an update beside the next step (optim.delayed_update);
 //   zero3_params.h   zero 3's ParamSource: module buffers, gathers with prefetch, per-module reduce-scatter.
 // On host backends every transfer is a copy.
@@ -173,6 +175,10 @@ class ZeroOptimizer : public ParamSource {
   void published();
   // The host AdamW's callback: bucket b's part of this rank's shard is on its way up; its gather goes out.
   HostAdamW::BucketUploaded gather_uploaded();
+  // With the state on the device below zero 3: the backend's gradients, which the AdamW has read (or which a
+  // skipped step drops), zeroed for the next step's backward to add into. The host path zeroes them as they are
+  // copied out (GradientBuckets), and at zero 3 the step's first micro-batch writes the device gradient shard.
+  void drop_backend_grads();
   double land_delayed();  // the delayed update finished, its weights uploaded and published; its seconds
   void check_no_update_in_flight(const char* what) const;
   bool update_in_flight() const;  // a delayed update not yet landed (on the host's thread, or set aside)

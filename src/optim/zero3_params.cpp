@@ -37,8 +37,10 @@ ParamMemory zero_param_memory(const ParamLayout& layout, std::optional<size_t> s
 }
 
 Zero3Params::Zero3Params(const ZeroSpec& spec, const ParamLayout& layout, Backend& backend, Communicator& comm,
-                         HostGradient& host, double& comm_seconds, std::unique_ptr<Communicator> gathers)
-    : spec_(spec), layout_(layout), backend_(backend), comm_(comm), host_(host), comm_seconds_(comm_seconds) {
+                         HostGradient& host, DeviceAdamW* device, double& comm_seconds,
+                         std::unique_ptr<Communicator> gathers)
+    : spec_(spec), layout_(layout), backend_(backend), comm_(comm), host_(host), device_(device),
+      comm_seconds_(comm_seconds) {
   const size_t w = dtype_size(backend.weights().dtype);
   for (size_t n : zero3_buffers(layout, spec.modules)) {
     gathered_.push_back({backend.alloc(n * w, Mem::Params)});
@@ -54,6 +56,10 @@ Zero3Params::Zero3Params(const ZeroSpec& spec, const ParamLayout& layout, Backen
 
 void Zero3Params::after_micro_batch() {
   flush_reductions();
+  if (device_) {
+    backend_.compute_after(comm_.stream());
+    accumulate_reduced();
+  }
   for (const ModuleBuffer& w : gathered_)
     YUAN_CHECK(w.pins == 0, "ZeroOptimizer: module %d acquired and not released in a micro-batch", w.module);
 }
@@ -130,6 +136,10 @@ void Zero3Params::reduce_module(int module) {
   const double t0 = now_seconds();
   comm_.reduce_scatter(g->mem.as<void>(), spec_.module_counts(layout_.module(module).numel), DType::F32);
   comm_seconds_ += now_seconds() - t0;
+  if (device_) {
+    reduced_.push_back(module);  // the buffer stays taken until its piece is accumulated
+    return;
+  }
   if (p.count) {
     const size_t lo = p.layout - layout_.module(module).offset;
     backend_.to_host_async(host_.target() + p.host,
@@ -139,14 +149,31 @@ void Zero3Params::reduce_module(int module) {
   g->module = -1;  // reused by a later acquire, whose compute waits for this copy (compute_after_transfers)
 }
 
+// On the compute stream, before any later zeroing of the buffer (a later acquire's, enqueued after this).
+void Zero3Params::accumulate_reduced() {
+  for (int module : reduced_) {
+    ModuleBuffer& g = grad_bufs_[held(grad_bufs_, module)];
+    const ZeroSpec::Piece& p = spec_.pieces[spec_.piece_of_module[module]];
+    if (p.count) {
+      const size_t lo = p.layout - layout_.module(module).offset;
+      device_->accumulate(Tensor(g.mem.as<float>() + lo, DType::F32, 1, static_cast<int64_t>(p.count)), p.host,
+                          host_.micro_batches() == 0);
+    }
+    g.module = -1;
+  }
+  reduced_.clear();
+}
+
 void Zero3Params::flush_reductions() {
   for (int m : pending_) reduce_module(m);
   pending_.clear();
 }
 
 // The order on a device: compute waits for the gradient copies issued so far (a gradient buffer may be taken
-// again below) and for the gather of this module; then the reductions reported since the last acquire and the
-// gather of the module that comes next go out behind the compute already enqueued, and run beside this one's.
+// again below) and for the gather of this module, and with it for the reductions issued at the last acquire, whose
+// pieces (state on the device) are then accumulated, freeing their buffers; then the reductions reported since the
+// last acquire and the gather of the module that comes next go out behind the compute already enqueued, and run
+// beside this one's.
 // The emulator's lazy streams (cuda/emu) turn any missing wait here into wrong weights in its training test.
 void Zero3Params::acquire(int module, bool grads) {
   const ModuleRange& mods = spec_.modules;
@@ -155,12 +182,13 @@ void Zero3Params::acquire(int module, bool grads) {
   if (grads) backend_.compute_after_transfers();
   gather(module);
   backend_.compute_after(comm_.stream());
+  accumulate_reduced();
   ModuleBuffer& b = gathered_[held(gathered_, module)];
   wait_gather(b);
   b.pins++;
   b.last_use = ++uses_;
   // The gradient buffer is taken before the pending reductions go out: theirs are still busy, and the free ones'
-  // copies are behind the compute_after_transfers above.
+  // copies or accumulations are behind the compute_after_transfers or the accumulate_reduced above.
   if (grads && held(grad_bufs_, module) < 0) {
     const int i = buffer_for(grad_bufs_, module, false);
     YUAN_CHECK(i >= 0 && grad_bufs_[i].module < 0, "ZeroOptimizer: no gradient buffer free for module %s",

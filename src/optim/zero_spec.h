@@ -49,6 +49,8 @@ struct ZeroSizes {
   bool per_micro = false;  // reductions land every micro-batch (zero 2 and 3 with overlap)
   bool bf16 = false;       // the working weights are bf16: AdamW writes them for upload
   bool device = false;     // optim.offload = none: the state on the device, its host buffers the checkpoint's
+  bool sharded = false;    // zero 3: the backend holds the shard and no gradients (with device: the optimizer
+                           // keeps the shard's reduced gradient on the device)
 };
 
 // Bucket `modules`: the range [offset, offset + count) of the backend's flat buffer.
@@ -72,8 +74,9 @@ struct ZeroSpec {
   OptimConfig cfg;
   ModuleRange modules;
   int ranks = 1, rank = 0;
-  // device: the master weights and moments on the device (optimizer_on_device), where the backend's gradient
-  // buffer is whole below zero 3 anyway: zero 2 then reduces as zero 1 does, in the last micro-batch only.
+  // device: the master weights and moments on the device (optimizer_on_device). Below zero 3 the backend's
+  // gradient buffer is whole anyway, and the AdamW reads the reduced shard there: zero 2 then reduces as zero 1
+  // does, in the last micro-batch only. Zero 3 still reduces every micro-batch, into a gradient shard on the device.
   bool overlap = true, per_micro = false, bf16 = false, device = false;
   size_t range_off = 0, range_n = 0;  // the modules' part of the backend's layout
   size_t shard_off = 0, shard_n = 0;  // this rank's shard, in the backend's flat buffer (at zero 3 the backend
@@ -90,7 +93,7 @@ struct ZeroSpec {
   std::vector<size_t> shard_counts(const ZeroBucket& b) const;
   // Each rank's block of a module of `numel` elements (zero 3).
   std::vector<size_t> module_counts(size_t numel) const;
-  ZeroSizes sizes() const { return {shard_n, tile, cfg.delayed_update, per_micro, bf16, device}; }
+  ZeroSizes sizes() const { return {shard_n, tile, cfg.delayed_update, per_micro, bf16, device, cfg.zero == 3}; }
 };
 
 }  // namespace yuan

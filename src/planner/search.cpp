@@ -88,10 +88,10 @@ Search search_layouts(const Config& deck, int nodes, int ranks_per_node, const M
     for (int zero = 0; zero <= 3; zero++) {
       if (zero == 3 && deep) continue;  // validate(): ZeRO-3 needs one stage per pipeline
       if (zero > 0 && replicas == 1 && !deep) continue;  // nothing to shard over
-      // The optimizer state on the GPUs where the trainer can keep it there (zero 0-2 on cuda), else on the host;
-      // the memory check (predict) rejects a device that cannot hold it, the host twin still standing.
+      // The optimizer state on the GPUs where the trainer can keep it there (cuda), else on the host; the memory
+      // check (predict) rejects a device that cannot hold it, the host twin still standing.
       const std::vector<std::string> placements =
-          !m.cpu() && zero <= 2 ? std::vector<std::string>{"none", "host"} : std::vector<std::string>{"host"};
+          !m.cpu() ? std::vector<std::string>{"none", "host"} : std::vector<std::string>{"host"};
       for (const std::string& offload : placements)
         for (bool recompute : {false, true})
           for (const char* schedule : {"1f1b", "gpipe"}) {
@@ -143,12 +143,13 @@ Search search_layouts(const Config& deck, int nodes, int ranks_per_node, const M
       }
     }
   }
-  std::sort(out.fitting.begin(), out.fitting.end(), [](const Candidate& a, const Candidate& b) {
+  // Layouts predicted alike (ZeRO 1 and 2 with the state on the device, both reducing once a step) keep the order
+  // they were enumerated in, the lower ZeRO stage first, whatever else the search adds.
+  const auto faster = [](const Candidate& a, const Candidate& b) {
     return a.prediction.tokens_per_s > b.prediction.tokens_per_s;
-  });
-  std::sort(out.rejected.begin(), out.rejected.end(), [](const Candidate& a, const Candidate& b) {
-    return a.prediction.tokens_per_s > b.prediction.tokens_per_s;
-  });
+  };
+  std::stable_sort(out.fitting.begin(), out.fitting.end(), faster);
+  std::stable_sort(out.rejected.begin(), out.rejected.end(), faster);
   return out;
 }
 

@@ -2,7 +2,7 @@
 // tensor x pipeline templates, heterogeneous ones included, x micro-batch x ZeRO stage x the optimizer's placement
 // x recompute x schedule), each predicted by the step-time model (planner/step_model.h) and held to the machine's
 // memory by plan_rank's figures, ranked by predicted tokens/s. The placement (optim.offload) is none, the fp32
-// state on the GPUs, and host, at every ZeRO stage the trainer allows none at (0-2, cuda); host alone elsewhere.
+// state on the GPUs, and host, at every ZeRO stage on cuda; host alone on cpu machines.
 #pragma once
 #include <string>
 #include <vector>

@@ -350,7 +350,7 @@ After after_schedule(const Config& c, const parallel::Topology& topo, int rank, 
   const double backward_compute = times.backward.compute, m = micro_batches;
   double exposed = 0, shard = 0;
   double gathers = 0, gather_tail = 0;  // zero 1 and 2: the weights' all-gathers after the update, and the last's
-  bool per_micro = false;  // the ZeroSpec's: zero 2 and 3 with overlap, and not with the state on the device
+  bool per_micro = false;  // the ZeroSpec's: zero 2 and 3 with overlap (zero 2 not with the state on the device)
   for (const ModuleRange& g : topo.module_groups_of(rank)) {
     const std::vector<int> holders = topo.holders(g.first, place.tp_rank);
     const int D = static_cast<int>(holders.size());
@@ -412,9 +412,14 @@ After after_schedule(const Config& c, const parallel::Topology& topo, int rank, 
     // weight-decay segment, are microseconds beside it); nothing crosses PCIe:
     //   optimizer = (adamw_cost(shard, 2).bytes + grad_norm_cost(shard).bytes) / (mem_efficiency x mem_bw)
     // With optim.delayed_update the reduced gradient is first copied aside (copy_cost(shard, 4, 4): 8 bytes an
-    // element) and its update runs at the next step's end, on that step's path: nothing hides it.
+    // element) and its update runs at the next step's end, on that step's path: nothing hides it. At zero 3 each
+    // micro-batch's reduced shard lands in the device gradient shard on the compute stream, written by the first
+    // (copy_cost: 8 bytes an element) and added by the others (add_cost: 12):
+    //   + (copy_cost(shard, 4, 4).bytes + (m - 1) add_cost(shard).bytes) / (mem_efficiency x mem_bw)
     const double set_aside = c.optim.delayed_update ? ops::copy_cost(shard, 4, 4).bytes : 0;
-    a.optimizer = mem_s(r, update_bytes + norm_bytes + set_aside);
+    const double accumulate =
+        c.optim.zero == 3 ? ops::copy_cost(shard, 4, 4).bytes + (m - 1) * ops::add_cost(shard).bytes : 0;
+    a.optimizer = mem_s(r, update_bytes + norm_bytes + set_aside + accumulate);
     return a;
   }
   // optim.offload = host: the AdamW on the host at its share of host_mem_bw; on cuda the transfers around it: the

@@ -25,8 +25,9 @@
 //   after     the data groups' gradient reductions and weight gathers (hidden behind backward on cuda where the
 //             optimizer overlaps, exposed on the cpu backend, whose collectives block the rank's only thread),
 //             ZeRO-3's per-module gathers (prefetched behind compute on cuda), and the optimizer where
-//             optim.offload puts it: none (zero 0-2 on cuda), the GPU AdamW and the shard's gradient-norm pass at
-//             mem_efficiency x mem_bw, the bytes of ops/op_cost.h adamw_cost and grad_norm_cost, nothing over
+//             optim.offload puts it: none (cuda), the GPU AdamW and the shard's gradient-norm pass at
+//             mem_efficiency x mem_bw, the bytes of ops/op_cost.h adamw_cost and grad_norm_cost (at zero 3 also
+//             each micro-batch's reduced shard written or added into the device gradient shard), nothing over
 //             PCIe; host, the host AdamW at host_mem_bw and the offload transfers at pcie_bw (the AdamW behind the
 //             next step with optim.delayed_update), at zero 2 and 3 the gradients down every micro-batch and
 //             summed on the host (at host_mem_bw), the gradient-norm pass on the host before AdamW; and the scalars
@@ -139,7 +140,7 @@ struct Prediction {
 
 // The step of the job of `c` (its layout as the trainer would build it) on `world` ranks, `ranks_per_node`
 // consecutive ranks on each node of `m`. optim.offload = auto is resolved as the trainer resolves it: none where the
-// layout fits with the state on the device (ZeRO 0-2 on cuda), else host. Throws Error when the deck's layout is
+// layout fits with the state on the device (cuda), else host. Throws Error when the deck's layout is
 // invalid for `world` (or asks for none where the trainer refuses it).
 Prediction predict(const Config& c, int world, int ranks_per_node, const Machine& m);
 

@@ -200,7 +200,6 @@ OffloadChoice settled_offload(const Config& c, Device device) {
     return {"host", "the cpu backend's memory is the host's"};
   }
   if (asked != "auto") return {asked, "optim.offload = " + asked};
-  if (c.optim.zero == 3) return {"host", "optim.offload = auto at optim.zero = 3, whose gathers run through the host"};
   return {};
 }
 

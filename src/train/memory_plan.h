@@ -62,7 +62,7 @@ struct OffloadChoice {
   std::string offload, why;
 };
 // optim.offload where no memory plan decides it: host or none as asked (none refused, naming the reason, on the cpu
-// backend), host for auto on the cpu backend and at ZeRO-3; an empty `offload` where auto leaves it to the memory
+// backend), host for auto on the cpu backend; an empty `offload` where auto leaves it to the memory
 // (choose_offload asks the node's, the planner its machine's).
 OffloadChoice settled_offload(const Config& c, Device device);
 // optim.offload for rank `rank` of the job of `c` on `topo` with its device `device_index`: settled_offload, and

@@ -99,7 +99,8 @@ using yuan::Tensor;
     (const Tensor& master, const Tensor& m, const Tensor& v, const Tensor& grad, const Tensor& weights,              \
      const yuan::ops::AdamWHyper& h),                                                                                \
     (master, m, v, grad, weights, h))                                                                                \
-  X(sum_squares, (const Tensor& x), (x))
+  X(sum_squares, (const Tensor& x), (x))                                                                             \
+  X(add, (const Tensor& dst, const Tensor& src), (dst, src))
 
 // A backend's ops behind the interface, noting each method called.
 class Recorder final : public Ops {
@@ -507,6 +508,14 @@ void run_sum_squares(Ctx& c, const Shape& s) {
   c.out("sum", c.values(DType::F32, 1, 1, {static_cast<float>(sum)}), 0, s.N() * s.C);
 }
 
+// dst += src over N x C exact fp32 values: one rounding of the same sum on every backend, so the same bits.
+void run_add(Ctx& c, const Shape& s) {
+  const Tensor dst = c.input(DType::F32, 1, s.N() * s.C, 1, 0, nullptr, 0, true),
+               src = c.input(DType::F32, 1, s.N() * s.C, 1, 0, nullptr, 0, true);
+  c.ops().add(dst, src);
+  c.out("dst", dst, 0, 0);
+}
+
 // Shapes: {label, B, T, C, NH, V, vocab, begin, flags}. C = 528 is the width above 512 where a kernel's grid
 // takes a second dimension (the embedding backward's 128-thread blocks of 4 columns); sizes that are not
 // multiples of 32 (or of the 64-row attention tile, or of the classifier's 16-byte vectors) reach the tails.
@@ -579,6 +588,7 @@ const std::vector<Row>& rows() {
       // Sizes off the kernels' vector and block widths, and one over several blocks.
       {"adamw", {{"small", 1, 3, 41, 1, 0, 0, 0, 0}, {"blocks", 4, 70, 67, 1, 0, 0, 0, 0}}, run_adamw},
       {"sum_squares", {{"small", 1, 3, 41, 1, 0, 0, 0, 0}, {"blocks", 8, 300, 67, 1, 0, 0, 0, 0}}, run_sum_squares},
+      {"add", {{"small", 1, 3, 41, 1, 0, 0, 0, 0}, {"blocks", 8, 300, 67, 1, 0, 0, 0, 0}}, run_add},
   };
   return r;
 }

@@ -2,9 +2,11 @@
 # master weights and moments on the device, the backend's adamw op reading the reduced gradient where the backend
 # holds it) against optim.offload = host (today's ZeRO-Offload), the tiny deck on 2 ranks, 10 steps, in the layouts
 # where the two differ: ZeRO 0, 1 and 2 with buckets small enough that gradients are reduced in several, the
-# delayed update, 2 tensor ranks, and a pipeline of 2 stages. Then a run checkpointed in one placement and resumed
-# in the other, both ways; optim.offload = auto choosing each placement on an emulated device that holds the state
-# and on one that does not (YUAN_EMU_DEVICE_MB); and the refusals of none where it cannot run.
+# delayed update, 2 tensor ranks, a pipeline of 2 stages, and ZeRO 3 with 2 micro-batches a step (each module's
+# reduced piece accumulated into the device gradient shard), with and without the delayed update. Then runs
+# checkpointed in one placement and resumed in the other, both ways, at ZeRO 1 and at ZeRO 3 (and on another
+# number of ranks); optim.offload = auto choosing each placement on an emulated device that holds the state and
+# on one that does not (YUAN_EMU_DEVICE_MB), and none at ZeRO 3; and the refusals of none where it cannot run.
 #
 # Tolerance: 1e-3 relative on every step's loss, and on the final weights against their largest value; 4e-3 on
 # every step's gradient norm, which the bf16 flips below move most (measured: up to 5e-4). Both placements run AdamW in fp32 with the same formula (ops/adamw.h) on the same reduced gradients; they
@@ -17,13 +19,15 @@ source "$(dirname "$0")/lib.sh"
 make_corpus "$WORK/corpus" 2 4000 64
 base=(--train.device=cuda --train.steps=10 --train.global_batch=8 --train.log_every=1 --data.val=)
 
-# run NAME ARGS...: 2 ranks of the tiny deck on the emulator into $WORK/NAME; its log must name the placement
-# PLACE ARGS ask for ("host" or "device").
+# run NAME ARGS...: 2 ranks (NP, when set) of the tiny deck on the emulator into $WORK/NAME; its log must name the
+# placement PLACE ARGS ask for ("host" or "device"). The emulator runs its streams in the order YUAN_EMU_STREAMS
+# names, when set.
 run() {
   local name=$1
   shift
-  mpirun -np 2 bin/yuanlm_emu train "${TINY[@]}" "${base[@]}" --data.train="$WORK/corpus/*.h5" \
-    --run.dir="$WORK/$name" "$@" >"$WORK/$name.log" 2>&1 || { cat "$WORK/$name.log"; exit 1; }
+  mpirun -np "${NP:-2}" ${YUAN_EMU_STREAMS:+-x YUAN_EMU_STREAMS} bin/yuanlm_emu train "${TINY[@]}" "${base[@]}" \
+    --data.train="$WORK/corpus/*.h5" --run.dir="$WORK/$name" "$@" >"$WORK/$name.log" 2>&1 ||
+    { cat "$WORK/$name.log"; exit 1; }
   if grep -q "cuda emulator:" "$WORK/$name.log"; then grep "cuda emulator:" "$WORK/$name.log"; exit 1; fi
 }
 placed() {
@@ -48,11 +52,19 @@ delayed=(--optim.zero=1 --optim.delayed_update=true)
 tp=(--train.micro_batch=2 --parallel.tp_size=2)
 pipeline=(--train.micro_batch=2 "--parallel.template=p: wte, wpe, h.0 | h.1, ln_f" --parallel.pipelines=p
           --parallel.microbatches=p:4)
-for layout in zero0 zero1 zero2 delayed tp pipeline; do
+zero3=(--optim.zero=3 --train.micro_batch=2)
+zero3delayed=(--optim.zero=3 --train.micro_batch=2 --optim.delayed_update=true)
+# At ZeRO 3 the device's accumulation reads what the NCCL stream reduced. The emulator's default order runs an NCCL
+# operation at its enqueue, so a missing wait there would go unseen; its earliest order runs the accumulation at
+# its enqueue too, before a peer's late part has arrived. Without the wait (accumulated before compute_after),
+# 4 runs of 4 failed here: losses 0.5% from host's by step 5, or the weights beyond 1e-3.
+for layout in zero0 zero1 zero2 delayed tp pipeline zero3 zero3delayed; do
   echo "== $layout"
   declare -n extra=$layout
+  streams=default
+  [[ $layout == zero3* ]] && streams=earliest
   run "$layout-host" "${extra[@]}" --optim.offload=host
-  run "$layout-none" "${extra[@]}" --optim.offload=none
+  YUAN_EMU_STREAMS=$streams run "$layout-none" "${extra[@]}" --optim.offload=none
   placed "$layout-host" host
   placed "$layout-none" device
   same "$layout-host" "$layout-none"
@@ -82,17 +94,32 @@ PYEOF
 
 echo "== resumed in the other placement"
 # Killed at step 7 in one placement, resumed from its step-5 checkpoint in the other: the same numbers as the
-# other placement's uninterrupted run.
-for pair in host:none none:host; do
-  first=${pair%:*} second=${pair#*:} name=resume-${pair/:/-}
-  YUANLM_KILL_AT=7 timeout 120 mpirun -x YUANLM_KILL_AT -np 2 bin/yuanlm_emu train "${TINY[@]}" "${base[@]}" \
-    "${zero1[@]}" --data.train="$WORK/corpus/*.h5" --run.dir="$WORK/$name" --optim.offload="$first" \
-    --ckpt.every=5 >"$WORK/$name-killed.log" 2>&1 && { cat "$WORK/$name-killed.log"; echo "not killed"; exit 1; }
-  run "$name" "${zero1[@]}" --optim.offload="$second" --ckpt.every=5
-  placed "$name" "$([ "$second" = none ] && echo device || echo host)"
-  grep -q "resumed from $WORK/$name/ckpt/step_0000005: step 5" "$WORK/$name.log" || { cat "$WORK/$name.log"; exit 1; }
-  same "zero1-$second" "$name"
+# other placement's uninterrupted run. At ZeRO 3 the checkpoint's shards are the modules' pieces, in the same
+# files from either placement.
+for layout in zero1 zero3; do
+  declare -n extra=$layout
+  for pair in host:none none:host; do
+    first=${pair%:*} second=${pair#*:} name=resume-$layout-${pair/:/-}
+    YUANLM_KILL_AT=7 timeout 120 mpirun -x YUANLM_KILL_AT -np 2 bin/yuanlm_emu train "${TINY[@]}" "${base[@]}" \
+      "${extra[@]}" --data.train="$WORK/corpus/*.h5" --run.dir="$WORK/$name" --optim.offload="$first" \
+      --ckpt.every=5 >"$WORK/$name-killed.log" 2>&1 && { cat "$WORK/$name-killed.log"; echo "not killed"; exit 1; }
+    run "$name" "${extra[@]}" --optim.offload="$second" --ckpt.every=5
+    placed "$name" "$([ "$second" = none ] && echo device || echo host)"
+    grep -q "resumed from $WORK/$name/ckpt/step_0000005: step 5" "$WORK/$name.log" || { cat "$WORK/$name.log"; exit 1; }
+    same "$layout-$second" "$name"
+  done
 done
+# Across rank counts too: killed at ZeRO 3 on 2 ranks with the state on the host, resumed on 1 with it on the
+# device (the shards re-cut), the same numbers as the 2-rank run on the device.
+name=resume-zero3-ranks
+YUANLM_KILL_AT=7 timeout 120 mpirun -x YUANLM_KILL_AT -np 2 bin/yuanlm_emu train "${TINY[@]}" "${base[@]}" \
+  "${zero3[@]}" --data.train="$WORK/corpus/*.h5" --run.dir="$WORK/$name" --optim.offload=host \
+  --ckpt.every=5 >"$WORK/$name-killed.log" 2>&1 && { cat "$WORK/$name-killed.log"; echo "not killed"; exit 1; }
+NP=1 run "$name" "${zero3[@]}" --optim.offload=none --ckpt.every=5
+placed "$name" device
+grep -q "resumed from $WORK/$name/ckpt/step_0000005: step 5, written by 2 ranks, optimizer state re-cut for 1" \
+  "$WORK/$name.log" || { cat "$WORK/$name.log"; exit 1; }
+same zero3-none "$name"
 
 echo "== auto"
 # A model whose optimizer state (12 bytes a parameter, 3.7M parameters) fits the default 16 GiB device, and an
@@ -114,7 +141,12 @@ if YUAN_EMU_DEVICE_MB=400 mpirun -np 1 bin/yuanlm_emu train "${TINY[@]}" "${base
   echo "optim.offload = none ran on a device that cannot hold it"; exit 1
 fi
 grep -q "^error: .*memory: .*device memory (.*optimizer 0.04" "$WORK/none-short.log" || { cat "$WORK/none-short.log"; exit 1; }
-echo "auto: on the device where it fits, on the host where it does not"
+# At ZeRO 3 as at the other stages: on the device where it fits, the same run as none asked for.
+run auto-zero3 "${zero3[@]}"
+grep -q "optimizer on the device (optim.offload = auto: the state fits on the device" "$WORK/auto-zero3.log" ||
+  { grep "optimizer on" "$WORK/auto-zero3.log"; exit 1; }
+same zero3-none auto-zero3
+echo "auto: on the device where it fits, on the host where it does not, at ZeRO 3 too"
 
 echo "== refusals"
 expect_error() {  # expect_error WANT ARGS...: a 1-rank run of ARGS fails with one error line containing WANT
@@ -125,8 +157,8 @@ expect_error() {  # expect_error WANT ARGS...: a 1-rank run of ARGS fails with o
 }
 expect_error "optim.offload = none: the cpu backend keeps the optimizer in host memory" bin/yuanlm train \
   "${TINY[@]}" --data.train="$WORK/corpus/*.h5" --run.dir="$WORK/cpu-none" --optim.offload=none
-expect_error "optim.offload = none needs optim.zero <= 2" bin/yuanlm_emu train "${TINY[@]}" "${base[@]}" \
-  --data.train="$WORK/corpus/*.h5" --run.dir="$WORK/z3-none" --optim.zero=3 --optim.offload=none
+expect_error "optim.offload = none: the cpu backend keeps the optimizer in host memory" bin/yuanlm train \
+  "${TINY[@]}" --data.train="$WORK/corpus/*.h5" --run.dir="$WORK/cpu-z3-none" --optim.zero=3 --optim.offload=none
 expect_error "optim.offload must be auto, host or none (got 'gpu')" bin/yuanlm train "${TINY[@]}" \
   --data.train="$WORK/corpus/*.h5" --run.dir="$WORK/bad" --optim.offload=gpu
-echo "refused: none on the cpu backend, none at ZeRO-3, an unknown placement"
+echo "refused: none on the cpu backend (at ZeRO 3 too), an unknown placement"

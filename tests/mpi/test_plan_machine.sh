@@ -24,10 +24,11 @@ world=${best[0]} step=${best[1]}
 $PY -c 'import json, sys; p = json.load(open(sys.argv[1])); assert abs(p["step_s"] / float(sys.argv[2]) - 1) < 1e-9' \
   "$WORK/predict.json" "$step" || fail "--predict differs from the search's prediction of the same layout"
 
-# On a GPU machine each layout at ZeRO 0-2 comes twice, the optimizer state on the GPUs (optim.offload = none) and on
-# the host, each saying which in its layout, its overrides and its JSON. Yuan-4.7B on one node of 8 H100s ranks the
-# state on the GPUs first (12 bytes a parameter over 8 ranks fit at ZeRO 1), and --predict of the winner's overrides,
-# or of the deck's own optim.offload = auto, puts it there too, with the same step.
+# On a GPU machine each layout, at every ZeRO stage, comes twice, the optimizer state on the GPUs (optim.offload =
+# none) and on the host, each saying which in its layout, its overrides and its JSON. Yuan-4.7B on one node of 8
+# H100s ranks the state on the GPUs first (12 bytes a parameter over 8 ranks fit at ZeRO 1, which ties with ZeRO 2
+# and is enumerated first), and --predict of the winner's overrides, or of the deck's own optim.offload = auto, puts
+# it there too, with the same step.
 yuan=(bin/yuanlm plan input/yuan-4.7b.ini --machine input/machines/h100-sxm.ini)
 "${yuan[@]}" --nodes 1 --ranks-per-node 8 --top 4 --json >"$WORK/h100.json" 2>"$WORK/err" ||
   fail "plan Yuan-4.7B on 8 H100 failed" "$WORK/err"
