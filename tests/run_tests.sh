@@ -33,24 +33,21 @@ gtest() {
   [ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && { echo "  $name: exit $rc with no failed test"; fail=$((fail + 1)); }
 }
 
-echo "== the folders' include graph has no cycle (tools/folder_graph.py)"
-if /usr/bin/python3 tools/folder_graph.py >"$log/folder_graph.log" 2>&1; then
-  pass=$((pass + 1))
-  echo "  PASS folder_graph"
-else
-  fail=$((fail + 1))
-  echo "  FAIL folder_graph:"
-  sed 's/^/    /' "$log/folder_graph.log"
-fi
-echo "== every path and config key the comments and docs name exists (tools/check_references.py)"
-if /usr/bin/python3 tools/check_references.py >"$log/check_references.log" 2>&1; then
-  pass=$((pass + 1))
-  echo "  PASS check_references"
-else
-  fail=$((fail + 1))
-  echo "  FAIL check_references:"
-  sed 's/^/    /' "$log/check_references.log"
-fi
+# check NAME TITLE: one check of the repository itself by the Python tool NAME in tools/, one test that passes or
+# fails as a whole.
+check() {
+  echo "== $2 (tools/$1.py)"
+  if /usr/bin/python3 "tools/$1.py" >"$log/$1.log" 2>&1; then
+    pass=$((pass + 1))
+    echo "  PASS $1"
+  else
+    fail=$((fail + 1))
+    echo "  FAIL $1:"
+    sed 's/^/    /' "$log/$1.log"
+  fi
+}
+check folder_graph "the folders' include graph has no cycle"
+check check_references "every path and config key the comments and docs name exists"
 echo "== the Python tools' unit tests (tests/py)"
 for t in tests/py/test_*.py; do
   name=$(basename "$t" .py)
