@@ -33,33 +33,23 @@ gtest() {
   [ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && { echo "  $name: exit $rc with no failed test"; fail=$((fail + 1)); }
 }
 
-# check NAME TITLE: one check of the repository itself by the Python tool NAME in tools/, one test that passes or
-# fails as a whole.
-check() {
-  echo "== $2 (tools/$1.py)"
-  if /usr/bin/python3 "tools/$1.py" >"$log/$1.log" 2>&1; then
+# py_test NAME FILE: /usr/bin/python3 FILE as one test that passes or fails as a whole, its output in $log/NAME.log.
+py_test() {
+  if /usr/bin/python3 "$2" >"$log/$1.log" 2>&1; then
     pass=$((pass + 1))
     echo "  PASS $1"
   else
     fail=$((fail + 1))
-    echo "  FAIL $1:"
-    sed 's/^/    /' "$log/$1.log"
+    echo "  FAIL $1; last lines of $log/$1.log:"
+    tail -25 "$log/$1.log" | sed 's/^/    /'
   fi
 }
-check folder_graph "the folders' include graph has no cycle"
-check check_references "every path and config key the comments and docs name exists"
+echo "== the repository's own checks: the folders' include graph has no cycle (tools/folder_graph.py), every path"
+echo "   and config key the comments and docs name exists (tools/check_references.py)"
+py_test folder_graph tools/folder_graph.py
+py_test check_references tools/check_references.py
 echo "== the Python tools' unit tests (tests/py)"
-for t in tests/py/test_*.py; do
-  name=$(basename "$t" .py)
-  if /usr/bin/python3 "$t" >"$log/$name.log" 2>&1; then
-    pass=$((pass + 1))
-    echo "  PASS $name"
-  else
-    fail=$((fail + 1))
-    echo "  FAIL $name; last lines of $log/$name.log:"
-    tail -25 "$log/$name.log" | sed 's/^/    /'
-  fi
-done
+for t in tests/py/test_*.py; do py_test "$(basename "$t" .py)" "$t"; done
 echo "== GoogleTest, one process"
 gtest serial bin/test_yuanlm --gtest_filter='-Mpi*'
 for np in 1 2 3 4; do
