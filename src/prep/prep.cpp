@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <exception>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <queue>
@@ -17,6 +18,7 @@
 #include "data/shard.h"
 #include "prep/documents.h"
 #include "prep/output_dir.h"
+#include "prep/token_import.h"
 #include "prep/tokenizer.h"
 #include "util/error.h"
 #include "util/fs.h"
@@ -58,10 +60,12 @@ class ShardSequence {
   ShardSequence(const std::string& dir, const std::string& split, const ShardMeta& meta, uint64_t shard_tokens)
       : dir_(dir), split_(split), meta_(meta), full_(shard_tokens), tail_cap_(std::max<uint64_t>(1, shard_tokens / 2)) {}
 
-  void add_document(const std::vector<uint32_t>& ids) {
-    const uint32_t* t = ids.data();
-    size_t n = ids.size();
-    for (bool start = true; n > 0; start = false) {
+  void add_document(const std::vector<uint32_t>& ids) { add(ids.data(), ids.size(), true); }
+
+  // Appends `n` tokens, the first of them starting a document when `start`, else continuing the last one: a
+  // document that arrives in pieces (an imported corpus) needs never be held whole.
+  void add(const uint32_t* t, size_t n, bool start) {
+    for (; n > 0; start = false) {
       if (!cur_) open_next();
       size_t k;
       if (cur_->tokens() < full_) {
@@ -134,15 +138,14 @@ class ShardSequence {
 // nothing but the input order and the seed.
 uint64_t doc_hash(uint64_t seed, uint64_t i) { return splitmix64(splitmix64(seed) ^ splitmix64(i + 1)); }
 
-// Documents with doc_hash below the returned bound go to validation.
-uint64_t val_bound(const PrepOptions& o, const std::vector<InputFile>& files) {
+// Documents with doc_hash below the returned bound go to validation. `count_documents` (a pass over the whole
+// input) is called only for --val-docs.
+uint64_t val_bound(const PrepOptions& o, const std::function<uint64_t()>& count_documents) {
   if (o.val_docs == 0) return static_cast<uint64_t>(std::ldexp(o.val_fraction, 64));
   std::priority_queue<uint64_t> smallest;  // the val_docs smallest hashes
-  Documents docs(files, o.doc_sep == "blank");
-  std::string d;
-  uint64_t n = 0;
-  for (; docs.next(d); n++) {
-    smallest.push(doc_hash(o.seed, n));
+  const uint64_t n = count_documents();
+  for (uint64_t i = 0; i < n; i++) {
+    smallest.push(doc_hash(o.seed, i));
     if (smallest.size() > o.val_docs) smallest.pop();
   }
   YUAN_CHECK(o.val_docs < n, "--val-docs %llu: the input has only %llu documents",
@@ -157,15 +160,13 @@ nlohmann::ordered_json shard_list(const std::vector<ShardRecord>& shards) {
   return list;
 }
 
+nlohmann::ordered_json source(const std::string& path, const char* format, uint64_t bytes, uint64_t docs) {
+  return {{"path", path}, {"format", format}, {"bytes", bytes}, {"docs", docs}};
+}
+
 void write_manifest(const std::string& dir, const PrepOptions& o, const Tokenizer& tok,
-                    const std::vector<InputFile>& files, const std::vector<uint64_t>& file_docs,
-                    const std::vector<ShardRecord>& train, const std::vector<ShardRecord>& val) {
-  nlohmann::ordered_json sources = nlohmann::ordered_json::array();
-  for (size_t i = 0; i < files.size(); i++)
-    sources.push_back({{"path", files[i].path},
-                       {"format", input_format_name(files[i].format)},
-                       {"bytes", static_cast<uint64_t>(fs::file_size(files[i].path))},
-                       {"docs", file_docs[i]}});
+                    const nlohmann::ordered_json& sources, const std::vector<ShardRecord>& train,
+                    const std::vector<ShardRecord>& val) {
   const nlohmann::ordered_json manifest = {
       {"format_version", kShardFormatVersion},
       {"tokenizer", tok.name()},
@@ -190,7 +191,10 @@ bool parse_options(const std::vector<std::string>& args, PrepOptions& o) {
       ("help,h", "print this help")
       ("input,i", po::value(&o.inputs)->multitoken()->required(), "input files or globs (several allowed)")
       ("format", po::value(&o.format)->default_value(o.format),
-       "auto | text | jsonl | fortune; auto: by extension (.jsonl/.json/.ndjson, .txt), else by content")
+       "auto | text | jsonl | fortune; auto: by extension (.jsonl/.json/.ndjson, .txt), else by content.\n"
+       "Already tokenized (ids kept, checked < the --tokenizer's vocab_size): megatron (each --input a PREFIX of\n"
+       "Megatron-LM's PREFIX.idx/.bin; eot_id is put before each document) | llmc (llm.c's token files; a\n"
+       "document starts at each eot_id of the --tokenizer, 50256 for GPT-2)")
       ("doc-sep", po::value(&o.doc_sep)->default_value(o.doc_sep),
        "text inputs: line (a document per line) | blank (documents separated by blank lines)")
       ("tokenizer", po::value(&o.tokenizer),
@@ -220,6 +224,9 @@ bool parse_options(const std::vector<std::string>& args, PrepOptions& o) {
   po::variables_map vm;
   if (!parse_command("prep", args, desc, &vm)) return false;
   YUAN_CHECK(o.train_tokenizer != !o.tokenizer.empty(), "prep: give exactly one of --tokenizer FILE and --train-tokenizer");
+  YUAN_CHECK(!o.train_tokenizer || (o.format != "megatron" && o.format != "llmc"),
+             "prep: --format %s holds token ids: give the --tokenizer that made them, not --train-tokenizer",
+             o.format.c_str());
   YUAN_CHECK(o.doc_sep == "line" || o.doc_sep == "blank", "prep: --doc-sep %s: expected line or blank", o.doc_sep.c_str());
   YUAN_CHECK(o.spm.vocab_size >= 300, "prep: --vocab-size %d: need at least 300 (256 bytes + specials + pieces)",
              o.spm.vocab_size);
@@ -237,20 +244,126 @@ bool parse_options(const std::vector<std::string>& args, PrepOptions& o) {
   return true;
 }
 
+// The running totals on stderr: on a terminal every half second on one line, in a log every 10 s.
+class Progress {
+ public:
+  void update(uint64_t docs, uint64_t tokens) {
+    const double now = now_seconds();
+    if (now - last_ <= (tty_ ? 0.5 : 10.0)) return;
+    std::fprintf(stderr, "%sprep: %llu docs, %llu tokens, %.0f tokens/s%s", tty_ ? "\r" : "",
+                 static_cast<unsigned long long>(docs), static_cast<unsigned long long>(tokens),
+                 tokens / (now - start_), tty_ ? "" : "\n");
+    last_ = now;
+  }
+  void finish() const {
+    if (tty_ && last_ > start_) std::fputc('\n', stderr);
+  }
+  double start() const { return start_; }
+
+ private:
+  double start_ = now_seconds(), last_ = start_;
+  bool tty_ = isatty(STDERR_FILENO);
+};
+
+struct Counts {
+  uint64_t docs = 0, tokens = 0;
+};
+
+// Tokenizes the documents of `files` into train and val; returns the manifest's sources.
+nlohmann::ordered_json tokenize_text(const PrepOptions& o, const std::vector<InputFile>& files, const Tokenizer& tok,
+                                     uint64_t bound, ShardSequence& train, ShardSequence& val, Counts& c) {
+  Documents docs(files, o.doc_sep == "blank");
+  std::vector<uint64_t> file_docs(files.size());
+  std::vector<std::string> block;
+  std::vector<std::vector<uint32_t>> ids;
+  Progress progress;
+  for (;;) {
+    // Blocks of documents are tokenized in parallel and written in input order: the output is the same for
+    // any thread count.
+    block.clear();
+    size_t bytes = 0;
+    for (std::string d; block.size() < 4096 && bytes < (16u << 20) && docs.next(d); bytes += block.back().size()) {
+      block.push_back(std::move(d));
+      file_docs[docs.file_index()]++;
+    }
+    if (block.empty()) break;
+    ids.resize(block.size());
+    std::exception_ptr error;
+#pragma omp parallel for schedule(dynamic, 4) num_threads(o.threads)
+    for (size_t i = 0; i < block.size(); i++) {
+      try {
+        ids[i].assign(1, static_cast<uint32_t>(tok.eot_id()));
+        tok.encode(block[i], ids[i]);
+      } catch (...) {
+#pragma omp critical
+        error = std::current_exception();
+      }
+    }
+    if (error) std::rethrow_exception(error);
+    for (size_t i = 0; i < block.size(); i++, c.docs++) {
+      (doc_hash(o.seed, c.docs) < bound ? val : train).add_document(ids[i]);
+      c.tokens += ids[i].size();
+    }
+    progress.update(c.docs, c.tokens);
+  }
+  progress.finish();
+  nlohmann::ordered_json sources = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < files.size(); i++)
+    sources.push_back(source(files[i].path, input_format_name(files[i].format),
+                             static_cast<uint64_t>(fs::file_size(files[i].path)), file_docs[i]));
+  return sources;
+}
+
+// Copies the documents of an already tokenized corpus into train and val; returns the manifest's sources.
+nlohmann::ordered_json import_corpus(const PrepOptions& o, TokenFormat format, std::vector<TokenSource>& files,
+                                     const Tokenizer& tok, uint64_t bound, ShardSequence& train, ShardSequence& val,
+                                     Counts& c) {
+  Progress progress;
+  ShardSequence* to = &train;
+  import_tokens(format, files, tok.vocab_size(), tok.eot_id(), [&](const uint32_t* ids, size_t n, bool start) {
+    if (start) {
+      to = doc_hash(o.seed, c.docs) < bound ? &val : &train;
+      c.docs++;
+      progress.update(c.docs, c.tokens);
+    }
+    to->add(ids, n, start);
+    c.tokens += n;
+  });
+  progress.finish();
+  nlohmann::ordered_json sources = nlohmann::ordered_json::array();
+  for (const TokenSource& f : files) sources.push_back(source(f.path, o.format.c_str(), f.bytes, f.docs));
+  return sources;
+}
+
 }  // namespace
 
 int prep_main(const std::vector<std::string>& args) {
   PrepOptions o;
   if (!parse_options(args, o)) return 0;
   const double t0 = now_seconds();
-  const std::vector<InputFile> files = expand_inputs(o.inputs, parse_input_format(o.format));
+  const bool imported = o.format == "megatron" || o.format == "llmc";
+  const TokenFormat token_format = o.format == "megatron" ? TokenFormat::Megatron : TokenFormat::Llmc;
+  const std::vector<InputFile> files =
+      imported ? std::vector<InputFile>{} : expand_inputs(o.inputs, parse_input_format(o.format));
+  std::vector<TokenSource> token_files = imported ? token_sources(token_format, o.inputs) : std::vector<TokenSource>{};
   const bool blank = o.doc_sep == "blank";
   // A tokenizer brought along is checked before anything is written, and copied into the corpus: the manifest
   // names a file that lives and dies with the shards, even when it came from the directory being replaced.
   std::unique_ptr<Tokenizer> tok = o.train_tokenizer ? nullptr : load_tokenizer(o.tokenizer);
   StagedOutput out(o.out);
-  // With --val-docs this reads the whole input, so a bad byte or too few documents show before any training.
-  const uint64_t bound = val_bound(o, files);
+  // With --val-docs this reads the whole input, so a bad byte, a bad id or too few documents show before any
+  // training.
+  const uint64_t bound = val_bound(o, [&] {
+    uint64_t n = 0;
+    if (imported) {
+      import_tokens(token_format, token_files, tok->vocab_size(), tok->eot_id(),
+                    [&](const uint32_t*, size_t, bool start) { n += start; });
+    } else {
+      Documents docs(files, blank);
+      for (std::string d; docs.next(d);) n++;
+    }
+    return n;
+  });
   if (o.train_tokenizer) {
     const std::string model = out.dir() + "/tokenizer.model";
     Documents docs(files, blank);
@@ -270,57 +383,18 @@ int prep_main(const std::vector<std::string>& args) {
   }
   const ShardMeta meta{tok->vocab_size(), tok->eot_id(), tok->name()};
 
-  ShardSequence train(out.dir(), "train", meta, o.shard_tokens), val(out.dir(), "val", meta, o.shard_tokens);
-  Documents docs(files, blank);
-  std::vector<uint64_t> file_docs(files.size());
-  std::vector<std::string> block;
-  std::vector<std::vector<uint32_t>> ids;
-  uint64_t n_docs = 0, n_tokens = 0;
   const double t1 = now_seconds();
-  double last_report = t1;
-  const bool tty = isatty(STDERR_FILENO);
-  for (;;) {
-    // Blocks of documents are tokenized in parallel and written in input order: the output is the same for
-    // any thread count.
-    block.clear();
-    size_t bytes = 0;
-    for (std::string d; block.size() < 4096 && bytes < (16u << 20) && docs.next(d); bytes += block.back().size()) {
-      block.push_back(std::move(d));
-      file_docs[docs.file_index()]++;
-    }
-    if (block.empty()) break;
-    ids.resize(block.size());
-    std::exception_ptr error;
-#pragma omp parallel for schedule(dynamic, 4) num_threads(o.threads)
-    for (size_t i = 0; i < block.size(); i++) {
-      try {
-        ids[i].assign(1, static_cast<uint32_t>(tok->eot_id()));
-        tok->encode(block[i], ids[i]);
-      } catch (...) {
-#pragma omp critical
-        error = std::current_exception();
-      }
-    }
-    if (error) std::rethrow_exception(error);
-    for (size_t i = 0; i < block.size(); i++, n_docs++) {
-      (doc_hash(o.seed, n_docs) < bound ? val : train).add_document(ids[i]);
-      n_tokens += ids[i].size();
-    }
-    double now = now_seconds();
-    if (now - last_report > (tty ? 0.5 : 10.0)) {
-      std::fprintf(stderr, "%sprep: %llu docs, %llu tokens, %.0f tokens/s%s", tty ? "\r" : "",
-                   static_cast<unsigned long long>(n_docs), static_cast<unsigned long long>(n_tokens),
-                   n_tokens / (now - t1), tty ? "" : "\n");
-      last_report = now;
-    }
-  }
-  if (tty && last_report > t1) std::fputc('\n', stderr);
-  YUAN_CHECK(n_docs > 0, "prep: the input (%s ...) holds no documents", o.inputs[0].c_str());
+  ShardSequence train(out.dir(), "train", meta, o.shard_tokens), val(out.dir(), "val", meta, o.shard_tokens);
+  Counts c;
+  const nlohmann::ordered_json sources = imported
+                                             ? import_corpus(o, token_format, token_files, *tok, bound, train, val, c)
+                                             : tokenize_text(o, files, *tok, bound, train, val, c);
+  YUAN_CHECK(c.docs > 0, "prep: the input (%s ...) holds no documents", o.inputs[0].c_str());
   const std::vector<ShardRecord> train_shards = train.finish(), val_shards = val.finish();
   YUAN_CHECK(!train_shards.empty(), "prep: every document went to validation; lower --val-fraction/--val-docs");
   if (val_shards.empty() && (o.val_fraction > 0 || o.val_docs > 0))
     warn("prep: no document went to validation (too few documents for --val-fraction %g)", o.val_fraction);
-  write_manifest(out.dir(), o, *tok, files, file_docs, train_shards, val_shards);
+  write_manifest(out.dir(), o, *tok, sources, train_shards, val_shards);
   out.commit();
 
   auto total = [](const std::vector<ShardRecord>& v) {
@@ -329,8 +403,8 @@ int prep_main(const std::vector<std::string>& args) {
     return static_cast<unsigned long long>(n);
   };
   const double dt = now_seconds() - t1;
-  say("prep: %llu docs, %llu tokens in %.1f s (%.0f tokens/s, %d threads)", static_cast<unsigned long long>(n_docs),
-      static_cast<unsigned long long>(n_tokens), dt, n_tokens / std::max(dt, 1e-9), o.threads);
+  say("prep: %llu docs, %llu tokens in %.1f s (%.0f tokens/s, %d threads)", static_cast<unsigned long long>(c.docs),
+      static_cast<unsigned long long>(c.tokens), dt, c.tokens / std::max(dt, 1e-9), o.threads);
   say("prep: train %llu tokens in %zu shards, val %llu tokens in %zu shards, in %s", total(train_shards),
       train_shards.size(), total(val_shards), val_shards.size(), o.out.c_str());
   say("prep: vocab_size %d, eot_id %d, tokenizer %s", tok->vocab_size(), tok->eot_id(), tok->name().c_str());

@@ -1,5 +1,5 @@
-// `yuanlm prep`: text in, tokenized HDF5 shards out (docs/FORMAT.md). `args` is what follows "prep".
-// Returns the exit code; bad input throws Error.
+// `yuanlm prep`: text, or a corpus another trainer tokenized, in; tokenized HDF5 shards out (docs/FORMAT.md).
+// `args` is what follows "prep". Returns the exit code; bad input throws Error.
 #pragma once
 #include <string>
 #include <vector>
