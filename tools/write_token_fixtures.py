@@ -48,12 +48,13 @@ def write_megatron(a, docs):
 
 def write_llmc(a, docs):
     # llm.c's writers put the eot token before every document.
-    tokens = np.concatenate([np.concatenate([[a.eot], d]) for d in docs]).astype(np.uint16)
+    tokens = np.concatenate([np.concatenate([[a.eot], d]) for d in docs])
+    magic, version, dtype = (20240801, 7, "<u4") if a.llama3 else (20240520, 1, "<u2")
     header = np.zeros(256, dtype="<i4")
-    header[0:3] = 20240521 if a.bad_magic else 20240520, 1, len(tokens)
+    header[0:3] = magic + 1 if a.bad_magic else magic, version, len(tokens)
     with open(a.path, "wb") as f:
         f.write(header.tobytes())
-        f.write(tokens.astype("<u2").tobytes())
+        f.write(tokens.astype(dtype).tobytes())
 
 
 def main():
@@ -65,6 +66,7 @@ def main():
     p.add_argument("--eot", type=int, default=0, help="the tokenizer's eot id (never drawn as a document token)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--dtype", default="uint16", help="megatron: the token dtype (uint16, int32, float32, ...)")
+    p.add_argument("--llama3", action="store_true", help="llmc: Llama 3's layout (uint32 tokens), not GPT-2's")
     p.add_argument("--expect", help="write the documents, each led by --eot, as JSON here")
     p.add_argument("--bad-magic", action="store_true")
     p.add_argument("--bad-pointer", action="store_true", help="megatron: the last sequence points past the .bin")

@@ -130,6 +130,9 @@ struct MegatronIndex {
                "%s: truncated: %llu bytes, the header promises %llu sequences and %llu document starts", p,
                static_cast<unsigned long long>(idx.size()), static_cast<unsigned long long>(seqs),
                static_cast<unsigned long long>(docs));
+    // Megatron's multimodal datasets append an int8 mode per sequence.
+    YUAN_CHECK(body != 13 * seqs + 8 * docs || seqs == 0,
+               "%s: a multimodal index (a mode per sequence): only token datasets are imported", p);
     YUAN_CHECK(body == 12 * seqs + 8 * docs,
                "%s: sizes disagree: %llu bytes, expected %llu for %llu sequences and %llu document starts", p,
                static_cast<unsigned long long>(idx.size()),

@@ -46,6 +46,8 @@ $FIX megatron "$WORK/mg32" --dtype int32 --seed 2 --expect "$WORK/mg32.json"
 imported megatron "$WORK/mg32" "$WORK/mg32.json"
 $FIX llmc "$WORK/a.bin" --expect "$WORK/a.json"
 imported llmc "$WORK/a.bin" "$WORK/a.json"
+$FIX llmc "$WORK/l3.bin" --llama3 --seed 3 --expect "$WORK/l3.json"
+imported llmc "$WORK/l3.bin" "$WORK/l3.json"
 
 # --val-docs: exactly that many documents held out, the rest in train.
 bin/yuanlm prep --format llmc --input "$WORK/a.bin" --tokenizer "$WORK/vocab.txt" --val-docs 5 --out "$X" \
