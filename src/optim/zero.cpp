@@ -135,6 +135,12 @@ void ZeroOptimizer::published() {
   comm_seconds_ += now_seconds() - t0;
 }
 
+void ZeroOptimizer::land_uploads(double since) {
+  published();
+  split_.weights_wait += now_seconds() - since;
+  split_.up_bytes += spec_.shard_n * dtype_size(backend_.weights().dtype);
+}
+
 HostAdamW::BucketUploaded ZeroOptimizer::gather_uploaded() {
   return [this](const ZeroBucket& b) { gather_bucket(spec_, backend_, comm_, b); };
 }
@@ -149,9 +155,7 @@ double ZeroOptimizer::land_delayed() {
     seconds = delayed_.wait();
     const double t0 = now_seconds();
     host_->upload_shard(gather_uploaded());
-    published();
-    split_.weights_wait += now_seconds() - t0;
-    split_.up_bytes += spec_.shard_n * dtype_size(backend_.weights().dtype);
+    land_uploads(t0);
   }
   return seconds;
 }
@@ -202,11 +206,9 @@ ZeroStepStats ZeroOptimizer::step(double lr, double grad_norm, bool skip) {
   } else {
     const double c0 = comm_seconds_;
     const HostAdamW::UpdateTimes u = host_->update_and_upload(grad_.current(), h, gather_uploaded());
-    const double t3 = now_seconds();
-    published();
     split_.adamw += u.adamw;
-    split_.weights_wait += u.lane_wait + (now_seconds() - t3);
-    split_.up_bytes += spec_.shard_n * dtype_size(backend_.weights().dtype);
+    split_.weights_wait += u.lane_wait;
+    land_uploads(now_seconds());
     optim_seconds_ += now_seconds() - t2 - (comm_seconds_ - c0);
   }
   return finish();

@@ -175,6 +175,9 @@ class ZeroOptimizer : public ParamSource {
   void published();
   // The host AdamW's callback: bucket b's part of this rank's shard is on its way up; its gather goes out.
   HostAdamW::BucketUploaded gather_uploaded();
+  // The host path, once the whole shard is on its way up: published(), its wait from `since` and the shard's bytes
+  // counted in the offload split.
+  void land_uploads(double since);
   // With the state on the device below zero 3: the backend's gradients, which the AdamW has read (or which a
   // skipped step drops), zeroed for the next step's backward to add into. The host path zeroes them as they are
   // copied out (GradientBuckets), and at zero 3 the step's first micro-batch writes the device gradient shard.
