@@ -35,7 +35,7 @@ CudaAdamW::CudaAdamW(Backend& cuda_backend, size_t offset, size_t count, const f
              bytes / 1073741824.0, count, free_bytes / 1073741824.0);
   s_->memory = gpu::device_allocation(bytes);  // the moments start at zero
   gpu::copy_async(s_->master(), init_master, count * sizeof(float), cudaMemcpyHostToDevice, s_->stream());
-  CUDA_CHECK(cudaStreamSynchronize(s_->stream()));
+  gpu::wait_stream(s_->stream(), "GPU AdamW's master weights upload");
   size_t next = offset;  // the segments tile the range, in order
   for (const DecaySegment& seg : segments) {
     YUAN_CHECK(seg.offset == next && seg.offset + seg.count <= offset + count, "GPU AdamW: decay segment [%zu, %zu) "
@@ -66,12 +66,12 @@ void CudaAdamW::step(const ops::AdamWHyper& h) {
     b.ops().adamw(f32(master + i, seg.count), f32(m + i, seg.count), f32(v + i, seg.count),
                   b.grads().elements(seg.offset, seg.count), b.weights().elements(seg.offset, seg.count), hs);
   }
-  CUDA_CHECK(cudaStreamSynchronize(s_->stream()));
+  gpu::wait_stream(s_->stream(), "GPU AdamW step");
 }
 
 void CudaAdamW::master_to_host(float* dst) {
   gpu::copy_async(dst, s_->master(), s_->count * sizeof(float), cudaMemcpyDeviceToHost, s_->stream());
-  CUDA_CHECK(cudaStreamSynchronize(s_->stream()));
+  gpu::wait_stream(s_->stream(), "GPU AdamW's master weights download");
 }
 
 }  // namespace yuan

@@ -86,7 +86,7 @@ class CudaBackend final : public Backend {
       gpu::copy_async(stage, src + i, chunk * sizeof(float), cudaMemcpyHostToDevice, stream_);
       gpu::f32_to_bf16(weights_.as<bf16>() + off + i, stage, chunk, stream_);
     }
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    gpu::wait_stream(stream_, "set_params");
   }
   void get_params(float* dst, size_t off, size_t n) override {
     check_range(off, n);
@@ -96,7 +96,7 @@ class CudaBackend final : public Backend {
       gpu::bf16_to_f32(stage, weights_.as<bf16>() + off + i, chunk, stream_);
       gpu::copy_async(dst + i, stage, chunk * sizeof(float), cudaMemcpyDeviceToHost, stream_);
     }
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    gpu::wait_stream(stream_, "get_params");
   }
   void zero_grads(size_t off, size_t n) override {
     check_range(off, n);
@@ -108,7 +108,7 @@ class CudaBackend final : public Backend {
     check_range(off, n);
     YUAN_CHECK(!sharded(), "cuda backend: no flat gradients under ZeRO-3");
     gpu::copy_async(dst, grads_.as<float>() + off, n * sizeof(float), cudaMemcpyDeviceToHost, stream_);
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    gpu::wait_stream(stream_, "grads_to_host");
   }
 
   Allocation alloc(size_t bytes, Mem) override { return gpu::device_allocation(bytes); }
@@ -121,7 +121,7 @@ class CudaBackend final : public Backend {
     if (after) wait_for(d2h_, after, ev_after_);
     gpu::copy_async(dst, src.data, src.numel() * sizeof(float), cudaMemcpyDeviceToHost, d2h_);
   }
-  void wait_transfers() override { CUDA_CHECK(cudaStreamSynchronize(d2h_)); }
+  void wait_transfers() override { gpu::wait_stream(d2h_, "the gradient copies to the host"); }
   void compute_after_transfers() override { wait_for(stream_, d2h_, ev_d2h_); }
   void compute_after(DeviceStream other) override {
     if (other) wait_for(stream_, other, ev_other_);
@@ -136,7 +136,7 @@ class CudaBackend final : public Backend {
   }
   void wait_upload(int lane) override {
     check_lane(lane);
-    CUDA_CHECK(cudaEventSynchronize(ev_up_[lane]));
+    gpu::wait_event(ev_up_[lane], "a weight upload lane");
   }
 
   void profiler(bool capture) override { CUDA_CHECK(capture ? cudaProfilerStart() : cudaProfilerStop()); }

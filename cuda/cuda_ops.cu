@@ -178,7 +178,7 @@ class CudaOps final : public Ops {
     arg<float>(dst, dst.rows, dst.cols, "from_host_f32 dst", true);
     const size_t w = sizeof(float);
     copy_2d_async(dst.data, dst.ld * w, src, dst.cols * w, dst.cols * w, dst.rows, cudaMemcpyHostToDevice, s_);
-    CUDA_CHECK(cudaStreamSynchronize(s_));
+    wait_stream(s_, "from_host_f32");
   }
   void load_tokens(const Tensor& tokens, const int32_t* host) override {
     const int B = rows(tokens), stride = cols(tokens);
@@ -188,7 +188,7 @@ class CudaOps final : public Ops {
     const int T = stride - 1;
     std::vector<int32_t> groups = token_groups(host, B, T, stride);
     const size_t ids = static_cast<size_t>(B) * stride, bytes = (ids + groups.size()) * sizeof(int32_t);
-    CUDA_CHECK(cudaEventSynchronize(staged_));  // the previous load has left the staging buffer
+    wait_event(staged_, "the token staging buffer");  // the previous load has left it
     if (staging_.bytes() < bytes) staging_ = pinned_allocation(bytes, Mem::Data);
     int32_t* stage = staging_.as<int32_t>();
     std::memcpy(stage, host, ids * sizeof(int32_t));
@@ -412,7 +412,7 @@ class CudaOps final : public Ops {
   void download(void* dst, const Tensor& src) {
     const size_t w = dtype_size(src.dtype);
     copy_2d_async(dst, src.cols * w, src.data, src.ld * w, src.cols * w, src.rows, cudaMemcpyDeviceToHost, s_);
-    CUDA_CHECK(cudaStreamSynchronize(s_));
+    wait_stream(s_, "a download to the host");
   }
 
   const int C_;

@@ -1,13 +1,17 @@
 // The device this process uses: selection, free memory, its bf16 peak, and its memory as Allocations.
 #include "device.cuh"
 
+#include <chrono>
 #include <cstring>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "backend/cuda_backend.h"
 #include "cuda_check.h"
 #include "kernel_account.cuh"
+#include "parallel/nccl.h"
 
 namespace yuan {
 
@@ -51,7 +55,70 @@ PeakFlops cuda_peak_flops() {
           strf("%s, dense bf16 estimated: %d SMs x %.0f MHz x %.0f FLOP/clock", prop.name, sms, khz / 1e3, per_clock)};
 }
 
+namespace {
+
+// The bound on the host's waits for the device, and what to call past it: unbounded (0) until an NCCL communicator
+// exists; every communicator sets the same dist.nccl_timeout_s.
+struct WaitBound {
+  double seconds = 0;
+  NcclTimeout on_timeout;
+};
+std::mutex bound_mutex;
+WaitBound bound;
+
+WaitBound wait_bound() {
+  std::lock_guard<std::mutex> lock(bound_mutex);
+  return bound;
+}
+
+// `query` until it answers cudaSuccess; cudaErrorNotReady is "not yet", any other answer the device's error. The
+// poll step is NCCL's own (nccl_communicator.cu): short against any step, and far less than a core.
+template <class Query>
+void wait_polled(const WaitBound& b, const char* call, const char* what, Query query) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point t0 = Clock::now();
+  for (;;) {
+    const cudaError_t e = query();
+    if (e == cudaSuccess) return;
+    if (e != cudaErrorNotReady) gpu::throw_library_error("CUDA", call, cudaGetErrorString(e), __FILE__, __LINE__);
+    const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (waited > b.seconds) {
+      const std::string op = strf("a device synchronize (%s)", what);
+      if (b.on_timeout) b.on_timeout(op.c_str(), waited);
+      throw Error(strf("CUDA device (rank %d on %s): %s not complete after dist.nccl_timeout_s = %g s: the device's "
+                       "work waits for an NCCL operation whose peer rank died or is stuck",
+                       process_rank(), process_host().c_str(), op.c_str(), b.seconds));
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
+}  // namespace
+
+void bound_device_waits(double timeout_s, NcclTimeout on_timeout) {
+  std::lock_guard<std::mutex> lock(bound_mutex);
+  bound = {timeout_s, std::move(on_timeout)};
+}
+
 namespace gpu {
+
+void wait_stream(cudaStream_t s, const char* what) {
+  const WaitBound b = wait_bound();
+  if (b.seconds <= 0) {
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    return;
+  }
+  wait_polled(b, "cudaStreamQuery", what, [s] { return cudaStreamQuery(s); });
+}
+
+void wait_event(cudaEvent_t e, const char* what) {
+  const WaitBound b = wait_bound();
+  if (b.seconds <= 0) {
+    CUDA_CHECK(cudaEventSynchronize(e));
+    return;
+  }
+  wait_polled(b, "cudaEventQuery", what, [e] { return cudaEventQuery(e); });
+}
 
 AccountPeak cuda_account_peak() {
   const PeakFlops flops = cuda_peak_flops();

@@ -5,6 +5,8 @@
 
 #include "grad_norm.cuh"
 
+#include "device.cuh"
+
 namespace yuan::gpu {
 namespace {
 
@@ -42,7 +44,7 @@ double sum_squares(const float* x, size_t n, double* partials, cudaStream_t s) {
   }
   double result = 0;
   copy_async(&result, partials + kMaxBlocks, sizeof(double), cudaMemcpyDeviceToHost, s);
-  CUDA_CHECK(cudaStreamSynchronize(s));
+  wait_stream(s, "the gradient norm");
   return result;
 }
 

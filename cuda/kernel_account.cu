@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "cuda_check.h"
+#include "device.cuh"
 #include "util/log.h"
 
 namespace yuan::gpu {
@@ -136,11 +137,11 @@ class CudaKernelAccount final : public KernelAccount, public Account {
       used = used_;
     }
     // The step-end event, then each stream's last piece of work: every event of the step is complete after these.
-    CUDA_CHECK(cudaEventSynchronize(step_end_));
+    gpu::wait_event(step_end_, "the kernel account's step end");
     std::map<cudaStream_t, const LaunchRecord*> last;
     for (size_t i = 0; i < used; i++)
       if (records_[i].ended) last[records_[i].stream] = &records_[i];
-    for (const auto& [stream, r] : last) CUDA_CHECK(cudaEventSynchronize(r->end));
+    for (const auto& [stream, r] : last) gpu::wait_event(r->end, "the kernel account's last launch");
     harvest(used);
   }
 

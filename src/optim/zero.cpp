@@ -129,10 +129,10 @@ void ZeroOptimizer::published() {
     zero3_->weights_changed();
     return;
   }
-  if (spec_.cfg.zero == 0) return;
-  const double t0 = now_seconds();
-  comm_.synchronize();
-  comm_seconds_ += now_seconds() - t0;
+  // The next forward reads the gathered weights on the device: its compute waits for the gathers there, and the
+  // host goes on (a host communicator's gathers are complete already). A peer that never joins a gather then
+  // holds the compute stream, and the host's next wait on it ends at dist.nccl_timeout_s (bound_device_waits).
+  if (spec_.cfg.zero > 0) backend_.compute_after(comm_.stream());
 }
 
 void ZeroOptimizer::land_uploads(double since) {

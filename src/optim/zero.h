@@ -28,7 +28,8 @@
 //   grad_buckets.h   the host gradient and the buckets that reduce into it, as modules finish in backward;
 //   host_adamw.h     the sharded master weights and moments, the tiled AdamW with its two upload lanes, bf16
 //                    staging, bucket by bucket in the order the next forward reads them, each bucket's all-gather
-//                    (zero 1 and 2) going out while the next updates, so the step waits only for the last;
+//                    (zero 1 and 2) going out while the next updates; the next forward waits on the device for
+//                    the gathers, the host for none;
 //   device_adamw.h   the same state on the device instead (optim.offload = none), updated by the backend's adamw
 //                    op from the reduced gradient on the device (the backend's, or at zero 3 its own shard of it);
 //   delayed_update.h the thread that runs an update beside the next step (optim.delayed_update);
@@ -79,7 +80,8 @@ struct OffloadSplit {
   uint64_t up_bytes = 0;    // updated working weights into the device
   double grads_wait = 0;    // waiting for the gradients' reductions and copies once backward is done
   double adamw = 0;         // the AdamW on the step's critical path (with delayed_update it is background_seconds)
-  double weights_wait = 0;  // waiting for a staging lane, and for the last uploads and gathers to land
+  double weights_wait = 0;  // waiting for a staging lane (the uploads and gathers land on the device, where the
+                            // next forward waits for them)
   OffloadSplit& operator+=(const OffloadSplit& o);
 };
 
@@ -170,7 +172,8 @@ class ZeroOptimizer : public ParamSource {
   Zero3Params& zero3(const char* what) const;  // the ParamSource, or the error that this stage has none
   void module_ready(int module);
   // The updated shard into every rank's backend: all-gathered bucket by bucket (zero 1, 2) or invalidated (3);
-  // published() after the buckets' gathers are issued (by the host AdamW, as it goes) waits for them.
+  // published(), once the buckets' gathers are issued (by the host AdamW, as it goes), orders the backend's compute
+  // after them on the device, and the host does not wait.
   void publish();
   void published();
   // The host AdamW's callback: bucket b's part of this rank's shard is on its way up; its gather goes out.

@@ -28,6 +28,13 @@ std::unique_ptr<Communicator> make_nccl_communicator(int rank, int size, const N
                                                      double timeout_s, const std::string& name,
                                                      NcclTimeout on_timeout = {});
 
+// The host's waits for the CUDA device's work (the backend's synchronisations: cuda/device.cuh, wait_stream) once
+// NCCL operations may stand in its streams, as they do where the backend's compute waits for a gather or a pipeline
+// transfer and so for the peers behind it. From the call on each such wait is polled, and one that lasts
+// `timeout_s` seconds calls `on_timeout` with the wait's name (should it return, the wait throws an Error), as the
+// communicator's own waits do. make_group_nccl_communicator sets it with the job's handler.
+void bound_device_waits(double timeout_s, NcclTimeout on_timeout);
+
 namespace parallel {
 class ProcessGroup;
 // The same over a process group (src/parallel/nccl.cpp; a name of its own, apart from the one above): the group's rank 0 makes the id and MPI_Bcast brings it
