@@ -1,67 +1,15 @@
 #include "prep/token_import.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstring>
 #include <filesystem>
 
 #include "util/error.h"
 #include "util/fs.h"
+#include "util/mapped_file.h"
 
 namespace yuan {
 
 namespace {
-
-// A read-only mapping of a whole file: the kernel pages it in and out, so a terabyte corpus costs no more memory
-// than the pieces being converted.
-class MappedFile {
- public:
-  explicit MappedFile(const std::string& path) : path_(path) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    YUAN_CHECK(fd >= 0, "%s: cannot open: %s", path.c_str(), std::strerror(errno));
-    struct stat st;
-    if (::fstat(fd, &st) != 0) {
-      ::close(fd);
-      throw Error(strf("%s: cannot stat: %s", path.c_str(), std::strerror(errno)));
-    }
-    size_ = static_cast<uint64_t>(st.st_size);
-    if (size_ > 0) {
-      void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-      ::close(fd);
-      YUAN_CHECK(p != MAP_FAILED, "%s: cannot map: %s", path.c_str(), std::strerror(errno));
-      ::madvise(p, size_, MADV_SEQUENTIAL);
-      data_ = static_cast<const uint8_t*>(p);
-    } else {
-      ::close(fd);
-    }
-  }
-  ~MappedFile() {
-    if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
-  }
-  MappedFile(const MappedFile&) = delete;
-  MappedFile& operator=(const MappedFile&) = delete;
-
-  const std::string& path() const { return path_; }
-  uint64_t size() const { return size_; }
-  // A little-endian value at byte `offset` (the formats' fields are unaligned: Megatron's arrays follow a 34-byte
-  // header). The caller has checked the bounds.
-  template <class T>
-  T at(uint64_t offset) const {
-    T v;
-    std::memcpy(&v, data_ + offset, sizeof v);
-    return v;
-  }
-  const uint8_t* data() const { return data_; }
-
- private:
-  std::string path_;
-  uint64_t size_ = 0;
-  const uint8_t* data_ = nullptr;
-};
 
 struct TokenType {
   const char* name;
@@ -105,7 +53,7 @@ constexpr char kMegatronMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', 0, 0};
 constexpr uint64_t kMegatronHeader = 9 + 8 + 1 + 8 + 8;
 
 struct MegatronIndex {
-  explicit MegatronIndex(const std::string& prefix) : idx(prefix + ".idx") {
+  explicit MegatronIndex(const std::string& prefix) : idx(prefix + ".idx", true) {
     const char* p = idx.path().c_str();
     YUAN_CHECK(idx.size() >= kMegatronHeader, "%s: truncated: %llu bytes, shorter than a Megatron index header (%llu)",
                p, static_cast<unsigned long long>(idx.size()), static_cast<unsigned long long>(kMegatronHeader));
@@ -154,7 +102,7 @@ struct MegatronIndex {
 void import_megatron(const std::string& prefix, TokenSource& src, int vocab_size, uint32_t eot_id,
                      const TokenSink& sink) {
   const MegatronIndex ix(prefix);
-  const MappedFile bin(prefix + ".bin");
+  const MappedFile bin(prefix + ".bin", true);
   const unsigned w = ix.type.width;
   std::vector<uint32_t> ids;
   for (uint64_t d = 0; d + 1 < ix.docs; d++) {
@@ -219,7 +167,7 @@ TokenType llmc_type(const MappedFile& f) {
 }
 
 void import_llmc(TokenSource& src, int vocab_size, uint32_t eot_id, const TokenSink& sink) {
-  const MappedFile f(src.path);
+  const MappedFile f(src.path, true);
   const TokenType t = llmc_type(f);
   const uint64_t count = (f.size() - kLlmcHeader) / t.width;
   std::vector<uint32_t> ids;

@@ -1,7 +1,6 @@
 #include "util/safetensors.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -73,11 +72,10 @@ float f16_to_f32(uint16_t h) {
   return f;
 }
 
+// Element i of a little-endian array of T at p, unaligned (a tensor's data starts at any byte of the file).
 template <typename T>
 T load(const uint8_t* p, size_t i) {
-  T v;
-  std::memcpy(&v, p + i * sizeof(T), sizeof(T));
-  return v;
+  return load_unaligned<T>(p + i * sizeof(T));
 }
 
 void write_all(int fd, const void* buf, size_t n, const std::string& path) {
@@ -107,64 +105,44 @@ size_t safetensors_dtype_size(const std::string& t) {
   return 0;
 }
 
-SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  YUAN_CHECK(fd >= 0, "%s: cannot open: %s", path.c_str(), std::strerror(errno));
-  struct stat st;
-  if (::fstat(fd, &st) != 0 || st.st_size < 8) {
-    ::close(fd);
-    throw Error(strf("%s: not a safetensors file (shorter than its 8-byte header length)", path.c_str()));
-  }
-  map_size_ = static_cast<size_t>(st.st_size);
-  void* m = ::mmap(nullptr, map_size_, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);  // the mapping keeps the file alive
-  YUAN_CHECK(m != MAP_FAILED, "%s: mmap failed: %s", path.c_str(), std::strerror(errno));
-  map_ = static_cast<const uint8_t*>(m);
-
-  // From here on the mapping is ours: release it if the header is bad.
-  try {
-    uint64_t n = load<uint64_t>(map_, 0);
-    YUAN_CHECK(n <= kMaxHeader && n <= map_size_ - 8,
-               "%s: not a safetensors file (header length %llu, file size %zu)", path.c_str(),
-               static_cast<unsigned long long>(n), map_size_);
-    data_ = map_ + 8 + n;
-    const size_t data_size = map_size_ - 8 - n;
-    const json root = parse_header(reinterpret_cast<const char*>(map_ + 8), n, path);
-    YUAN_CHECK(root.is_object(), "%s: safetensors header is not a JSON object", path.c_str());
-    for (const auto& [name, v] : root.items()) {
-      YUAN_CHECK(v.is_object(), "%s: header entry '%s' is not an object", path.c_str(), name.c_str());
-      if (name == "__metadata__") {
-        for (const auto& [k, s] : v.items()) {
-          YUAN_CHECK(s.is_string(), "%s: metadata '%s' is not a string", path.c_str(), k.c_str());
-          metadata_[k] = s.get<std::string>();
-        }
-        continue;
+SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path), file_(path) {
+  const size_t size = file_.size();
+  YUAN_CHECK(size >= 8, "%s: not a safetensors file (shorter than its 8-byte header length)", path.c_str());
+  const uint64_t n = file_.at<uint64_t>(0);
+  YUAN_CHECK(n <= kMaxHeader && n <= size - 8, "%s: not a safetensors file (header length %llu, file size %zu)",
+             path.c_str(), static_cast<unsigned long long>(n), size);
+  data_ = file_.data() + 8 + n;
+  const size_t data_size = size - 8 - n;
+  const json root = parse_header(reinterpret_cast<const char*>(file_.data() + 8), n, path);
+  YUAN_CHECK(root.is_object(), "%s: safetensors header is not a JSON object", path.c_str());
+  for (const auto& [name, v] : root.items()) {
+    YUAN_CHECK(v.is_object(), "%s: header entry '%s' is not an object", path.c_str(), name.c_str());
+    if (name == "__metadata__") {
+      for (const auto& [k, s] : v.items()) {
+        YUAN_CHECK(s.is_string(), "%s: metadata '%s' is not a string", path.c_str(), k.c_str());
+        metadata_[k] = s.get<std::string>();
       }
-      SafeTensorInfo t;
-      const auto dtype = v.find("dtype"), shape = v.find("shape"), offsets = v.find("data_offsets");
-      YUAN_CHECK(dtype != v.end() && dtype->is_string() && shape != v.end() && shape->is_array() &&
-                     offsets != v.end() && offsets->is_array() && offsets->size() == 2,
-                 "%s: tensor '%s' needs dtype (string), shape (array) and data_offsets ([begin, end])",
-                 path.c_str(), name.c_str());
-      t.dtype = dtype->get<std::string>();
-      size_t esize = safetensors_dtype_size(t.dtype);
-      YUAN_CHECK(esize, "%s: tensor '%s' has unknown dtype '%s'", path.c_str(), name.c_str(), t.dtype.c_str());
-      for (const json& d : *shape) t.shape.push_back(static_cast<int64_t>(to_size(d, path, name, "shape")));
-      t.begin = to_size((*offsets)[0], path, name, "data_offsets");
-      t.end = to_size((*offsets)[1], path, name, "data_offsets");
-      YUAN_CHECK(t.begin <= t.end && t.end <= data_size, "%s: tensor '%s' bytes [%zu, %zu) outside the %zu-byte data",
-                 path.c_str(), name.c_str(), t.begin, t.end, data_size);
-      YUAN_CHECK(t.end - t.begin == t.numel() * esize, "%s: tensor '%s' has %zu bytes, its %s shape needs %zu",
-                 path.c_str(), name.c_str(), t.end - t.begin, t.dtype.c_str(), t.numel() * esize);
-      tensors_.emplace(name, std::move(t));
+      continue;
     }
-  } catch (...) {
-    ::munmap(const_cast<uint8_t*>(map_), map_size_);
-    throw;
+    SafeTensorInfo t;
+    const auto dtype = v.find("dtype"), shape = v.find("shape"), offsets = v.find("data_offsets");
+    YUAN_CHECK(dtype != v.end() && dtype->is_string() && shape != v.end() && shape->is_array() &&
+                   offsets != v.end() && offsets->is_array() && offsets->size() == 2,
+               "%s: tensor '%s' needs dtype (string), shape (array) and data_offsets ([begin, end])",
+               path.c_str(), name.c_str());
+    t.dtype = dtype->get<std::string>();
+    size_t esize = safetensors_dtype_size(t.dtype);
+    YUAN_CHECK(esize, "%s: tensor '%s' has unknown dtype '%s'", path.c_str(), name.c_str(), t.dtype.c_str());
+    for (const json& d : *shape) t.shape.push_back(static_cast<int64_t>(to_size(d, path, name, "shape")));
+    t.begin = to_size((*offsets)[0], path, name, "data_offsets");
+    t.end = to_size((*offsets)[1], path, name, "data_offsets");
+    YUAN_CHECK(t.begin <= t.end && t.end <= data_size, "%s: tensor '%s' bytes [%zu, %zu) outside the %zu-byte data",
+               path.c_str(), name.c_str(), t.begin, t.end, data_size);
+    YUAN_CHECK(t.end - t.begin == t.numel() * esize, "%s: tensor '%s' has %zu bytes, its %s shape needs %zu",
+               path.c_str(), name.c_str(), t.end - t.begin, t.dtype.c_str(), t.numel() * esize);
+    tensors_.emplace(name, std::move(t));
   }
 }
-
-SafetensorsReader::~SafetensorsReader() { ::munmap(const_cast<uint8_t*>(map_), map_size_); }
 
 std::vector<std::string> SafetensorsReader::names() const {
   std::vector<std::string> out;

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "util/mapped_file.h"
+
 namespace yuan {
 
 struct SafeTensorInfo {
@@ -28,7 +30,6 @@ size_t safetensors_dtype_size(const std::string& dtype);
 class SafetensorsReader {
  public:
   explicit SafetensorsReader(const std::string& path);
-  ~SafetensorsReader();
   SafetensorsReader(const SafetensorsReader&) = delete;
   SafetensorsReader& operator=(const SafetensorsReader&) = delete;
 
@@ -52,8 +53,7 @@ class SafetensorsReader {
  private:
   void check_shape(const std::string& name, const std::vector<int64_t>& shape) const;
   std::string path_;
-  const uint8_t* map_ = nullptr;
-  size_t map_size_ = 0;
+  MappedFile file_;
   const uint8_t* data_ = nullptr;  // start of the data section
   std::map<std::string, SafeTensorInfo> tensors_;
   std::map<std::string, std::string> metadata_;
