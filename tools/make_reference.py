@@ -22,6 +22,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from safetensors_f32 import write_safetensors
 
 CFG = dict(n_layer=2, n_head=4, n_embd=32, seq_len=12, vocab_size=97, batch=3, steps=3, seed=1234)
 # OptimConfig of the run; the schedule is src/optim/lr_schedule.cpp's. eps is 1e-5, not the usual 1e-8: with 1e-8,
@@ -155,23 +156,6 @@ def run(init, tokens, dtype):
         lrs.append(lr)
     res.update(losses=losses, norms=norms, lrs=lrs, final={n: p.detach().clone() for n, p in params.items()})
     return res
-
-
-def write_safetensors(path, tensors, metadata):
-    """Minimal safetensors writer (the safetensors package is not a dependency): wider dtypes first so every
-    tensor is aligned, header padded with spaces to 8 bytes, as the reference implementation does."""
-    codes = {np.dtype(np.float64): "F64", np.dtype(np.float32): "F32", np.dtype(np.int32): "I32"}
-    items = sorted(tensors.items(), key=lambda kv: -kv[1].dtype.itemsize)  # stable: insertion order otherwise
-    header, blobs, offset = {"__metadata__": metadata}, [], 0
-    for name, a in items:
-        b = np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<")).tobytes()
-        header[name] = dict(dtype=codes[a.dtype], shape=list(a.shape), data_offsets=[offset, offset + len(b)])
-        blobs.append(b)
-        offset += len(b)
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(len(h).to_bytes(8, "little") + h + b"".join(blobs))
 
 
 def max_rel(a, b):  # the tests' metric: max|a-b| / max|b| over the tensor

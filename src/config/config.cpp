@@ -61,6 +61,9 @@ std::vector<Field> fields(Config& c) {
        "longer sequences) for about one more forward pass"},
       {"train.max_bad_steps", &c.train.max_bad_steps,
        "consecutive steps with a non-finite loss or gradient norm (each skipped) before the run stops"},
+      {"init.from", &c.init.from,
+       "a HuggingFace GPT-2 directory (config.json, model.safetensors) whose weights a fresh run starts from, "
+       "checked against the model's shape; ignored once the run resumes a checkpoint; empty: random from train.seed"},
       {"optim.lr", &c.optim.lr, "peak learning rate, reached after warmup"},
       {"optim.warmup_steps", &c.optim.warmup_steps, "linear warmup steps"},
       {"optim.min_lr", &c.optim.min_lr, "learning rate at the end of the cosine decay"},

@@ -78,6 +78,10 @@ struct RunConfig {
   std::string dir = "runs/default";
 };
 
+struct InitConfig {
+  std::string from;  // a HuggingFace GPT-2 directory whose weights a fresh run starts from; empty: train.seed's
+};
+
 struct ProfileConfig {
   std::string steps;    // "A:B": profile steps A..B (1-based, inclusive); empty: off
   std::string kernels;  // "A:B": the kernel account of steps A..B (backend/kernel_account.h); empty: off
@@ -98,6 +102,7 @@ struct Config {
   GPTConfig model;
   DataConfig data;
   TrainConfig train;
+  InitConfig init;
   OptimConfig optim;
   ParallelConfig parallel;
   DistConfig dist;

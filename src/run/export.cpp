@@ -1,9 +1,6 @@
 // `yuanlm export`: a checkpoint as a HuggingFace GPT-2 directory that GPT2LMHeadModel.from_pretrained loads
-// unchanged. The architectures are the same (learned positions, pre-LayerNorm, GELU tanh = "gelu_new",
-// LayerNorm eps 1e-5, tied classifier), so export is renaming plus one transpose: HF's GPT-2 keeps its
-// matrices in Conv1D layout [in, out] (y = x @ W + b), ours are nn.Linear's [out, in]. The embeddings are
-// [rows, n_embd] in both. lm_head.weight is not written: HF ties it to transformer.wte.weight, as GPT-2's own
-// checkpoints do.
+// unchanged: renaming plus one transpose (model/hf_gpt2.h, which init.from reads back by). lm_head.weight is not
+// written: HF ties it to transformer.wte.weight, as GPT-2's own checkpoints do.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
@@ -20,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/gpt.h"
+#include "model/hf_gpt2.h"
 #include "parallel/world.h"
 #include "prep/tokenizer.h"
 #include "run/commands.h"
@@ -39,32 +37,6 @@ namespace {
 // (BertTokenizer) as vocab.txt.
 std::string hf_tokenizer_name(const std::string& path) {
   return fs::path(path).extension() == ".model" ? "tokenizer.model" : "vocab.txt";
-}
-
-std::string hf_config(const GPTConfig& c, int eot_id) {
-  nlohmann::ordered_json j = {{"model_type", "gpt2"},
-                              {"architectures", nlohmann::ordered_json::array({"GPT2LMHeadModel"})},
-                              {"vocab_size", c.vocab_size},
-                              {"n_positions", c.seq_len},
-                              {"n_ctx", c.seq_len},
-                              {"n_embd", c.n_embd},
-                              {"n_layer", c.n_layer},
-                              {"n_head", c.n_head},
-                              {"n_inner", nullptr},
-                              {"activation_function", "gelu_new"},
-                              {"layer_norm_epsilon", 1e-5},
-                              {"tie_word_embeddings", true},
-                              {"resid_pdrop", 0.0},
-                              {"embd_pdrop", 0.0},
-                              {"attn_pdrop", 0.0},
-                              {"scale_attn_weights", true},
-                              {"initializer_range", 0.02}};
-  if (eot_id >= 0) {
-    j["bos_token_id"] = eot_id;
-    j["eos_token_id"] = eot_id;
-  }
-  j["torch_dtype"] = "float32";
-  return j.dump(2) + "\n";
 }
 
 bool is_checkpoint(const fs::path& dir) {
@@ -267,8 +239,8 @@ int export_main(const std::vector<std::string>& args) {
   transposed.reserve(layout.tensors().size());  // the writer keeps pointers into these
   for (const TensorSpec& t : layout.tensors()) {
     const float* src = m.weights.data() + t.offset;
-    const std::string name = "transformer." + t.name;
-    if (t.shape.size() != 2 || t.name == "wte.weight" || t.name == "wpe.weight") {
+    const std::string name = hf_gpt2_name(t);
+    if (!hf_gpt2_transposed(t)) {
       st.add_f32(name, t.shape, src);
       continue;
     }
@@ -290,7 +262,7 @@ int export_main(const std::vector<std::string>& args) {
     fs::copy_file(m.tokenizer, staging.file(tok_file), ec);
     YUAN_CHECK(!ec, "export: cannot copy the tokenizer %s: %s", m.tokenizer.c_str(), ec.message().c_str());
   }
-  write_file_atomic(staging.file("config.json"), hf_config(m.cfg.model, eot));
+  write_file_atomic(staging.file("config.json"), hf_gpt2_config(m.cfg.model, eot));
   staging.commit();
   say("export %s (step %lld) -> %s: model.safetensors (%zu parameters, fp32), config.json%s", m.dir.c_str(),
       static_cast<long long>(m.step), out.c_str(), layout.total(),

@@ -15,6 +15,7 @@
 #include "data/shard.h"
 #include "parallel/world.h"
 #include "model/gpt.h"
+#include "model/hf_gpt2.h"
 #include "util/error.h"
 #include "util/fs.h"
 #include "util/json.h"
@@ -556,6 +557,18 @@ TrainState load_checkpoint(const std::string& dir, const Config& cfg, ZeroOptimi
   say("resumed from %s: step %lld, written by %d ranks%s", dir.c_str(), static_cast<long long>(s.train.step), s.world,
       s.world != parallel::world().size ? strf(", optimizer state re-cut for %d", parallel::world().size).c_str() : "");
   return s.train;
+}
+
+void load_hf_init(const std::string& dir, const Config& cfg, ZeroOptimizers& opts) {
+  std::unique_ptr<HfGpt2Weights> hf;
+  parallel::refuse_together([&] { hf = std::make_unique<HfGpt2Weights>(dir, cfg.model); });
+  for (const auto& opt : opts.all()) {
+    float* master = opt->master();
+    for (const ParamLayout::Run& run : wanted_runs(cfg.model, *opt)) hf->read(run.global, run.count, master + run.local);
+    opt->load_backend_params();
+  }
+  say("init.from %s: the weights of a HuggingFace GPT-2 (%zu parameters), optimizer moments zero", dir.c_str(),
+      ParamLayout(cfg.model).total());
 }
 
 CheckpointInfo read_checkpoint_info(const std::string& path) {

@@ -71,6 +71,10 @@ std::string checkpoint_problem(const std::string& dir);
 // and the backend weights from a checkpoint choose_resume picked; checks the model shape against cfg, and refuses
 // data.train or data.val shards made by another tokenizer than the checkpoint's.
 TrainState load_checkpoint(const std::string& dir, const Config& cfg, ZeroOptimizers& opts);
+// Collective. A fresh run's start from a HuggingFace GPT-2 directory (init.from; model/hf_gpt2.h): each optimizer's
+// shard of the master weights from its weights, the moments zero, and the backend's weights from them. What the
+// directory's checks refuse is refused on every rank.
+void load_hf_init(const std::string& dir, const Config& cfg, ZeroOptimizers& opts);
 
 // What the node-memory tier (train/local_ckpt.h) shares with these checkpoints: the same shard files, described by
 // the same "files" entries, read back and re-cut by the same code.

@@ -181,6 +181,7 @@ class Trainer {
     int64_t run = 1;
     std::string from;
     state_ = resume_best_tier(cfg, choose_resume(cfg), *replica_.opts, &run, &from);
+    if (from.empty() && !cfg.init.from.empty()) load_hf_init(cfg.init.from, cfg, *replica_.opts);
     state_.run = run;
     if (cfg.ckpt.local_every > 0) local_ = std::make_unique<LocalTier>(cfg, *replica_.opts);
     open_loaders();
