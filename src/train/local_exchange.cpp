@@ -46,8 +46,7 @@ void post_floats(bool send, float* p, size_t n, int peer, int tag, MPI_Comm comm
 }
 
 // Waits for `reqs` until `deadline` (now_seconds()); false, with the requests still pending cancelled and freed,
-// when it passed first. Polls, so that the main thread's MPI calls go on beside it. Not a watchdog's Waiting scope:
-// that deadline ends the job, this one only the partner copies.
+// when it passed first. Polls, so that the main thread's MPI calls go on beside it.
 bool wait_until(std::vector<MPI_Request>& reqs, double deadline) {
   for (;;) {
     int done = 0;
@@ -66,7 +65,7 @@ bool wait_until(std::vector<MPI_Request>& reqs, double deadline) {
 
 }  // namespace
 
-struct PartnerExchange::Comm : OwnComm {};
+struct PartnerExchange::Comm : OwnComm {};  // the exchange's, for the whole run
 
 PartnerExchange::PartnerExchange(int partner, std::vector<int> senders, double timeout_s, std::string partner_label)
     : comm_(std::make_unique<Comm>()),

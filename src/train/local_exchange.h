@@ -1,5 +1,6 @@
-// The fast checkpoint tier's transport (the tier: train/local_ckpt.h): every MPI call the tier makes, each on a
-// communicator of its own so that it never meets the training's messages. The partner exchange sends a rank's own
+// The fast checkpoint tier's transport (the tier: train/local_ckpt.h): every MPI call the tier makes itself, each on
+// a communicator of its own so that it never meets the training's messages (the job-wide agreements the tier takes
+// part in, such as whether a generation is complete everywhere, are parallel/world.h's). The partner exchange sends a rank's own
 // copy to the rank that keeps it on the next node and receives the copies it keeps (LLNL SCR's partner scheme); the
 // redistribution sends the ranks of a resumed launch the slices of the model their shards need.
 //
@@ -33,9 +34,11 @@ class PartnerExchange {
   // False once a partner did not answer in time: own copies only from then on.
   bool active() const { return active_; }
   // Sends the own copy of `step` that `store` holds (sealed, with its `manifest`) to the partner, and receives the
-  // copies of the senders into `store`'s files and seals them, all within the timeout. A rank that does not answer
+  // copies of the senders into `store`'s files and seals them, all within one timeout. A rank that does not answer
   // in time is warned about, and the exchanges stop for the rest of the run (what was posted to it may never
-  // complete): the watchdog's deadline would end the job, and a lost partner must cost only the partner copies.
+  // complete). Not the watchdog's deadline (parallel/watchdog.h): that one ends the job, bounds each wait alone and
+  // cannot cancel what is posted, where a lost partner must cost only the partner copies, the whole exchange has
+  // one budget, and its requests are cancelled when it runs out.
   void exchange(int64_t step, const std::string& manifest, LocalStore& store);
 
  private:
