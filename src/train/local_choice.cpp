@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "train/local_store.h"
+#include "util/error.h"
 #include "util/log.h"
 
 namespace yuan {
