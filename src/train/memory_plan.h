@@ -23,7 +23,7 @@ struct RankMemory {
   ZeroHostMemory host;          // optimizer state and its transfer staging (host)
   size_t device_optimizer = 0;  // optim.offload = none: the optimizer state on the device
   size_t data = 0;              // the loaders' buffers (host)
-  // ckpt.local_every > 0 (train/local_ckpt.h): the node-local storage of two generations of the rank's shards and of
+  // ckpt.local_every > 0 (train/local_store.h): the node-local storage of two generations of the rank's shards and of
   // the partner copy it keeps (/dev/shm by default: host memory too), copied and received straight into its files.
   size_t local_storage = 0;
   size_t host_bytes() const;    // everything in host memory

@@ -38,7 +38,7 @@ TINY=(--optim.eps=1e-5 --model.n_layer=2 --model.n_head=2 --model.n_embd=32 --mo
       --optim.min_lr=3e-4 --optim.grad_clip=1.0)
 
 # local_job DIR RUNDIR: the directory in ckpt.local_dir DIR that holds run.dir RUNDIR's node-memory checkpoints
-# (train/local_ckpt.h: resolve_local_dir).
+# (train/local_store.h: resolve_local_dir).
 local_job() { echo "$1/yuanlm-$(printf %s "$(realpath -ms "$2")" | sha256sum | cut -c1-16)"; }
 
 # procs PROGRAM: the pids of this test's processes running PROGRAM (their command lines name $WORK).
