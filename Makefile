@@ -178,19 +178,27 @@ EMU_LIBS     := -lboost_context -lpthread
 EMU_STAMP    := build/emu/.flags
 $(shell mkdir -p build/emu; [ "$$(cat $(EMU_STAMP) 2>/dev/null)" = '$(CXX) $(EMU_FLAGS) $(EMU_CUFLAGS)' ] || echo '$(CXX) $(EMU_FLAGS) $(EMU_CUFLAGS)' > $(EMU_STAMP))
 
-# What ptxas makes of each kernel file for CUDA_ARCH: registers, static shared memory and spills per kernel, in
-# build/emu/ptxas.txt (cuda/emu/ptxas_table.sh), from which the emulator computes a launch's occupancy
-# (docs/EMULATOR.md, "Traffic") and tests/cuda/test_codegen.sh checks for spills. Any nvcc will do: the toolkit's, or
-# the one test_codegen.sh installs from NVIDIA's wheels; with neither there is no table, and occupancy is unknown.
-# Compiling only to a cubin costs about 18 s of one core for every kernel file.
+# What ptxas makes of each kernel file for CUDA_ARCH: registers, static shared memory, spills and __launch_bounds__
+# per kernel, in build/emu/ptxas.txt (cuda/emu/ptxas_table.sh), against which the emulator checks every launch of
+# the kernel and computes its occupancy (docs/EMULATOR.md, "The device it stands for"), and in which
+# tests/cuda/test_codegen.sh checks for spills. Any nvcc will do: the toolkit's, or the one test_codegen.sh installs
+# from NVIDIA's wheels (tests/run_tests.sh runs it before the emulator's tests, so that a fresh clone has the table);
+# with neither there is no table, and the compiled limits go unchecked. Compiling only to a cubin costs about 18 s
+# of one core for every kernel file.
+# __launch_bounds__'s maximum threads is not in ptxas's report but in the cubin's attributes (EIATTR_MAX_THREADS),
+# which cuobjdump -elf lists: the table needs both tools, and the emulator checks every launch against it.
 PTXAS_NVCC   ?= $(firstword $(wildcard $(NVCC) build/cuda-tools/nvidia/cu13/bin/nvcc))
+PTXAS_CUOBJDUMP ?= $(firstword $(wildcard $(dir $(PTXAS_NVCC))cuobjdump build/cuda-tools/nvidia/cu13/bin/cuobjdump))
 KERNEL_CU    := $(shell grep -l __global__ cuda/*.cu)
-PTXAS_TABLE  := $(if $(PTXAS_NVCC),build/emu/ptxas.txt)
+PTXAS_TABLE  := $(if $(and $(PTXAS_NVCC),$(PTXAS_CUOBJDUMP)),build/emu/ptxas.txt)
 
 emu: bin/test_cuda_emu bin/yuanlm_emu $(PTXAS_TABLE)
 
-build/emu/ptxas.txt: $(KERNEL_CU:cuda/%.cu=build/codegen/%.cubin) cuda/emu/ptxas_table.sh
-	cuda/emu/ptxas_table.sh $(KERNEL_CU:cuda/%.cu=build/codegen/%.ptxas) > $@
+build/emu/ptxas.txt: $(KERNEL_CU:cuda/%.cu=build/codegen/%.elf) cuda/emu/ptxas_table.sh
+	cuda/emu/ptxas_table.sh $(KERNEL_CU:cuda/%.cu=build/codegen/%.elf) $(KERNEL_CU:cuda/%.cu=build/codegen/%.ptxas) > $@
+
+build/codegen/%.elf: build/codegen/%.cubin
+	$(PTXAS_CUOBJDUMP) -elf $< > $@
 
 # ptxas -v reports on stderr, where nvcc's warnings go too: both are shown when the compile fails.
 build/codegen/%.cubin: cuda/%.cu
@@ -228,7 +236,7 @@ build/emu/cuda/emu/%.o: cuda/emu/%.cpp $(EMU_STAMP)
 	$(CXX) $(EMU_FLAGS) -DOMPI_SKIP_MPICXX $(MPI_INC) -c -o $@ $<
 
 # Where the emulator finds the ptxas table when YUAN_EMU_PTXAS does not say.
-build/emu/cuda/emu/traffic.o: EMU_FLAGS += -DYUAN_EMU_PTXAS_TABLE='"$(CURDIR)/build/emu/ptxas.txt"'
+build/emu/cuda/emu/target.o: EMU_FLAGS += -DYUAN_EMU_PTXAS_TABLE='"$(CURDIR)/build/emu/ptxas.txt"'
 
 build/emu/src/%.o: src/%.cpp $(FLAGS_STAMP)
 	@mkdir -p $(@D)

@@ -11,6 +11,8 @@ namespace yuan::gpu {
 namespace {
 
 constexpr int kThreads = 256;
+// The partials' slots: the cap binds where grid_for's 8 blocks per SM exceed it (an H100's 1056 blocks, above
+// 262,144 elements at 256 threads; never on an A100's 864), and the loop strides again above 1024 x 256 elements.
 constexpr int kMaxBlocks = 1024;
 
 __global__ void sum_squares_partial_kernel(double* partials, const float* x, size_t n) {

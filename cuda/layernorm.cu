@@ -18,7 +18,8 @@ namespace {
 constexpr int kRowsPerBlock = 8;  // forward: one warp per row
 // The backward's blocks: at most kBackwardBlocks (2 per SM of an H100, with room), each over at least
 // kBackwardRows rows, so that the partials' round trip (8C bytes written and read per block) stays within a few
-// percent of the op's 14 bytes per element; warps per block as many as fit kBackwardShared bytes of slices.
+// percent of the op's 14 bytes per element; warps per block as many as fit kBackwardShared bytes of slices. The cap
+// binds above 264 x 32 = 8448 rows (a fixed number, not the device's SMs), where blocks take more than 32 rows.
 constexpr int kBackwardBlocks = 264, kBackwardRows = 32, kBackwardWarps = 8;
 constexpr size_t kBackwardShared = 100 << 10;
 

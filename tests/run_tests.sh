@@ -44,6 +44,26 @@ py_test() {
     tail -25 "$log/$1.log" | sed 's/^/    /'
   fi
 }
+# script_test FILE: one end-to-end script as one test; exit 77 skips it (its first "SKIP" line says why).
+script_test() {
+  local t=$1 name start rc
+  name=$(basename "$t" .sh)
+  start=$(date +%s)
+  timeout 900 bash "$t" >"$log/$name.log" 2>&1
+  rc=$?
+  if [ "$rc" -eq 0 ]; then
+    pass=$((pass + 1))
+    echo "  PASS $name ($(($(date +%s) - start))s)"
+  elif [ "$rc" -eq 77 ]; then  # the test found its environment unable to run it, and said why
+    skip=$((skip + 1))
+    echo "  SKIP $name: $(grep -m1 '^SKIP' "$log/$name.log")"
+  else
+    fail=$((fail + 1))
+    echo "  FAIL $name ($(($(date +%s) - start))s); last lines of $log/$name.log:"
+    tail -25 "$log/$name.log" | sed 's/^/    /'
+  fi
+}
+
 echo "== the repository's own checks: the folders' include graph has no cycle (tools/folder_graph.py), every path"
 echo "   and config key the comments and docs name exists (tools/check_references.py)"
 py_test folder_graph tools/folder_graph.py
@@ -60,9 +80,22 @@ if [ -x bin/test_cuda ]; then
   echo "== CUDA kernel tests"
   gtest cuda bin/test_cuda
 fi
+# The GPU compiler's checks first: they make build/emu/ptxas.txt, each kernel's registers and __launch_bounds__, which
+# the emulator checks every launch against (installing NVIDIA's compiler wheels where there is no toolkit, as on a
+# fresh clone).
+codegen=
 if [ -x bin/test_cuda_emu ]; then
+  echo "== GPU code checks (tests/cuda/test_codegen.sh): what the emulator checks launches against"
+  codegen=tests/cuda/test_codegen.sh
+  script_test "$codegen"
   echo "== CUDA tests on the emulator"
   gtest cuda-emu bin/test_cuda_emu
+  # Cases whose grids come from the SM count (cuda/common.cuh's grid_for) on a second device: an A100's 108 SMs
+  # leave the gradient norm's 1024-block cap unbound, where an H100's bind it, and put the second strides elsewhere
+  # (docs/EMULATOR.md, "Test shapes"). The cheapest of them: the others' grids follow the same rule.
+  echo "== CUDA tests on the emulator, YUAN_EMU_TARGET=a100"
+  gtest cuda-emu-a100 env YUAN_EMU_TARGET=a100 bin/test_cuda_emu \
+    --gtest_filter='Ops/OpsConformance.*/sum_squares_past_one_stride*:Ops/OpsConformance.*/add_past_one_stride*:Ops/OpsConformance.*/adamw_past_one_stride*'
   # The work that crosses streams again, with every asynchronous operation run as late (the offload pipeline's
   # copies, NCCL), then as early (the backend's streams and events) as its dependencies allow: docs/EMULATOR.md,
   # "Stream modes". Only what reaches another stream: the offload comparison at 2 micro-batches a step (every copy,
@@ -79,24 +112,11 @@ if [ -x bin/test_cuda_emu ]; then
   emu_mode earliest \
     'CudaBackend.ProgramMatchesTheCpuBackend:CudaBackend.TwoStagesComputeTheWholeModel:CudaOffload.DelayedUpdateTrains'
 fi
-echo "== end-to-end jobs (tests/mpi, across nodes: tests/cluster) and GPU code checks (tests/cuda)"
+echo "== end-to-end jobs (tests/mpi, across nodes: tests/cluster) and the other checks of tests/cuda"
 for t in tests/mpi/test_*.sh tests/cluster/test_*.sh tests/cuda/test_*.sh; do
   [ -e "$t" ] || continue
-  name=$(basename "$t" .sh)
-  start=$(date +%s)
-  timeout 900 bash "$t" >"$log/$name.log" 2>&1
-  rc=$?
-  if [ "$rc" -eq 0 ]; then
-    pass=$((pass + 1))
-    echo "  PASS $name ($(($(date +%s) - start))s)"
-  elif [ "$rc" -eq 77 ]; then  # the test found its environment unable to run it, and said why
-    skip=$((skip + 1))
-    echo "  SKIP $name: $(grep -m1 '^SKIP' "$log/$name.log")"
-  else
-    fail=$((fail + 1))
-    echo "  FAIL $name ($(($(date +%s) - start))s); last lines of $log/$name.log:"
-    tail -25 "$log/$name.log" | sed 's/^/    /'
-  fi
+  [ "$t" = "$codegen" ] && continue  # ran before the emulator's tests
+  script_test "$t"
 done
 [ "$skip" -eq 0 ] || echo "($skip skipped, each named above with its reason)"
 echo "$pass passed, $fail failed"

@@ -4,6 +4,7 @@
 //   kernel.cpp   launches: blocks of fibers, barriers, warp collectives, the built-in variables
 //   warp.cpp     what a completed warp collective computes (shuffles, votes, mma.sync, ldmatrix)
 //   traffic.cpp  what a launch that asks does to memory (requests, sectors, bank conflicts) and its occupancy
+//   target.cpp   the device it stands for (YUAN_EMU_TARGET) and the compiled kernels' resources (the ptxas table)
 //   streams.cpp  streams and events: work runs when the host needs its result, in an order CUDA allows
 //   report.cpp   reports, the sticky error, names of kernels and shared arrays (symbols.cpp reads them)
 //   runtime.cpp, cublaslt.cpp, nccl.cpp: the library APIs on top of those
@@ -222,7 +223,20 @@ std::string current_call();
 
 // The error cudaGetLastError returns next (launch errors and failed calls), unless a sticky error takes its place.
 cudaError_t& last_error();
-// kernel.cpp: cudaFuncSetAttribute(MaxDynamicSharedMemorySize), checked at each launch of the kernel.
-cudaError_t set_shared_opt_in(const void* kernel, int bytes);
+// kernel.cpp: cudaFuncSetAttribute(MaxDynamicSharedMemorySize), checked at each launch of the kernel; the
+// refusal's reason in *why.
+cudaError_t set_shared_opt_in(const void* kernel, int bytes, std::string* why);
+
+// ---- target.cpp ----
+
+// What ptxas made of a kernel (its line in the ptxas table).
+struct Compiled {
+  int registers = -1;
+  size_t static_shared = 0;
+  int max_threads = 0;  // __launch_bounds__'s maximum threads per block (EIATTR_MAX_THREADS); 0 when it has none
+};
+// The kernel starting at `kernel` in the ptxas table, or null; *table_exists tells a kernel the table lacks from
+// no table at all. Called under the lock.
+const Compiled* compiled(const void* kernel, bool* table_exists);
 
 }  // namespace yuan::emu

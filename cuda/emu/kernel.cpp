@@ -33,9 +33,8 @@ namespace {
 
 namespace fc = boost::context::detail;
 
-constexpr int kMaxThreads = 1024;
+constexpr int kMaxThreads = 1024;  // a block's most on every target (target.cpp): a fiber stack each
 constexpr size_t kStackBytes = 256 << 10, kGuardBytes = 4096;  // per thread; the guard page catches overflows
-constexpr size_t kSharedDefault = 48 << 10, kSharedOptInMax = 227 << 10;  // sm_90's per-block limits
 constexpr size_t kParamsMax = 32764;                                      // CUDA 12.1 and later, sm_70+
 // With switches on, a thread stops after a random 1 to 2 kSwitchEvery - 1 memory accesses (kSwitchEvery on average).
 constexpr uint64_t kSwitchEvery = 32;
@@ -472,21 +471,50 @@ cudaError_t launch(const Launch& l, std::shared_ptr<const void> params, size_t p
     report(Check::Launch, Where{k->name, {}, {}}, 0, why, false, e);
     return last_error() = e;
   };
+  const Target& d = target();
   const dim3 b = l.block, g = l.grid;
   const unsigned long long threads = 1ull * b.x * b.y * b.z;
-  if (b.x == 0 || b.y == 0 || b.z == 0 || b.x > 1024 || b.y > 1024 || b.z > 64 || threads > kMaxThreads)
-    return refuse(cudaErrorInvalidConfiguration,
-                  format("block (%u,%u,%u): at most (1024,1024,64) and 1024 threads", b.x, b.y, b.z));
+  if (b.x == 0 || b.y == 0 || b.z == 0 || b.x > 1024 || b.y > 1024 || b.z > 64 ||
+      threads > static_cast<unsigned>(d.threads_per_block))
+    return refuse(cudaErrorInvalidConfiguration, format("block (%u,%u,%u): at most (1024,1024,64) and %d threads", b.x,
+                                                        b.y, b.z, d.threads_per_block));
   if (g.x == 0 || g.y == 0 || g.z == 0 || g.x > 0x7fffffffu || g.y > 65535 || g.z > 65535)
     return refuse(cudaErrorInvalidConfiguration,
                   format("grid (%u,%u,%u): at most (2^31-1,65535,65535)", g.x, g.y, g.z));
+  // What the compiled kernel states. Where there is a table, one of cuda/'s kernels missing from it (a table older
+  // than the source) is refused as a GPU refuses a kernel its binary lacks, rather than run unchecked; the tests'
+  // own kernels are not compiled into it.
+  bool table = false;
+  const Compiled* c = compiled(l.kernel, &table);
+  if (!c && table && conventional_kernel(k->name))
+    return refuse(cudaErrorInvalidDeviceFunction,
+                  "the kernel is not in the ptxas table, so its compiled limits are unknown (make emu rebuilds it)");
+  const size_t static_shared = c ? c->static_shared : 0;
   const auto opt = shared_opt_in().find(l.kernel);
-  const size_t limit = opt == shared_opt_in().end() ? kSharedDefault : static_cast<size_t>(opt->second);
+  const size_t limit = opt != shared_opt_in().end() ? static_cast<size_t>(opt->second)
+                                                    : d.shared_per_block - std::min(static_shared, d.shared_per_block);
   if (l.shared_bytes > limit)
     return refuse(cudaErrorInvalidValue,
-                  format("%zu bytes of dynamic shared memory, above the kernel's %zu (above 48 KiB a kernel must opt "
-                         "in with cudaFuncSetAttribute(cudaFuncAttributeMaxDynamicSharedMemorySize))",
-                         l.shared_bytes, limit));
+                  format("%zu bytes of dynamic shared memory, above the kernel's %zu (%zu KiB with its %zu static "
+                         "bytes; above that a kernel must opt in with "
+                         "cudaFuncSetAttribute(cudaFuncAttributeMaxDynamicSharedMemorySize))",
+                         l.shared_bytes, limit, d.shared_per_block >> 10, static_shared));
+  if (c && c->max_threads > 0 && threads > static_cast<unsigned>(c->max_threads))
+    return refuse(cudaErrorInvalidValue, format("block (%u,%u,%u): %llu threads, above the %d of the kernel's "
+                                                "__launch_bounds__ (the maximum its cubin states)",
+                                                b.x, b.y, b.z, threads, c->max_threads));
+  if (c && c->registers > 0) {
+    // Registers are allocated per warp, rounded up to the allocation unit (the occupancy calculator's rule).
+    const unsigned long long warps = (threads + d.warp_size - 1) / d.warp_size;
+    const unsigned long long per_warp =
+        (1ull * c->registers * d.warp_size + d.register_unit - 1) / d.register_unit * d.register_unit;
+    if (warps * per_warp > static_cast<unsigned long long>(d.registers_per_block))
+      return refuse(cudaErrorLaunchOutOfResources,
+                    format("block (%u,%u,%u): %llu warps of %llu registers (%d a thread, as ptxas compiled it) are "
+                           "%llu, above the %d a block may hold on the %s",
+                           b.x, b.y, b.z, warps, per_warp, c->registers, warps * per_warp, d.registers_per_block,
+                           d.description));
+  }
   if (params_bytes > kParamsMax)
     return refuse(cudaErrorInvalidValue, format("%zu bytes of parameters, above %zu", params_bytes, kParamsMax));
   if (!valid_stream(l.stream))
@@ -517,8 +545,18 @@ std::vector<KernelLaunches> kernel_launches() {
   return out;
 }
 
-cudaError_t set_shared_opt_in(const void* kernel, int bytes) {
-  if (bytes < 0 || static_cast<size_t>(bytes) > kSharedOptInMax) return cudaErrorInvalidValue;
+cudaError_t set_shared_opt_in(const void* kernel, int bytes, std::string* why) {
+  // The dynamic shared memory a kernel may opt in to is what its static shared memory leaves of the target's most.
+  const Target& d = target();
+  bool table = false;
+  const Compiled* c = compiled(kernel, &table);
+  const size_t most = d.shared_per_block_optin - (c ? std::min(c->static_shared, d.shared_per_block_optin) : 0);
+  if (bytes < 0 || static_cast<size_t>(bytes) > most) {
+    *why = format("%d bytes of dynamic shared memory, above the %zu the %s allows the kernel (%zu KiB a block, less "
+                  "its static shared memory)",
+                  bytes, most, d.description, d.shared_per_block_optin >> 10);
+    return cudaErrorInvalidValue;
+  }
   shared_opt_in()[kernel] = bytes;
   return cudaSuccess;
 }

@@ -1,5 +1,5 @@
-// The CUDA runtime API of the emulator: one device (device 0, sm_90, 16 GiB, 2 SMs so that grid-stride loops
-// loop), its memory in the arenas of memory.cpp, streams and events (streams.cpp), copies that check their ranges
+// The CUDA runtime API of the emulator: one device (device 0, described as the target of target.cpp, with 16 GiB
+// of memory), its memory in the arenas of memory.cpp, streams and events (streams.cpp), copies that check their ranges
 // as the driver does and carry device memory's initialisation state along. A timing event's record also stamps the
 // host clock when the emulator reaches it, so cudaEventElapsedTime measures the emulator, not a device.
 //
@@ -8,6 +8,7 @@
 // the driver's staged copies of pageable memory, completes before it returns, after the stream's earlier work.
 // In the Latest stream mode a pageable upload is staged at the call and lands in stream order, as the driver's does.
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -47,6 +48,7 @@ const char* default_message(cudaError_t e) {
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInitializationError: return "initialization error";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidDeviceFunction: return "invalid device function";
     case cudaErrorInvalidDevice: return "invalid device ordinal";
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     case cudaErrorNotReady: return "device not ready";
@@ -256,21 +258,31 @@ cudaError_t cudaGetDevice(int* device) {
 
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   if (device != 0) return done(cudaErrorInvalidDevice);
+  const Target& d = target();
   std::memset(prop, 0, sizeof *prop);
-  std::strcpy(prop->name, "yuanlm CUDA emulator");
+  std::snprintf(prop->name, sizeof prop->name, "%s (yuanlm CUDA emulator)", d.description);
+  // The memory is not the part's: tests size what does not fit by YUAN_EMU_DEVICE_MB (memory.cpp).
   prop->totalGlobalMem = device_memory_bytes();
-  prop->sharedMemPerBlock = 48 << 10;
-  prop->sharedMemPerBlockOptin = 227 << 10;
-  prop->warpSize = 32;
-  prop->maxThreadsPerBlock = 1024;
+  prop->sharedMemPerBlock = d.shared_per_block;
+  prop->sharedMemPerBlockOptin = d.shared_per_block_optin;
+  prop->sharedMemPerMultiprocessor = d.shared_per_sm;
+  prop->reservedSharedMemPerBlock = d.shared_reserved_per_block;
+  prop->regsPerBlock = d.registers_per_block;
+  prop->regsPerMultiprocessor = d.registers_per_sm;
+  prop->warpSize = d.warp_size;
+  prop->maxThreadsPerBlock = d.threads_per_block;
+  prop->maxThreadsPerMultiProcessor = d.threads_per_sm;
+  prop->maxBlocksPerMultiProcessor = d.blocks_per_sm;
   prop->maxThreadsDim[0] = prop->maxThreadsDim[1] = 1024;
   prop->maxThreadsDim[2] = 64;
   prop->maxGridSize[0] = 0x7fffffff;
   prop->maxGridSize[1] = prop->maxGridSize[2] = 65535;
-  prop->clockRate = 1000000;
-  prop->major = 9;
-  prop->minor = 0;
-  prop->multiProcessorCount = 2;
+  prop->clockRate = d.clock_khz;
+  prop->memoryClockRate = d.memory_clock_khz;
+  prop->memoryBusWidth = d.memory_bus_bits;
+  prop->major = d.major;
+  prop->minor = d.minor;
+  prop->multiProcessorCount = d.sms;
   return cudaSuccess;
 }
 
@@ -280,16 +292,20 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
   switch (attr) {
     case cudaDevAttrMaxThreadsPerBlock: *value = p.maxThreadsPerBlock; break;
     case cudaDevAttrMaxSharedMemoryPerBlock: *value = static_cast<int>(p.sharedMemPerBlock); break;
+    case cudaDevAttrMaxRegistersPerBlock: *value = p.regsPerBlock; break;
     case cudaDevAttrWarpSize: *value = p.warpSize; break;
     case cudaDevAttrClockRate: *value = p.clockRate; break;
     case cudaDevAttrMultiProcessorCount: *value = p.multiProcessorCount; break;
-    // An H100 SXM's HBM3 (2619 MHz, 5120 bits: 3.35 TB/s), for the kernel account's roofline of a device that
-    // has none.
-    case cudaDevAttrMemoryClockRate: *value = 2619000; break;
-    case cudaDevAttrGlobalMemoryBusWidth: *value = 5120; break;
+    case cudaDevAttrMemoryClockRate: *value = p.memoryClockRate; break;
+    case cudaDevAttrGlobalMemoryBusWidth: *value = p.memoryBusWidth; break;
+    case cudaDevAttrMaxThreadsPerMultiProcessor: *value = p.maxThreadsPerMultiProcessor; break;
     case cudaDevAttrComputeCapabilityMajor: *value = p.major; break;
     case cudaDevAttrComputeCapabilityMinor: *value = p.minor; break;
+    case cudaDevAttrMaxSharedMemoryPerMultiprocessor: *value = static_cast<int>(p.sharedMemPerMultiprocessor); break;
+    case cudaDevAttrMaxRegistersPerMultiprocessor: *value = p.regsPerMultiprocessor; break;
     case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = static_cast<int>(p.sharedMemPerBlockOptin); break;
+    case cudaDevAttrMaxBlocksPerMultiprocessor: *value = p.maxBlocksPerMultiProcessor; break;
+    case cudaDevAttrReservedSharedMemoryPerBlock: *value = static_cast<int>(p.reservedSharedMemPerBlock); break;
   }
   return cudaSuccess;
 }
@@ -541,8 +557,8 @@ cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int v
   Lock lock(mutex());
   if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize)
     return refuse("cudaFuncSetAttribute", "only cudaFuncAttributeMaxDynamicSharedMemorySize is emulated");
-  if (set_shared_opt_in(func, value) != cudaSuccess)
-    return refuse("cudaFuncSetAttribute", format("%d bytes of dynamic shared memory, above the device's 227 KiB", value));
+  std::string why;
+  if (set_shared_opt_in(func, value, &why) != cudaSuccess) return refuse("cudaFuncSetAttribute", why);
   return cudaSuccess;
 }
 

@@ -1,5 +1,5 @@
-// What a launch does to memory as a GPU's memory system sees it, and its theoretical occupancy on sm_90, for the
-// launches that ask (Launch::traffic; docs/EMULATOR.md, "Traffic"). While one runs its first time, checks.cpp hands
+// What a launch does to memory as a GPU's memory system sees it, and its theoretical occupancy on the target device
+// (target.cpp), for the launches that ask (Launch::traffic; docs/EMULATOR.md, "Traffic"). While one runs its first time, checks.cpp hands
 // every access of device or shared memory that passed the checks to count_access, made by the running thread
 // (t_running), and tells count_first_touches which device bytes the launch touches for the first time.
 //
@@ -10,7 +10,6 @@
 // overlap, so what is kept is one block's open requests and per-lane counts, dropped when it ends.
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <unordered_map>
 #include <vector>
 
@@ -24,10 +23,6 @@ namespace {
 
 constexpr uintptr_t kSectorBytes = 32;  // the unit a global request fetches
 constexpr int kBanks = 32;              // shared memory: 32 banks of 4-byte words
-// sm_90's resources per SM (the CUDA C++ Programming Guide's table of compute capabilities, and its occupancy
-// calculator's allocation units).
-constexpr int kRegistersPerSm = 65536, kRegisterUnit = 256, kWarpsPerSm = 64, kBlocksPerSm = 32;
-constexpr size_t kSharedPerSm = 228 << 10, kSharedReservedPerBlock = 1 << 10, kSharedUnit = 128;
 // A site is a finding when it wastes at least this share of what its launch moves: a warp reading one float (a
 // row's mean) wastes most of its sector, but no kernel is slower for it.
 constexpr double kFindingShare = 0.1;
@@ -67,54 +62,19 @@ struct Site {  // one access site's requests over the launch
   uint64_t wavefronts = 0, phases = 0;   // shared memory: phases are the fewest wavefronts the requests could take
 };
 
-// What ptxas reported for each kernel (the table build/emu/ptxas.txt, tests/cuda/test_codegen.sh's too): lines of
-// "mangled-name registers static-shared-bytes ...", g++'s spelling of the name (cuda/emu/ptxas_table.sh).
-struct Resources {
-  int registers = -1;
-  size_t static_shared = 0;
-};
-struct PtxasTable {
-  std::string path;
-  bool loaded = false;
-  std::unordered_map<std::string, Resources> kernels;
-};
-
-std::string default_table() {
-  if (const char* p = std::getenv("YUAN_EMU_PTXAS")) return p;
-  return YUAN_EMU_PTXAS_TABLE;  // the build's (Makefile)
-}
-
-PtxasTable& ptxas_table() {
-  static PtxasTable* t = new PtxasTable{default_table(), false, {}};
-  return *t;
-}
-
-// Read when first needed: a missing table leaves every occupancy unknown, and changes nothing else.
-const std::unordered_map<std::string, Resources>& ptxas_kernels() {
-  PtxasTable& t = ptxas_table();
-  if (!t.loaded) {
-    t.loaded = true;
-    t.kernels.clear();
-    if (FILE* f = std::fopen(t.path.c_str(), "r")) {
-      char name[4096];
-      Resources r;
-      while (std::fscanf(f, "%4095s %d %zu%*[^\n]", name, &r.registers, &r.static_shared) == 3) t.kernels[name] = r;
-      std::fclose(f);
-    }
-  }
-  return t.kernels;
-}
-
-// Resident warps per SM over the 64 sm_90 holds: blocks fit as registers (allocated per warp, in units of 256),
-// warps, blocks and shared memory (in units of 128 bytes, plus 1 KiB reserved per block) allow.
+// Resident warps per SM over the most the target holds: blocks fit as registers (allocated per warp, in its units),
+// warps, blocks and shared memory (in its units, plus what it reserves per block) allow.
 double occupancy(int registers, size_t shared_bytes, unsigned threads) {
-  const int warps = static_cast<int>((threads + 31) / 32);
-  const int per_warp = (registers * 32 + kRegisterUnit - 1) / kRegisterUnit * kRegisterUnit;
-  int blocks = std::min(kBlocksPerSm, kWarpsPerSm / warps);
-  if (per_warp > 0) blocks = std::min(blocks, kRegistersPerSm / (per_warp * warps));
-  const size_t shared = (shared_bytes + kSharedUnit - 1) / kSharedUnit * kSharedUnit + kSharedReservedPerBlock;
-  blocks = std::min(blocks, static_cast<int>(kSharedPerSm / shared));
-  return static_cast<double>(blocks * warps) / kWarpsPerSm;
+  const Target& d = target();
+  const int warps = static_cast<int>((threads + d.warp_size - 1) / d.warp_size);
+  const int warps_per_sm = d.threads_per_sm / d.warp_size;
+  const int per_warp = (registers * d.warp_size + d.register_unit - 1) / d.register_unit * d.register_unit;
+  int blocks = std::min(d.blocks_per_sm, warps_per_sm / warps);
+  if (per_warp > 0) blocks = std::min(blocks, d.registers_per_sm / (per_warp * warps));
+  const size_t shared =
+      (shared_bytes + d.shared_unit - 1) / d.shared_unit * d.shared_unit + d.shared_reserved_per_block;
+  blocks = std::min(blocks, static_cast<int>(d.shared_per_sm / shared));
+  return static_cast<double>(blocks * warps) / warps_per_sm;
 }
 
 }  // namespace
@@ -264,23 +224,15 @@ void end_block_traffic(Counter& c) {
 void end_traffic(Traffic* out) {
   Counter& c = *counter;
   Traffic& t = c.totals;
-  const auto& kernels = ptxas_kernels();  // the launch runs under the emulator's lock
-  const auto it = kernels.find(mangled_name(c.launch.kernel));
-  if (it != kernels.end()) {
-    t.registers = it->second.registers;
-    t.occupancy = occupancy(it->second.registers, it->second.static_shared + c.launch.shared_bytes, c.threads);
+  bool table = false;
+  if (const Compiled* k = compiled(c.launch.kernel, &table)) {  // the launch runs under the emulator's lock
+    t.registers = k->registers;
+    t.occupancy = occupancy(k->registers, k->static_shared + c.launch.shared_bytes, c.threads);
   }
   t.findings = findings(c);
   *out = std::move(t);
   delete counter;
   counter = nullptr;
-}
-
-void set_ptxas_table(const std::string& path) {
-  Lock lock(mutex());
-  PtxasTable& t = ptxas_table();
-  t.path = path.empty() ? default_table() : path;
-  t.loaded = false;
 }
 
 }  // namespace yuan::emu

@@ -35,18 +35,27 @@ if [ ! -x "$cuobjdump" ]; then
 fi
 echo "nvcc: $nvcc ($("$nvcc" --version | tail -1)), cuobjdump: $cuobjdump"
 
-# The Makefile compiles each kernel file to a cubin with ptxas -v (build/codegen) and gathers ptxas's report in
-# build/emu/ptxas.txt, the table the emulator takes occupancy from (cuda/emu/ptxas_table.sh): one name, registers,
-# static shared bytes, spill stores and loads per kernel. A make running this script must not lend it its jobs.
-MAKEFLAGS= make -s PTXAS_NVCC="$nvcc" CUDA_ARCH="$arch" build/emu/ptxas.txt
+# The Makefile compiles each kernel file to a cubin with ptxas -v (build/codegen) and gathers ptxas's report and the
+# cubin's attributes in build/emu/ptxas.txt, the table the emulator checks launches against and takes occupancy from
+# (cuda/emu/ptxas_table.sh): one name, registers, static shared bytes, spill stores and loads, and the maximum
+# threads of __launch_bounds__ per kernel. A make running this script must not lend it its jobs.
+MAKEFLAGS= make -s PTXAS_NVCC="$nvcc" PTXAS_CUOBJDUMP="$cuobjdump" CUDA_ARCH="$arch" build/emu/ptxas.txt
 fail=0
-while read -r kernel _ _ stores loads; do
+while read -r kernel _ _ stores loads _; do
   if [ "$stores" != 0 ] || [ "$loads" != 0 ]; then
     echo "FAIL: $(c++filt "$kernel") spills: $stores bytes stored, $loads bytes loaded"
     fail=1
   fi
 done < build/emu/ptxas.txt
 echo "$(wc -l < build/emu/ptxas.txt) kernels, $(awk '$4 == 0 && $5 == 0' build/emu/ptxas.txt | wc -l) without spills"
+# The kernels declared with __launch_bounds__ must state it in the table, or the emulator checks their launches
+# against the device's 1024 threads only: at least one a kernel file that declares it.
+bounded=$(awk '$6 > 0' build/emu/ptxas.txt | wc -l)
+echo "$bounded kernels state __launch_bounds__'s maximum threads"
+if [ "$bounded" -lt "$(grep -l '__launch_bounds__' cuda/*.cu | wc -l)" ]; then
+  echo "FAIL: the table lost __launch_bounds__ (cuobjdump -elf's EIATTR_MAX_THREADS, cuda/emu/ptxas_table.sh)"
+  fail=1
+fi
 
 # Each attention kernel's SASS section must hold tensor-core MMAs and ldmatrix loads.
 PATH=$(dirname "$cuobjdump"):$PATH "$cuobjdump" -sass "$out/attention.cubin" >"$out/attention.sass"

@@ -13,13 +13,16 @@
 #include <gtest/gtest.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "cast.cuh"
 #include "classifier.cuh"
 #include "common.cuh"
 #include "gpu_test.h"
@@ -578,6 +581,218 @@ TEST_F(EmulatorChecks, LaunchesCudaRefuses) {
   EXPECT_THROW(launch(fill_dynamic, 1, 2048, 0, 0, out.p), yuan::Error) << "2048 threads";
   EXPECT_THROW(launch(fill_dynamic, dim3(1, 70000), 32, 0, 0, out.p), yuan::Error) << "grid.y 70000";
   EXPECT_EQ(yuan::emu::take_reports().size(), 2u);
+}
+
+// ---- the device it stands for (docs/EMULATOR.md) ----
+
+// The target (cuda_emu.h) for as long as it lives, then the default.
+struct OnTarget {
+  explicit OnTarget(const char* name) { EXPECT_TRUE(yuan::emu::set_target(name)) << name; }
+  ~OnTarget() { yuan::emu::set_target(""); }
+};
+
+TEST(EmulatorTarget, TheDeviceIsTheTargets) {
+  auto props = [] {
+    cudaDeviceProp p;
+    CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
+    return p;
+  };
+  const cudaDeviceProp h100 = props();
+  EXPECT_EQ(h100.multiProcessorCount, 132);
+  EXPECT_EQ(h100.major * 10 + h100.minor, 90);
+  EXPECT_EQ(h100.sharedMemPerBlock, size_t(48) << 10);
+  EXPECT_EQ(h100.sharedMemPerBlockOptin, size_t(227) << 10);
+  EXPECT_EQ(h100.sharedMemPerMultiprocessor, size_t(228) << 10);
+  EXPECT_EQ(h100.regsPerBlock, 65536);
+  EXPECT_EQ(h100.regsPerMultiprocessor, 65536);
+  EXPECT_EQ(h100.maxThreadsPerMultiProcessor, 2048);
+  EXPECT_EQ(h100.maxBlocksPerMultiProcessor, 32);
+  EXPECT_NE(std::string(h100.name).find("H100"), std::string::npos) << h100.name;
+  int sms = 0;
+  {
+    OnTarget a100("a100");
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    EXPECT_EQ(sms, 108);
+    EXPECT_EQ(props().sharedMemPerBlockOptin, size_t(163) << 10);
+    EXPECT_EQ(props().major, 8);
+    // Opting in to what an H100 allows a block is refused on an A100.
+    EXPECT_EQ(cudaFuncSetAttribute(fill_dynamic, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 << 10),
+              cudaErrorInvalidValue);
+    EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidValue);
+    std::vector<Report> reps = yuan::emu::take_reports();
+    ASSERT_EQ(reps.size(), 1u) << all(reps);
+    EXPECT_NE(reps[0].message.find("above the 166912 the NVIDIA A100 SXM4 allows"), std::string::npos)
+        << reps[0].message;
+  }
+  {
+    OnTarget h200("h200");
+    EXPECT_EQ(props().multiProcessorCount, 132);
+    EXPECT_EQ(props().memoryBusWidth, 6144);
+  }
+  EXPECT_FALSE(yuan::emu::set_target("v100"));
+  EXPECT_EQ(props().multiProcessorCount, 132) << "an unknown name leaves the target as it was";
+}
+
+// Blocks for a grid-stride loop over n items, as cuda/common.cuh's grid_for sizes them (enough to fill the device 8
+// times over, no more), from the SM count of the target at the call.
+unsigned blocks_for(size_t n, unsigned threads) {
+  int sms = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  return static_cast<unsigned>(std::min<size_t>((n + threads - 1) / threads, size_t(8) * sms));
+}
+
+// out = 2 in over a grid-stride loop; the planted bug (`one_stride`): the loop was dropped, each thread doing only
+// the first element it meets. A device with few SMs never needs a second stride at a test's sizes.
+__global__ void twice(float* out, const float* in, size_t n, bool one_stride) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    out[i] = 2.0f * in[i];
+    if (one_stride) break;
+  }
+}
+
+// What a consumer of twice's output does: reads all of it (an element nothing wrote is an Uninitialised).
+__global__ void sum_all(float* total, const float* x, size_t n) {
+  for (size_t i = threadIdx.x; i < n; i += blockDim.x) atomicAdd(total, x[i]);
+}
+
+// twice with or without its loop over n elements, 32 threads a block, then its output read: reported or not.
+bool dropped_stride_reported(size_t n, bool one_stride) {
+  Exact<float> in(n), out(n, false), total(1);
+  launch(twice, blocks_for(n, 32), 32, 0, 0, out.p, in.p, n, one_stride);
+  launch(sum_all, 1, 32, 0, 0, total.p, out.p, n);
+  const bool failed = cudaDeviceSynchronize() != cudaSuccess;
+  const std::vector<Report> reps = yuan::emu::take_reports();
+  for (const Report& r : reps) EXPECT_EQ(r.check, Check::Uninitialised) << r.message;
+  return failed;
+}
+
+// An H100 caps the loop's grid at 8 x 132 = 1056 blocks: 33,792 elements in one stride, a second above. A test
+// shape below that passes with the loop dropped; one element more shows it, and on an A100 (864 blocks) 27,649 do.
+TEST_F(EmulatorChecks, AGridStrideLoopDroppedShowsOnlyAboveTheFirstStride) {
+  const size_t stride = 1056 * 32;
+  EXPECT_FALSE(dropped_stride_reported(stride, true)) << "one stride covers it: what the tests' shapes let through";
+  EXPECT_FALSE(dropped_stride_reported(stride + 1, false));
+  {
+    Exact<float> in(stride + 1), out(stride + 1, false), total(1);
+    launch(twice, blocks_for(stride + 1, 32), 32, 0, 0, out.p, in.p, stride + 1, true);
+    launch(sum_all, 1, 32, 0, 0, total.p, out.p, stride + 1);
+    expect_report(cudaErrorLaunchFailure, Check::Uninitialised, "sum_all", {0, 0, 0}, {0, 0, 0}, out.p + stride,
+                  "was never written");
+  }
+  OnTarget a100("a100");
+  EXPECT_TRUE(dropped_stride_reported(864 * 32 + 1, true));
+  EXPECT_FALSE(dropped_stride_reported(864 * 32 + 1, false));
+}
+
+// Per-block partial sums of squares into `partials`, a slot a block (grad_norm.cu's first stage). The planted bug:
+// the caller sizes the grid from the SM count without capping it at the partials' 1024 slots.
+__global__ void partial_squares(double* partials, const float* x, size_t n) {
+  double acc = 0;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    acc += static_cast<double>(x[i]) * x[i];
+  if (threadIdx.x == 0) partials[blockIdx.x] = acc;  // the other threads' sums are dropped: only the grid matters
+}
+
+// 1024 partials and the result after them, as grad_norm.cu keeps them: 1025 doubles. An A100's 864 blocks fit
+// uncapped; an H100's 1056 write past the end, unless the grid is capped.
+TEST_F(EmulatorChecks, AGridNotCappedAtItsBufferWritesPastIt) {
+  constexpr unsigned kMaxBlocks = 1024;
+  const size_t n = 1 << 20;
+  Exact<float> x(n);
+  Exact<double> partials(kMaxBlocks + 1);
+  launch(partial_squares, std::min(blocks_for(n, 32), kMaxBlocks), 32, 0, 0, partials.p, x.p, n);
+  expect_no_report();
+  {
+    OnTarget a100("a100");
+    launch(partial_squares, blocks_for(n, 32), 32, 0, 0, partials.p, x.p, n);
+    expect_no_report();
+  }
+  launch(partial_squares, blocks_for(n, 32), 32, 0, 0, partials.p, x.p, n);
+  expect_report(cudaErrorIllegalAddress, Check::OutOfBounds, "partial_squares", {kMaxBlocks + 1, 0, 0}, {0, 0, 0},
+                partials.p + kMaxBlocks + 1, "write");
+}
+
+}  // namespace
+
+// Named outside the anonymous namespace, so that a test can spell their mangled names in a ptxas table. The
+// emulator's headers cannot see __launch_bounds__ (it expands to nothing for g++): the table states it, as
+// cuobjdump reads it from the kernel's cubin (EIATTR_MAX_THREADS).
+namespace launch_probe {
+__global__ void __launch_bounds__(64) bounded(float* out) { out[threadIdx.x] = 1.0f; }
+__global__ void many_registers(float* out) { out[threadIdx.x] = 1.0f; }
+}  // namespace launch_probe
+
+namespace {
+
+// A ptxas table the test writes for the probes, as the build writes build/emu/ptxas.txt, for as long as it lives.
+struct ProbeTable {
+  std::string path = ::testing::TempDir() + "emulator_launch_ptxas.txt";
+  explicit ProbeTable(const char* lines) {
+    FILE* f = std::fopen(path.c_str(), "w");
+    std::fputs(lines, f);
+    std::fclose(f);
+    yuan::emu::set_ptxas_table(path);
+  }
+  ~ProbeTable() {
+    yuan::emu::set_ptxas_table("");
+    std::remove(path.c_str());
+  }
+};
+
+// Launches kernel(out) on one block of `threads` as gpu::launch does, and returns what the launch returned.
+cudaError_t launch_status(void (*kernel)(float*), unsigned threads, float* out) {
+  using Call = yuan::gpu::detail::KernelCall<float*>;
+  auto call = std::make_shared<const Call>(Call{kernel, std::tuple<float*>(out)});
+  const yuan::emu::Launch l{reinterpret_cast<const void*>(kernel), 1, threads, 0, 0, nullptr};
+  const cudaError_t e = yuan::emu::launch(l, call, sizeof(Call), &Call::run);
+  EXPECT_EQ(cudaGetLastError(), e) << "kept for cudaGetLastError, as a launch's error is";
+  return e;
+}
+
+// The one report a refused launch left: a Launch saying `says`.
+void expect_refused(const char* says) {
+  std::vector<Report> reps = yuan::emu::take_reports();
+  ASSERT_EQ(reps.size(), 1u) << all(reps);
+  EXPECT_EQ(reps[0].check, Check::Launch);
+  EXPECT_NE(reps[0].message.find(says), std::string::npos) << reps[0].message;
+}
+
+// __launch_bounds__(64) launched with 128 threads: every launch fails on a GPU (cudaErrorInvalidValue, as the
+// driver refuses a block above the function's maximum threads); 64 threads run.
+TEST_F(EmulatorChecks, ABlockAboveTheKernelsLaunchBounds) {
+  ProbeTable table("_ZN12launch_probe7boundedEPf 16 0 0 0 64\n");
+  Exact<float> out(128);
+  EXPECT_EQ(launch_status(launch_probe::bounded, 64, out.p), cudaSuccess);
+  expect_no_report();
+  EXPECT_EQ(launch_status(launch_probe::bounded, 128, out.p), cudaErrorInvalidValue);
+  expect_refused("128 threads, above the 64 of the kernel's __launch_bounds__");
+  expect_no_report();
+}
+
+// 128 registers a thread: 4096 a warp, so 16 warps fill a block's 65536; 1024 threads are refused
+// (cudaErrorLaunchOutOfResources, "too many resources requested for launch"), 512 run.
+TEST_F(EmulatorChecks, RegistersTimesThreadsAboveTheBlocksRegisters) {
+  ProbeTable table("_ZN12launch_probe14many_registersEPf 128 0 0 0 0\n");
+  Exact<float> out(1024);
+  EXPECT_EQ(launch_status(launch_probe::many_registers, 512, out.p), cudaSuccess);
+  expect_no_report();
+  EXPECT_EQ(launch_status(launch_probe::many_registers, 1024, out.p), cudaErrorLaunchOutOfResources);
+  expect_refused("32 warps of 4096 registers (128 a thread, as ptxas compiled it) are 131072, above the 65536 a "
+                 "block may hold on the NVIDIA H100 SXM");
+  EXPECT_STREQ(cudaGetErrorString(cudaErrorLaunchOutOfResources), "too many resources requested for launch");
+}
+
+// A kernel of cuda/ that a table lacks (one older than the source) is refused, not run unchecked; the tests' own
+// kernels are in no table and run.
+TEST_F(EmulatorChecks, AKernelMissingFromThePtxasTable) {
+  ProbeTable table("_ZN12launch_probe7boundedEPf 16 0 0 0 64\n");
+  Exact<float> in(64);
+  Exact<__nv_bfloat16> out(64);
+  EXPECT_THROW(yuan::gpu::f32_to_bf16(out.p, in.p, 64, 0), yuan::Error) << "cudaErrorInvalidDeviceFunction";
+  expect_refused("is not in the ptxas table");
+  Exact<float> wide(1024);
+  EXPECT_EQ(launch_status(launch_probe::many_registers, 1024, wide.p), cudaSuccess) << "not in the table: unchecked";
+  expect_no_report();
 }
 
 // ---- what the instructions compute ----

@@ -32,18 +32,41 @@ struct Traffic {
   // Shared memory: warp-wide requests, and the wavefronts (passes through the 32 banks) they take beyond the
   // fewest their width allows: the bank conflicts.
   uint64_t shared_requests = 0, bank_conflicts = 0;
-  // Theoretical occupancy on sm_90 (resident warps per SM over 64) from the registers and static shared memory
-  // ptxas reports for the kernel, its block size and its dynamic shared memory; negative when ptxas's report for
-  // the kernel is not known to the emulator.
+  // Theoretical occupancy on the target (resident warps per SM over the most it holds) from the registers and
+  // static shared memory ptxas reports for the kernel, its block size and its dynamic shared memory; negative when
+  // ptxas's report for the kernel is not known to the emulator.
   double occupancy = -1;
   int registers = -1;
   // The access sites that waste most, in words ("uncoalesced: NAME+0x1c: 16.0 sectors for 64 bytes used per request
   // (efficiency 0.12)"), for a person reading the account.
   std::vector<std::string> findings;
 };
-// Reads ptxas's registers and static shared memory per kernel (build/emu/ptxas.txt, docs/EMULATOR.md "Traffic")
-// from `path` instead of the table found at start (YUAN_EMU_PTXAS, else the build's); empty: that one again.
+// Reads what ptxas made of each kernel (registers, static shared memory, __launch_bounds__'s maximum threads:
+// build/emu/ptxas.txt, docs/EMULATOR.md "The device it stands for") from `path` instead of the table found at
+// start (YUAN_EMU_PTXAS, else the build's); empty: that one again. Occupancy and the launch checks read it.
 void set_ptxas_table(const std::string& path);
+
+// ---- the device the emulator stands for ----
+
+// The GPU whose limits cudaGetDeviceProperties reports, launches are checked against and occupancy is computed
+// for. Grids sized from the SM count are as large as on that GPU, so a test shape reaches the paths it would.
+struct Target {
+  const char* name;         // as YUAN_EMU_TARGET and set_target spell it: h100 (the default), a100, h200
+  const char* description;  // the part: "NVIDIA H100 SXM"
+  int major, minor;         // compute capability
+  int sms;
+  int clock_khz, memory_clock_khz, memory_bus_bits;
+  size_t shared_per_block;        // dynamic + static shared memory without opting in
+  size_t shared_per_block_optin;  // the most cudaFuncAttributeMaxDynamicSharedMemorySize (plus static) may reach
+  size_t shared_per_sm, shared_reserved_per_block, shared_unit;
+  int registers_per_sm, registers_per_block, register_unit;  // registers are allocated per warp, in units
+  int threads_per_sm, threads_per_block, blocks_per_sm, warp_size;
+};
+const Target& target();
+// Chooses the target by name (empty: the default) for the launches and queries that follow; false for an unknown
+// name. YUAN_EMU_TARGET sets it at start. A value the program cached from an earlier query (cuda/common.cuh's
+// grid_for keeps the SM count) keeps the old target's: a run on another target sets it before the first query.
+bool set_target(const std::string& name);
 
 struct Launch {
   const void* kernel;  // the __global__ function: its name in reports, its attributes

@@ -21,6 +21,7 @@ enum cudaError_t {
   cudaErrorMemoryAllocation = 2,
   cudaErrorInitializationError = 3,
   cudaErrorInvalidConfiguration = 9,
+  cudaErrorInvalidDeviceFunction = 98,
   cudaErrorInvalidDevice = 101,
   cudaErrorInvalidResourceHandle = 400,
   cudaErrorNotReady = 600,
@@ -62,14 +63,20 @@ enum cudaMemcpyKind {
 enum cudaDeviceAttr {
   cudaDevAttrMaxThreadsPerBlock = 1,
   cudaDevAttrMaxSharedMemoryPerBlock = 8,
+  cudaDevAttrMaxRegistersPerBlock = 12,
   cudaDevAttrWarpSize = 10,
   cudaDevAttrClockRate = 13,
   cudaDevAttrMultiProcessorCount = 16,
   cudaDevAttrMemoryClockRate = 36,
   cudaDevAttrGlobalMemoryBusWidth = 37,
+  cudaDevAttrMaxThreadsPerMultiProcessor = 39,
   cudaDevAttrComputeCapabilityMajor = 75,
   cudaDevAttrComputeCapabilityMinor = 76,
+  cudaDevAttrMaxSharedMemoryPerMultiprocessor = 81,
+  cudaDevAttrMaxRegistersPerMultiprocessor = 82,
   cudaDevAttrMaxSharedMemoryPerBlockOptin = 97,
+  cudaDevAttrMaxBlocksPerMultiprocessor = 106,
+  cudaDevAttrReservedSharedMemoryPerBlock = 111,
 };
 
 enum cudaFuncAttribute {
@@ -83,11 +90,19 @@ struct cudaDeviceProp {
   size_t totalGlobalMem;
   size_t sharedMemPerBlock;
   size_t sharedMemPerBlockOptin;
+  size_t sharedMemPerMultiprocessor;
+  size_t reservedSharedMemPerBlock;
+  int regsPerBlock;
+  int regsPerMultiprocessor;
   int warpSize;
   int maxThreadsPerBlock;
+  int maxThreadsPerMultiProcessor;
+  int maxBlocksPerMultiProcessor;
   int maxThreadsDim[3];
   int maxGridSize[3];
   int clockRate;
+  int memoryClockRate;
+  int memoryBusWidth;
   int major;
   int minor;
   int multiProcessorCount;
