@@ -3,8 +3,9 @@
 // naming the kernel, block, thread and address, with the CUDA error a faulting kernel leaves; correct code of the
 // same shape must raise none. Then what the emulated instructions compute, against the PTX ISA's definitions
 // written out again here; the conversions' rounding against cuda_bf16.h / cuda_fp16.h's documented results; the
-// cuBLASLt and NCCL argument checks; and the stream order, in which a missing wait shows, and the stream modes
-// (latest, earliest) that show what the default order hides.
+// cuBLASLt and NCCL argument checks; the stream order, in which a missing wait shows, and the stream modes
+// (latest, earliest) that show what the default order hides; and the happens-before rule, which reports a missing
+// wait between streams in every mode.
 #ifdef YUAN_EMU
 #include <cublasLt.h>
 #include <cuda_bf16.h>
