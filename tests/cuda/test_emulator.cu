@@ -1097,25 +1097,29 @@ TEST(EmulatorHappensBefore, ParametersSetOnOneStreamWhileAKernelOnAnotherReadsTh
                                  "bytes 8 to 12"});
 }
 
-// A pinned staging buffer: a chunk goes up from it on stream a, and the next chunk comes down into it on stream b
-// before the event of the upload: the download may overwrite what the upload has not read yet.
-void refill_staging(bool wait) {
+// A pinned staging buffer: a chunk goes up from it on one stream, and the next chunk comes down into it on the
+// other before the event of the upload: the download may overwrite what the upload has not read yet. `swap` trades
+// the streams, so that a synchronise of the device runs the download first as well as second.
+void refill_staging(bool wait, bool swap) {
   Exact<float> up(1), down(1);
   TwoStreams s;
+  cudaStream_t first = swap ? s.b : s.a, second = swap ? s.a : s.b;
   cudaEvent_t read;
   CUDA_CHECK(cudaEventCreateWithFlags(&read, cudaEventDisableTiming));
   s.pinned[0] = 1.0f;
-  cudaMemcpyAsync(up.p, s.pinned, sizeof(float), cudaMemcpyHostToDevice, s.a);
-  cudaEventRecord(read, s.a);
-  if (wait) cudaStreamWaitEvent(s.b, read, 0);
-  cudaMemcpyAsync(s.pinned, down.p, sizeof(float), cudaMemcpyDeviceToHost, s.b);
+  cudaMemcpyAsync(up.p, s.pinned, sizeof(float), cudaMemcpyHostToDevice, first);
+  cudaEventRecord(read, first);
+  if (wait) cudaStreamWaitEvent(second, read, 0);
+  cudaMemcpyAsync(s.pinned, down.p, sizeof(float), cudaMemcpyDeviceToHost, second);
   cudaDeviceSynchronize();
   cudaEventDestroy(read);
 }
 
 TEST(EmulatorHappensBefore, AStagingBufferRefilledBeforeTheEventOfItsCopy) {
-  expect_race_only_without_wait(refill_staging, {"cudaMemcpyAsync (called from", "refill_staging",
-                                                 "of the 8-byte pinned host allocation", "no event wait or synchronisation"});
+  for (bool swap : {false, true})
+    expect_race_only_without_wait([swap](bool wait) { refill_staging(wait, swap); },
+                                  {"cudaMemcpyAsync (called from", "refill_staging",
+                                   "of the 8-byte pinned host allocation", "no event wait or synchronisation"});
 }
 
 // What orders work besides an event wait: the legacy stream's implicit synchronisation with blocking streams, a
