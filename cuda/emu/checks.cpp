@@ -304,6 +304,16 @@ void device_access(uintptr_t a, size_t n, bool write, bool natural, bool atomic,
         j.state.push_back(sh[i]);
       }
   }
+  // For the happens-before check between operations (order.cpp): the bytes the launch reads or writes for the first
+  // time, before the cells record this access. Later accesses of a byte add nothing to what the launch touched.
+  bool fresh_write = false, fresh_read = false;
+  for (size_t i = 0; i < n; i++) {
+    const bool unwritten = cells[i].written < x.first;
+    fresh_write |= write && unwritten;
+    fresh_read |= (!write || atomic) && unwritten && cells[i].read < x.first;
+  }
+  if (fresh_write) note_access(reinterpret_cast<const void*>(a), n, true);
+  if (fresh_read) note_access(reinterpret_cast<const void*>(a), n, false);
   if (write) std::memset(sh, kInitialised, n);
   if (atomic) {  // atomics do not race with each other; a plain access of the byte is checked against them
     for (size_t i = 0; i < n; i++) {
@@ -391,6 +401,7 @@ void on_access(const void* p, size_t n, bool write, bool natural, const void* pc
   if (in_arena(Space::Pinned, a)) {
     const std::string bad = check_range(Space::Pinned, p, n, false);
     if (!bad.empty()) fail(Check::OutOfBounds, a, format("%zu-byte %s: %s", n, verb(write), bad.c_str()), pc);
+    note_access(p, n, write);  // pinned memory has no race cells: every access goes to the launch's ranges
     return;
   }
   fail(Check::HostMemory, a, format("%zu-byte %s of host memory at %p, which is neither device, pinned nor shared "

@@ -203,12 +203,20 @@ std::string check_matrix(const char* name, const void* p, int type, uint64_t row
   for (int b = 0; b < batch; b++) {
     const char* base = static_cast<const char*>(p) + b * batch_stride * static_cast<int64_t>(es);
     std::string bad = check_range(Space::Device, base, span_elems(rows, cols, ld) * es, false);
-    for (uint64_t j = 0; bad.empty() && read && j < cols; j++)
+    for (uint64_t j = 0; bad.empty() && read && j < cols; j++) {
       bad = check_range(Space::Device, base + j * ld * es, rows * es, true);
+      note_access(base + j * ld * es, rows * es, false);  // read checks happen as the GEMM runs: it reads them
+    }
     if (!bad.empty()) return format("%s (%llux%llu, ld %lld, batch %d): %s", name, (unsigned long long)rows,
                                     (unsigned long long)cols, static_cast<long long>(ld), b, bad.c_str());
   }
   return {};
+}
+
+// What the GEMM wrote: initialised, and its write for the happens-before check.
+void written(const void* p, size_t n) {
+  mark_initialised(p, n);
+  note_access(p, n, true);
 }
 
 bool overlaps(const void* a, size_t an, const void* b, size_t bn) {
@@ -301,10 +309,10 @@ struct Gemm {
         }
       // What the GEMM wrote is initialised now.
       const size_t es = type_size(dd.type);
-      for (size_t j = 0; j < n; j++) mark_initialised(static_cast<char*>(D) + (od + j * dd.ld) * es, m * es);
+      for (size_t j = 0; j < n; j++) written(static_cast<char*>(D) + (od + j * dd.ld) * es, m * es);
       if (writes_aux(d.epilogue))
-        for (size_t j = 0; j < n; j++) mark_initialised(aux + j * d.aux_ld * es, m * es);
-      if (writes_bias(d.epilogue)) mark_initialised(bias, (d.epilogue == CUBLASLT_EPILOGUE_BGRADB ? n : m) * es);
+        for (size_t j = 0; j < n; j++) written(aux + j * d.aux_ld * es, m * es);
+      if (writes_bias(d.epilogue)) written(bias, (d.epilogue == CUBLASLT_EPILOGUE_BGRADB ? n : m) * es);
     }
   }
 };
@@ -473,6 +481,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
                               const void* C, cublasLtMatrixLayout_t c, void* D, cublasLtMatrixLayout_t d,
                               const cublasLtMatmulAlgo_t* algo, void* workspace, size_t workspace_bytes,
                               cudaStream_t stream) {
+  Calling calling("cublasLtMatmul", __builtin_return_address(0));  // names the GEMM in race reports
   Lock lock(mutex());
   if (!handle || !desc || !alpha || !beta || !a || !b || !c || !d || !algo)
     return fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmul: a null argument");

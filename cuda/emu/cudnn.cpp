@@ -747,6 +747,7 @@ struct Run {
       if (!t.by_value) {
         const std::string bad = check_range(Space::Device, p, es, true);
         if (!bad.empty()) return format("tensor %lld: %s", (long long)t.uid, bad.c_str());
+        note_access(p, es, false);
       }
       v[i] = load(p, t.type);
     }
@@ -761,6 +762,7 @@ struct Run {
     for (size_t i = 0; i < off.size(); i++) {
       store(base + off[i] * es, t.type, v[i]);
       mark_initialised(base + off[i] * es, es);
+      note_access(base + off[i] * es, es, true);
     }
   }
 
@@ -1136,6 +1138,7 @@ cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t descriptor) {
 
 cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t plan, cudnnBackendDescriptor_t pack) {
   Lock lock(mutex());
+  Calling calling("cudnnBackendExecute", __builtin_return_address(0));  // names the graph in race reports
   if (!handle || !plan || !pack) return refuse_execute(CUDNN_STATUS_BAD_PARAM_NULL_POINTER, "a null argument");
   const Desc &p = *as_desc(plan), &v = *as_desc(pack);
   if (p.type != CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR || v.type != CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR)

@@ -5,7 +5,9 @@
 //   warp.cpp     what a completed warp collective computes (shuffles, votes, mma.sync, ldmatrix)
 //   traffic.cpp  what a launch that asks does to memory (requests, sectors, bank conflicts) and its occupancy
 //   target.cpp   the device it stands for (YUAN_EMU_TARGET) and the compiled kernels' resources (the ptxas table)
-//   streams.cpp  streams and events: work runs when the host needs its result, in an order CUDA allows
+//   streams.cpp  streams and events: work runs when the host needs its result, in an order CUDA allows; the
+//                vector clocks that say which operations CUDA orders, whenever they run
+//   order.cpp    the happens-before check: each byte range's last writer and readers since, held to those clocks
 //   report.cpp   reports, the sticky error, names of kernels and shared arrays (symbols.cpp reads them)
 //   runtime.cpp, cublaslt.cpp, nccl.cpp: the library APIs on top of those
 // Nothing here is thread-safe on its own: runtime entry points take the emulator's lock (Lock).
@@ -13,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -195,17 +198,67 @@ void end_block_traffic(Counter& c);
 // may return false (still in flight, e.g. a pending MPI transfer) and is asked again later.
 using Step = std::function<bool(bool block)>;
 struct StreamState;
+struct Operation;  // order.cpp, below
 // Null and cudaStreamLegacy are the legacy default stream; false for a handle that is not a live stream.
 bool valid_stream(cudaStream_t s);
 cudaStream_t create_stream(bool blocking);
 void destroy_stream(cudaStream_t s);  // runs its remaining work first
-void enqueue(cudaStream_t s, Step step);
-// A point in a stream's order: after everything enqueued on it so far (an event's record).
+// The operation is named for reports by the API call running (Calling), or `kernel`.
+std::shared_ptr<Operation> enqueue(cudaStream_t s, Step step, const void* kernel = nullptr);
+// ---- order.cpp ----
+
+// One operation as the happens-before rule sees it: a kernel, copy, memset, library call or marker on a stream
+// (stream > 0, seq its number there: StreamPoint::seq), or an access of the host (stream 0). `seen[i]` is how many
+// operations of stream i are ordered before it (event waits, synchronisations, the legacy stream's implicit ones),
+// as the enqueue left them: what CUDA guarantees, whenever the emulator happens to run the work.
+using VectorClock = std::vector<uint64_t>;
+struct Operation {
+  int stream = 0;
+  uint64_t seq = 0;
+  std::shared_ptr<const VectorClock> seen;
+  const char* call = nullptr;    // the API call that enqueued it, and its caller
+  const void* caller = nullptr;
+  const void* kernel = nullptr;  // a launch's kernel
+  // The byte ranges of device and pinned memory it read and wrote, [begin, end), gathered while it runs and checked
+  // once it completed (settle).
+  std::vector<std::pair<uintptr_t, uintptr_t>> reads, writes;
+};
+// Whether CUDA orders `a` before `b` (or they are one operation).
+bool ordered(const Operation& a, const Operation& b);
+// The operation running on this OS thread (its step), null in host code.
+extern thread_local Operation* t_operation;
+// An access of [p, p + n) by the running operation; outside any, an access of the host, checked at once. Memory
+// that is neither device nor pinned is not tracked.
+void note_access(const void* p, size_t n, bool write);
+// The operation completed: each of its accesses is checked against the last write of its bytes (and a write
+// against the reads since) and recorded. A pair CUDA does not order is a StreamRace report.
+void settle(const std::shared_ptr<Operation>& op);
+// The running operation's accesses so far checked the same way, not recorded: false after a report. For an
+// operation that must know before it goes on (a copy whose Latest-mode watch would blame the host otherwise).
+bool ordered_so_far();
+// Freed memory: its history goes (the addresses are never handed out again).
+void forget_order(uintptr_t begin, size_t bytes);
+// "stream 3 (0x...)", "the legacy default stream", "the host": for reports (streams.cpp).
+std::string stream_name(int stream);
+
+// A point in a stream's order: after everything enqueued on it so far (an event's record), with the operation
+// there (a marker) and what it is ordered after.
 struct StreamPoint {
   StreamState* stream = nullptr;  // null: never recorded, always complete
   uint64_t seq = 0;
+  std::shared_ptr<Operation> op;
 };
 StreamPoint stream_point(cudaStream_t s);
+// cudaStreamWaitEvent: `s`'s later work is ordered after the point, and waits for it.
+void stream_waits(cudaStream_t s, const StreamPoint& p);
+// The host synchronised with a point (a stream or event synchronise, a query that found it complete, a blocking
+// copy), or with everything enqueued so far (a device synchronise, cudaFree): what it does next, and the work it
+// enqueues next, is ordered after.
+void host_sees(const StreamPoint& p);
+void host_sees_stream(cudaStream_t s);  // all of its work so far
+void host_sees_all();
+// A new access of the host, ordered after what it has seen.
+std::shared_ptr<Operation> host_operation();
 // Runs the work up to a point, or all of a stream's; with block false stops at an operation still in flight and
 // returns false.
 bool run_until(const StreamPoint& p, bool block);

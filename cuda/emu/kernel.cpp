@@ -523,7 +523,7 @@ cudaError_t launch(const Launch& l, std::shared_ptr<const void> params, size_t p
   enqueue(l.stream, [k](bool) {
     run_kernel(*k);
     return true;
-  });
+  }, l.kernel);
   return cudaSuccess;
 }
 

@@ -110,6 +110,7 @@ bool release(Space s, void* p) {
     forget_device(a.begin, a.bytes);
     m.device_in_use -= a.bytes;
   }
+  forget_order(a.begin, a.bytes);
   // Host code that still reads the range through a stale pointer now faults instead of reading old data.
   madvise(p, span, MADV_DONTNEED);
   mprotect(p, span, PROT_NONE);

@@ -221,6 +221,12 @@ ncclResult_t check_buffer(ncclComm_t c, const char* call, const char* which, con
   return bad.empty() ? ncclSuccess : fail(c, ncclInvalidArgument, format("%s: %s buffer: %s", call, which, bad.c_str()));
 }
 
+// What an operation's completion wrote: initialised, and its write for the happens-before check.
+void written(void* p, size_t n) {
+  mark_initialised(p, n);
+  note_access(p, n, true);
+}
+
 // The uninitialised-input check and the posting of the MPI operations. Uninitialised input is reported like a
 // kernel's read of it; the transfer still happens, since the peers wait for it.
 void post(Op& op, std::vector<MPI_Request>& requests) {
@@ -267,6 +273,7 @@ void start(Op op) {
     if (!done) return false;
     requests->clear();
     pending->finish(pending->stage.data());
+    note_access(pending->input, pending->input_bytes, false);
     return true;
   });
 }
@@ -428,6 +435,7 @@ ncclResult_t ncclGroupStart() {
 
 ncclResult_t ncclGroupEnd() {
   Lock lock(mutex());
+  Calling calling("ncclGroupEnd", __builtin_return_address(0));  // names its operations in race reports
   Group& g = group();
   if (g.depth == 0) return fail(nullptr, ncclInvalidUsage, "ncclGroupEnd without ncclGroupStart");
   if (--g.depth > 0) return ncclSuccess;
@@ -438,6 +446,7 @@ ncclResult_t ncclGroupEnd() {
 ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t op,
                            ncclComm_t comm, cudaStream_t stream) {
   Lock lock(mutex());
+  Calling calling("ncclAllReduce", __builtin_return_address(0));  // names its operations in race reports
   const size_t bytes = count * type_bytes(t);
   if (ncclResult_t r = check(comm, "ncclAllReduce", t, count, stream)) return r;
   if (op == ncclAvg && t != ncclFloat32 && t != ncclFloat64)
@@ -462,13 +471,14 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataT
                          if (t == ncclFloat64) static_cast<double*>(recv)[i] /= size;
                        }
                      }
-                     mark_initialised(recv, bytes);
+                     written(recv, bytes);
                    }});
 }
 
 ncclResult_t ncclReduce(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t op, int root,
                         ncclComm_t comm, cudaStream_t stream) {
   Lock lock(mutex());
+  Calling calling("ncclReduce", __builtin_return_address(0));  // names its operations in race reports
   const size_t bytes = count * type_bytes(t);
   if (ncclResult_t r = check(comm, "ncclReduce", t, count, stream)) return r;
   if (root < 0 || root >= comm->size) return fail(comm, ncclInvalidArgument, format("ncclReduce: root %d", root));
@@ -489,13 +499,14 @@ ncclResult_t ncclReduce(const void* send, void* recv, size_t count, ncclDataType
                    [=](const char* stage) {
                      if (!at_root) return;
                      std::memcpy(recv, stage, bytes);
-                     mark_initialised(recv, bytes);
+                     written(recv, bytes);
                    }});
 }
 
 ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recvcount, ncclDataType_t t, ncclRedOp_t op,
                                ncclComm_t comm, cudaStream_t stream) {
   Lock lock(mutex());
+  Calling calling("ncclReduceScatter", __builtin_return_address(0));  // names its operations in race reports
   const size_t bytes = recvcount * type_bytes(t);
   if (ncclResult_t r = check(comm, "ncclReduceScatter", t, recvcount, stream)) return r;
   if (op == ncclAvg) return fail(comm, ncclInvalidArgument, "ncclReduceScatter: ncclAvg is not modelled");
@@ -517,13 +528,14 @@ ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recvcount, n
                    },
                    [=](const char* stage) {
                      std::memcpy(recv, stage + in_bytes, bytes);
-                     mark_initialised(recv, bytes);
+                     written(recv, bytes);
                    }});
 }
 
 ncclResult_t ncclAllGather(const void* send, void* recv, size_t sendcount, ncclDataType_t t, ncclComm_t comm,
                            cudaStream_t stream) {
   Lock lock(mutex());
+  Calling calling("ncclAllGather", __builtin_return_address(0));  // names its operations in race reports
   const size_t bytes = sendcount * type_bytes(t);
   if (ncclResult_t r = check(comm, "ncclAllGather", t, sendcount, stream)) return r;
   if (ncclResult_t r = check_buffer(comm, "ncclAllGather", "send", send, bytes)) return r;
@@ -539,13 +551,14 @@ ncclResult_t ncclAllGather(const void* send, void* recv, size_t sendcount, ncclD
                    },
                    [=](const char* stage) {
                      std::memcpy(recv, stage, bytes * size);
-                     mark_initialised(recv, bytes * size);
+                     written(recv, bytes * size);
                    }});
 }
 
 ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t t, int root, ncclComm_t comm,
                            cudaStream_t stream) {
   Lock lock(mutex());
+  Calling calling("ncclBroadcast", __builtin_return_address(0));  // names its operations in race reports
   const size_t bytes = count * type_bytes(t);
   if (ncclResult_t r = check(comm, "ncclBroadcast", t, count, stream)) return r;
   if (root < 0 || root >= comm->size) return fail(comm, ncclInvalidArgument, format("ncclBroadcast: root %d", root));
@@ -562,13 +575,14 @@ ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataT
                    },
                    [=](const char* stage) {
                      std::memcpy(recv, stage, bytes);
-                     mark_initialised(recv, bytes);
+                     written(recv, bytes);
                    }});
 }
 
 ncclResult_t ncclSend(const void* send, size_t count, ncclDataType_t t, int peer, ncclComm_t comm,
                       cudaStream_t stream) {
   Lock lock(mutex());
+  Calling calling("ncclSend", __builtin_return_address(0));  // names its operations in race reports
   const size_t bytes = count * type_bytes(t);
   if (ncclResult_t r = check(comm, "ncclSend", t, count, stream)) return r;
   if (peer < 0 || peer >= comm->size || peer == comm->rank)
@@ -585,6 +599,7 @@ ncclResult_t ncclSend(const void* send, size_t count, ncclDataType_t t, int peer
 
 ncclResult_t ncclRecv(void* recv, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t stream) {
   Lock lock(mutex());
+  Calling calling("ncclRecv", __builtin_return_address(0));  // names its operations in race reports
   const size_t bytes = count * type_bytes(t);
   if (ncclResult_t r = check(comm, "ncclRecv", t, count, stream)) return r;
   if (peer < 0 || peer >= comm->size || peer == comm->rank)
@@ -597,6 +612,6 @@ ncclResult_t ncclRecv(void* recv, size_t count, ncclDataType_t t, int peer, nccl
                    },
                    [=](const char* stage) {
                      std::memcpy(recv, stage, bytes);
-                     mark_initialised(recv, bytes);
+                     written(recv, bytes);
                    }});
 }

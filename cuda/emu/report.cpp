@@ -53,6 +53,7 @@ const char* check_name(Check c) {
     case Check::GlobalRace: return "device-memory race";
     case Check::OrderDependence: return "order-dependent result";
     case Check::StreamOrder: return "host buffer touched before its asynchronous copy completed";
+    case Check::StreamRace: return "stream race";
     case Check::BarrierDivergence: return "barrier divergence";
     case Check::WarpDivergence: return "warp divergence";
     case Check::HostMemory: return "host/device memory mix-up";

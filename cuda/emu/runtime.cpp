@@ -177,6 +177,12 @@ cudaError_t copy(const char* call, const void* caller, void* dst, const void* sr
       if (dst_dev) copy_shadow(d, s, width);
     }
   };
+  auto note = [=] {  // the copy's accesses, for the happens-before check
+    for (size_t r = 0; r < height; r++) {
+      note_access(static_cast<const char*>(src) + r * spitch, width, false);
+      note_access(static_cast<char*>(dst) + r * dpitch, width, true);
+    }
+  };
   // Host memory that is not pinned is copied when the call returns, after the stream's work so far.
   const bool deferred = async && (src_dev || pinned(src) || staged) && (dst_dev || pinned(dst));
   if (deferred) {
@@ -194,7 +200,11 @@ cudaError_t copy(const char* call, const void* caller, void* dst, const void* sr
         watched().push_back(Watched{b, b + n, watch.source});
       }
     }
-    enqueue(stream, [run, staged, watch](bool) {
+    enqueue(stream, [run, note, staged, watch](bool) {
+      // The happens-before check before the watch's: another stream's copy that changed the buffer out of order
+      // is a race between the two, not a host write.
+      note();
+      if (!ordered_so_far()) return true;
       check_watch(watch);
       run();
       return true;
@@ -202,13 +212,25 @@ cudaError_t copy(const char* call, const void* caller, void* dst, const void* sr
     return cudaSuccess;
   }
   if (async) note_host_call(call, caller);  // pageable memory: the call waits for the stream, as the driver's does
-  run_until(stream_point(async ? stream : cudaStreamLegacy), true);
+  const StreamPoint p = stream_point(async ? stream : cudaStreamLegacy);
+  run_until(p, true);
   if (sticky_error()) return done(sticky_error());
-  run();
-  return cudaSuccess;
+  // The copy is the marker's operation, in its stream's order; the host has its data when the call returns (a
+  // pageable upload's device side is left ordered by the stream alone, as the driver lands it).
+  {
+    Operation* outer = std::exchange(t_operation, p.op.get());
+    note();
+    run();
+    t_operation = outer;
+  }
+  settle(p.op);
+  if (src_dev || !async) host_sees(p);
+  return done(sticky_error());
 }
 
-cudaError_t memset_on(const char* call, void* p, int value, size_t n, cudaStream_t stream, bool async) {
+cudaError_t memset_on(const char* call, const void* caller, void* p, int value, size_t n, cudaStream_t stream,
+                      bool async) {
+  Calling calling(call, caller);
   if (sticky_error()) return done(sticky_error());
   if (!valid_stream(stream)) return refuse(call, "not a live stream", cudaErrorInvalidResourceHandle);
   const std::string bad = check_range(Space::Device, p, n, false);
@@ -216,6 +238,7 @@ cudaError_t memset_on(const char* call, void* p, int value, size_t n, cudaStream
   enqueue(async ? stream : cudaStreamLegacy, [=](bool) {
     std::memset(p, value, n);
     mark_initialised(p, n);
+    note_access(p, n, true);
     return true;
   });
   return cudaSuccess;
@@ -315,6 +338,7 @@ cudaError_t cudaDeviceSynchronize() {
   note_host_call("cudaDeviceSynchronize", __builtin_return_address(0));
   Calling calling("cudaDeviceSynchronize", __builtin_return_address(0));
   run_all_streams();
+  host_sees_all();
   return done(sticky_error());
 }
 
@@ -375,6 +399,7 @@ cudaError_t cudaFree(void* ptr) {
   Calling calling("cudaFree", __builtin_return_address(0));
   if (!ptr) return cudaSuccess;
   run_all_streams();
+  host_sees_all();  // cudaFree synchronises the device
   if (!release(Space::Device, ptr))
     return refuse("cudaFree", format("%p is not the start of a live device allocation", ptr));
   return done(sticky_error());
@@ -395,6 +420,7 @@ cudaError_t cudaFreeHost(void* ptr) {
   Calling calling("cudaFreeHost", __builtin_return_address(0));
   if (!ptr) return cudaSuccess;
   run_all_streams();
+  host_sees_all();
   if (!release(Space::Pinned, ptr))
     return refuse("cudaFreeHost", format("%p is not the start of a live pinned allocation", ptr));
   return cudaSuccess;
@@ -403,12 +429,12 @@ cudaError_t cudaFreeHost(void* ptr) {
 cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
   Lock lock(mutex());
   note_host_call("cudaMemset", __builtin_return_address(0));
-  return memset_on("cudaMemset", ptr, value, bytes, cudaStreamLegacy, false);
+  return memset_on("cudaMemset", __builtin_return_address(0), ptr, value, bytes, cudaStreamLegacy, false);
 }
 
 cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t stream) {
   Lock lock(mutex());
-  return memset_on("cudaMemsetAsync", ptr, value, bytes, stream, true);
+  return memset_on("cudaMemsetAsync", __builtin_return_address(0), ptr, value, bytes, stream, true);
 }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
@@ -427,6 +453,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
 cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
                               cudaMemcpyKind kind, cudaStream_t stream) {
   Lock lock(mutex());
+  Calling calling("cudaMemcpy2DAsync", __builtin_return_address(0));
   if (width > dpitch || width > spitch) return refuse("cudaMemcpy2DAsync", "width larger than a pitch");
   return copy("cudaMemcpy2DAsync", __builtin_return_address(0), dst, src, width, height, dpitch, spitch, kind, stream, true);
 }
@@ -456,6 +483,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   Calling calling("cudaStreamSynchronize", __builtin_return_address(0));
   if (!valid_stream(stream)) return refuse("cudaStreamSynchronize", "not a live stream", cudaErrorInvalidResourceHandle);
   run_stream(stream, true);
+  host_sees_stream(stream);
   return done(sticky_error());
 }
 
@@ -465,6 +493,7 @@ cudaError_t cudaStreamQuery(cudaStream_t stream) {
   if (!valid_stream(stream)) return refuse("cudaStreamQuery", "not a live stream", cudaErrorInvalidResourceHandle);
   const bool complete = run_stream(stream, false);
   if (sticky_error()) return done(sticky_error());
+  if (complete) host_sees_stream(stream);  // a query that finds the work done orders the host after it, as a synchronise does
   return complete ? cudaSuccess : cudaErrorNotReady;
 }
 
@@ -472,8 +501,8 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
   Lock lock(mutex());
   if (!valid_stream(stream) || !event)
     return refuse("cudaStreamWaitEvent", "not a live stream and event", cudaErrorInvalidResourceHandle);
-  const StreamPoint p = reinterpret_cast<Event*>(event)->point;  // the record the wait sees now, not a later one
-  enqueue(stream, [p](bool block) { return run_until(p, block); });
+  Calling calling("cudaStreamWaitEvent", __builtin_return_address(0));
+  stream_waits(stream, reinterpret_cast<Event*>(event)->point);  // the record the wait sees now, not a later one
   return cudaSuccess;
 }
 
@@ -529,7 +558,9 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   note_host_call("cudaEventSynchronize", __builtin_return_address(0));
   Calling calling("cudaEventSynchronize", __builtin_return_address(0));
   if (!event) return refuse("cudaEventSynchronize", "a null event", cudaErrorInvalidResourceHandle);
-  run_until(reinterpret_cast<Event*>(event)->point, true);
+  const StreamPoint& p = reinterpret_cast<Event*>(event)->point;
+  run_until(p, true);
+  host_sees(p);
   return done(sticky_error());
 }
 
@@ -539,8 +570,10 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
   Lock lock(mutex());
   Calling calling("cudaEventQuery", __builtin_return_address(0));
   if (!event) return refuse("cudaEventQuery", "a null event", cudaErrorInvalidResourceHandle);
-  const bool complete = run_until(reinterpret_cast<Event*>(event)->point, false);
+  const StreamPoint& p = reinterpret_cast<Event*>(event)->point;
+  const bool complete = run_until(p, false);
   if (sticky_error()) return done(sticky_error());
+  if (complete) host_sees(p);
   return complete ? cudaSuccess : cudaErrorNotReady;
 }
 

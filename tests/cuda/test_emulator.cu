@@ -3,8 +3,9 @@
 // naming the kernel, block, thread and address, with the CUDA error a faulting kernel leaves; correct code of the
 // same shape must raise none. Then what the emulated instructions compute, against the PTX ISA's definitions
 // written out again here; the conversions' rounding against cuda_bf16.h / cuda_fp16.h's documented results; the
-// cuBLASLt and NCCL argument checks; and the stream order, in which a missing wait shows, and the stream modes
-// (latest, earliest) that show what the default order hides.
+// cuBLASLt and NCCL argument checks; the stream order, in which a missing wait shows, and the stream modes
+// (latest, earliest) that show what the default order hides; and the happens-before rule, which reports a missing
+// wait between streams in every mode.
 #ifdef YUAN_EMU
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -960,8 +961,22 @@ struct Mode {
   yuan::emu::StreamMode saved;
 };
 
+constexpr yuan::emu::StreamMode kModes[] = {yuan::emu::StreamMode::Default, yuan::emu::StreamMode::Latest,
+                                           yuan::emu::StreamMode::Earliest};
+
+// The one report a planted stream race leaves: a StreamRace whose message says each of `says`.
+void expect_stream_race(std::initializer_list<const char*> says) {
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorLaunchFailure);
+  const std::vector<Report> reps = yuan::emu::take_reports();
+  ASSERT_EQ(reps.size(), 1u) << all(reps);
+  EXPECT_EQ(reps[0].check, Check::StreamRace);
+  for (const char* say : says) EXPECT_NE(reps[0].message.find(say), std::string::npos) << say << ": " << reps[0].message;
+  expect_no_report();
+}
+
 // Work on a stream runs when the host needs it: a copy on another stream that does not wait for the kernel reads
-// the old value (a GPU might or might not); with the event it waits, the new one.
+// the old value (a GPU might or might not), and the happens-before rule reports the pair whatever the values; with
+// the event it waits, the new one.
 TEST(EmulatorStreams, AMissingWaitShows) {
   Mode mode(yuan::emu::StreamMode::Default);  // Earliest runs the kernel at its launch, before the copy
   Exact<float> d(1);
@@ -976,6 +991,8 @@ TEST(EmulatorStreams, AMissingWaitShows) {
   CUDA_CHECK(cudaMemcpyAsync(pinned, d.p, sizeof(float), cudaMemcpyDeviceToHost, b));
   CUDA_CHECK(cudaStreamSynchronize(b));
   EXPECT_EQ(*pinned, 0.0f) << "no wait: the copy ran before the kernel";
+  expect_stream_race({"kernel (anonymous namespace)::write_value on stream", "writes bytes 0 to 4 of the 4-byte device",
+                      "which cudaMemcpyAsync (called from", "AMissingWaitShows"});
   launch(write_value, 1, 1, 0, a, d.p, 8.0f);
   CUDA_CHECK(cudaEventRecord(written, a));
   CUDA_CHECK(cudaStreamWaitEvent(b, written, 0));
@@ -1120,16 +1137,19 @@ float upload_on_wrong_stream(yuan::emu::StreamMode m, bool wrong) {
   CUDA_CHECK(cudaMemcpyAsync(in.p, &value, sizeof value, cudaMemcpyHostToDevice, wrong ? s.b : s.a));
   launch(copy_one, 1, 1, 0, s.a, out.p, in.p);
   CUDA_CHECK(cudaMemcpyAsync(s.pinned, out.p, sizeof(float), cudaMemcpyDeviceToHost, s.a));
-  CUDA_CHECK(cudaStreamSynchronize(s.a));
-  const float got = *s.pinned;
-  CUDA_CHECK(cudaDeviceSynchronize());
-  return got;
+  cudaStreamSynchronize(s.a);  // on the wrong stream, the race is reported by now
+  return *s.pinned;
 }
 
+// The timing modes see the wrong stream only where the timing shows it (Latest); the happens-before rule reports
+// it in both.
 TEST(EmulatorStreamModes, ACopyOnTheWrongStream) {
   using yuan::emu::StreamMode;
-  EXPECT_EQ(upload_on_wrong_stream(StreamMode::Default, true), 5.0f) << "what the default mode lets through";
-  EXPECT_EQ(upload_on_wrong_stream(StreamMode::Latest, true), 0.0f) << "Latest: the kernel ran before the upload";
+  for (StreamMode m : {StreamMode::Default, StreamMode::Latest}) {
+    upload_on_wrong_stream(m, true);
+    expect_stream_race({"kernel (anonymous namespace)::copy_one", "cudaMemcpyAsync (called from",
+                        "upload_on_wrong_stream"});
+  }
   EXPECT_EQ(upload_on_wrong_stream(StreamMode::Latest, false), 5.0f) << "on the kernel's stream it is in order";
   expect_no_report();
 }
@@ -1208,6 +1228,134 @@ TEST(EmulatorStreamModes, EarliestRunsAtTheEnqueue) {
   EXPECT_EQ(fill_after_enqueue(StreamMode::Default), 4.0f) << "what the default mode lets through";
   EXPECT_EQ(fill_after_enqueue(StreamMode::Earliest), 0.0f);
   expect_no_report();
+}
+
+// ---- happens-before (Check::StreamRace): a missing wait between streams, whatever the timing ----
+
+// Each planted race runs in every stream mode (they run the work at different times, the report must not depend on
+// it), once with the wait, which must raise nothing, and once without, which must raise one StreamRace naming both
+// operations, a stream of each and the buffer.
+// `plant(wait)` does the work; the one report it leaves without the wait must contain each of `says`.
+template <typename F>
+void expect_race_only_without_wait(F plant, std::initializer_list<const char*> says) {
+  for (yuan::emu::StreamMode m : kModes) {
+    SCOPED_TRACE(static_cast<int>(m));
+    Mode mode(m);
+    plant(true);
+    expect_no_report();
+    plant(false);
+    expect_stream_race(says);
+  }
+}
+
+// A gradient reduced over NCCL on the communication stream, then downloaded on the copy stream (to the host's
+// optimizer): the download must wait for the reduction's event. In the default mode NCCL runs at its enqueue and
+// Latest synchronises first, so only Earliest used to show it, as a wrong value.
+void download_after_reduce(bool wait, bool scatter) {
+  ncclUniqueId id;
+  ncclComm_t comm;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  ASSERT_EQ(ncclCommInitRank(&comm, 1, id, 0), ncclSuccess);
+  Exact<float> grad(64), reduced(64);
+  TwoStreams s;  // a: NCCL's stream, b: the copies'
+  cudaEvent_t done;
+  CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  if (scatter)
+    ASSERT_EQ(ncclReduceScatter(grad.p, reduced.p, 64, ncclFloat32, ncclSum, comm, s.a), ncclSuccess);
+  else
+    ASSERT_EQ(ncclAllReduce(grad.p, reduced.p, 64, ncclFloat32, ncclSum, comm, s.a), ncclSuccess);
+  cudaEventRecord(done, s.a);
+  if (wait) cudaStreamWaitEvent(s.b, done, 0);
+  cudaMemcpyAsync(s.pinned, reduced.p + 8, sizeof(float), cudaMemcpyDeviceToHost, s.b);
+  cudaStreamSynchronize(s.b);
+  cudaDeviceSynchronize();
+  cudaEventDestroy(done);
+  ncclCommDestroy(comm);
+}
+
+TEST(EmulatorHappensBefore, ADownloadThatDoesNotWaitForTheReduction) {
+  expect_race_only_without_wait([](bool wait) { download_after_reduce(wait, false); },
+                                {"ncclAllReduce (called from", "cudaMemcpyAsync (called from", "download_after_reduce",
+                                 "stream ", "of the 256-byte device allocation at"});
+  expect_race_only_without_wait([](bool wait) { download_after_reduce(wait, true); },
+                                {"ncclReduceScatter (called from", "cudaMemcpyAsync (called from", "bytes 32 to 36"});
+}
+
+// Parameters set on one stream (an upload of new values, a kernel writing them) while a kernel on another reads
+// them: the compute stream must wait for the event of the update.
+void read_while_set(bool wait, bool by_kernel) {
+  Exact<float> params(4), out(1);
+  TwoStreams s;  // a: sets the parameters, b: computes with them
+  cudaEvent_t set;
+  CUDA_CHECK(cudaEventCreateWithFlags(&set, cudaEventDisableTiming));
+  s.pinned[0] = 6.0f;
+  if (by_kernel)
+    launch(write_value, 1, 1, 0, s.a, params.p + 2, 6.0f);
+  else
+    CUDA_CHECK(cudaMemcpyAsync(params.p + 2, s.pinned, sizeof(float), cudaMemcpyHostToDevice, s.a));
+  cudaEventRecord(set, s.a);
+  if (wait) cudaStreamWaitEvent(s.b, set, 0);
+  try {
+    launch(copy_one, 1, 1, 0, s.b, out.p, params.p + 2);
+  } catch (const std::exception&) {  // Earliest runs the kernel at its launch, whose check throws on the report
+  }
+  cudaDeviceSynchronize();
+  cudaEventDestroy(set);
+}
+
+TEST(EmulatorHappensBefore, ParametersSetOnOneStreamWhileAKernelOnAnotherReadsThem) {
+  expect_race_only_without_wait([](bool wait) { read_while_set(wait, false); },
+                                {"kernel (anonymous namespace)::copy_one", "cudaMemcpyAsync (called from", "read_while_set",
+                                 "bytes 8 to 12 of the 16-byte device allocation"});
+  expect_race_only_without_wait([](bool wait) { read_while_set(wait, true); },
+                                {"kernel (anonymous namespace)::copy_one", "kernel (anonymous namespace)::write_value",
+                                 "bytes 8 to 12"});
+}
+
+// A pinned staging buffer: a chunk goes up from it on one stream, and the next chunk comes down into it on the
+// other before the event of the upload: the download may overwrite what the upload has not read yet. `swap` trades
+// the streams, so that a synchronise of the device runs the download first as well as second.
+void refill_staging(bool wait, bool swap) {
+  Exact<float> up(1), down(1);
+  TwoStreams s;
+  cudaStream_t first = swap ? s.b : s.a, second = swap ? s.a : s.b;
+  cudaEvent_t read;
+  CUDA_CHECK(cudaEventCreateWithFlags(&read, cudaEventDisableTiming));
+  s.pinned[0] = 1.0f;
+  cudaMemcpyAsync(up.p, s.pinned, sizeof(float), cudaMemcpyHostToDevice, first);
+  cudaEventRecord(read, first);
+  if (wait) cudaStreamWaitEvent(second, read, 0);
+  cudaMemcpyAsync(s.pinned, down.p, sizeof(float), cudaMemcpyDeviceToHost, second);
+  cudaDeviceSynchronize();
+  cudaEventDestroy(read);
+}
+
+TEST(EmulatorHappensBefore, AStagingBufferRefilledBeforeTheEventOfItsCopy) {
+  for (bool swap : {false, true})
+    expect_race_only_without_wait([swap](bool wait) { refill_staging(wait, swap); },
+                                  {"cudaMemcpyAsync (called from", "refill_staging",
+                                   "of the 8-byte pinned host allocation", "no event wait or synchronisation"});
+}
+
+// What orders work besides an event wait: the legacy stream's implicit synchronisation with blocking streams, a
+// host synchronise before the next enqueue, the same stream. None of it is a race.
+TEST(EmulatorHappensBefore, ImplicitAndHostOrderIsNoRace) {
+  for (yuan::emu::StreamMode m : kModes) {
+    Mode mode(m);
+    Exact<float> d(1), out(1);
+    cudaStream_t blocking, other;
+    CUDA_CHECK(cudaStreamCreate(&blocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
+    launch(write_value, 1, 1, 0, blocking, d.p, 1.0f);
+    launch(copy_one, 1, 1, 0, nullptr, out.p, d.p);  // the legacy stream waits for the blocking stream
+    launch(write_value, 1, 1, 0, blocking, d.p, 2.0f);  // and the blocking stream for it
+    CUDA_CHECK(cudaStreamSynchronize(blocking));
+    launch(copy_one, 1, 1, 0, other, out.p, d.p);  // after the host synchronised with the writer
+    launch(write_value, 1, 1, 0, other, out.p, 3.0f);
+    CUDA_CHECK(cudaStreamDestroy(blocking));
+    CUDA_CHECK(cudaStreamDestroy(other));
+    expect_no_report();
+  }
 }
 
 

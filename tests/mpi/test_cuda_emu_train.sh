@@ -37,6 +37,9 @@
 # loss gaps up to 2.5e-3, their mean 1.2e-3; grad_norm 1.5% at step 1 and at worst, 0.7% on average; weights
 # 8e-3; over 10 steps grad_norm reached 6%): there every tolerance in units of u is 16 times the above, and the
 # weights are held to 2e-2. A wrong maximum is a NaN loss, which ends the run.
+# Every run of every layout is also held to the emulator's checks, the stream happens-before rule among them
+# (docs/EMULATOR.md): a copy, kernel or NCCL operation not ordered by an event wait or synchronisation after the
+# work whose memory it touches is a report whatever the timing, and any report fails the layout (run, below).
 source "$(dirname "$0")/lib.sh"
 [ -x bin/yuanlm_emu ] || { echo "SKIP: bin/yuanlm_emu is not built (make emu)"; exit 77; }
 make_corpus "$WORK/corpus" 2 4000 64

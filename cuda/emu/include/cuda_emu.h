@@ -166,6 +166,8 @@ enum class Check {
   Library,           // a CUDA, cuBLASLt or NCCL call the library would refuse or that the emulator does not model
   OrderDependence,   // a kernel that left different results when its blocks and threads ran in another order
   StreamOrder,       // host memory of an asynchronous copy touched by the host before the copy completed
+  StreamRace,        // two operations touch a byte of device or pinned memory, one writing, and no event wait or
+                     // synchronisation orders them (whatever the timing)
 };
 const char* check_name(Check c);
 
