@@ -67,6 +67,10 @@ struct ncclComm {
   int mine[2] = {0, 0};      // other members: what they send rank 0
   std::vector<MPI_Request> requests;
   bool table_sent = false;
+  // The last operation on each stream it enqueued on, which finalizing completes (ncclCommFinalize), and whether
+  // that was asked for: its state stays ncclInProgress until they are done.
+  std::vector<yuan::emu::StreamPoint> last_ops;
+  bool finalizing = false;
   // Set by ncclCommAbort without the emulator's lock, which a thread waiting in an operation holds; shared with the
   // operations, which outlive the communicator.
   std::shared_ptr<std::atomic<bool>> aborted = std::make_shared<std::atomic<bool>>(false);
@@ -276,6 +280,21 @@ void start(Op op) {
     note_access(pending->input, pending->input_bytes, false);
     return true;
   });
+  const StreamPoint now = stream_point(pending->stream);
+  std::vector<StreamPoint>& last = pending->comm->last_ops;
+  const auto same = std::find_if(last.begin(), last.end(), [&](const StreamPoint& p) { return p.stream == now.stream; });
+  if (same != last.end())
+    *same = now;
+  else
+    last.push_back(now);
+}
+
+// Runs the communicator's enqueued operations (without `block`, as far as they can go now); true once all are done.
+bool flush(ncclComm_t c, bool block) {
+  std::vector<StreamPoint>& last = c->last_ops;
+  last.erase(std::remove_if(last.begin(), last.end(), [&](const StreamPoint& p) { return run_until(p, block); }),
+             last.end());
+  return last.empty();
 }
 
 ncclResult_t submit(Op op) {
@@ -388,16 +407,26 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* state) {
   if (!comm) return ncclInvalidArgument;
   poll(comm);
   *state = comm->state;
+  if (comm->finalizing && *state == ncclSuccess && !flush(comm, false)) *state = ncclInProgress;
   return ncclSuccess;
 }
 
-// Operations already enqueued complete in their streams' order; nothing else is pending here.
-ncclResult_t ncclCommFinalize(ncclComm_t comm) { return comm ? ncclSuccess : ncclInvalidArgument; }
+// As NCCL's: every operation already enqueued completes (a GPU runs them whatever the host does next), before the
+// communicator's resources may go; a nonblocking communicator reports ncclInProgress until then.
+ncclResult_t ncclCommFinalize(ncclComm_t comm) {
+  Lock lock(mutex());
+  if (!comm) return ncclInvalidArgument;
+  comm->finalizing = true;
+  return flush(comm, comm->blocking) ? ncclSuccess : ncclInProgress;
+}
 
+// Finalizes first when the caller did not (NCCL does the same), so no enqueued operation runs on a freed
+// communicator.
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   Lock lock(mutex());
   if (!comm) return ncclInvalidArgument;
   if (mpi_running()) {
+    flush(comm, true);
     cancel(comm->requests);
     if (comm->mpi != MPI_COMM_NULL) MPI_Comm_free(&comm->mpi);
   }
