@@ -92,7 +92,7 @@ TEST(ConfigDefaults, MatchStructAndTable) {
   Config c = parse({});
   EXPECT_EQ(c.hash(), Config().hash());
   EXPECT_EQ(c.train.micro_batch, 4);
-  EXPECT_EQ(c.optim.zero, 1);
+  EXPECT_EQ(c.optim.zero.number(), 1);
   EXPECT_EQ(c.train.device, "auto");
   auto opts = yuan::config_options();
   ASSERT_FALSE(opts.empty());
@@ -182,8 +182,11 @@ TEST(ConfigErrors, BadTypeNamesKey) {
   EXPECT_EQ(parse_error({"--train.seed=-1"}), "train.seed: '-1' is not a non-negative integer");
   EXPECT_EQ(parse_error({"--optim.lr=fast"}), "optim.lr: 'fast' is not a finite number");
   EXPECT_EQ(parse_error({"--train.recompute=maybe"}), "train.recompute: 'maybe' is not true or false");
+  EXPECT_EQ(parse_error({"--optim.zero=two"}), "optim.zero: 'two' is not an integer");
   TempDeck deck("[optim]\nlr = 1e-3x\n");
   EXPECT_EQ(parse_error({deck.path()}), deck.path() + ": optim.lr: '1e-3x' is not a finite number");
+  TempDeck stage("[optim]\nzero = 2.5\n");
+  EXPECT_EQ(parse_error({stage.path()}), stage.path() + ": optim.zero: '2.5' is not an integer");
 }
 
 TEST(ConfigErrors, DeckProblems) {
@@ -242,6 +245,24 @@ TEST(CommandOptions, NumbersAreCheckedWhateverTheCommand) {
   EXPECT_EQ(seed, 18446744073709551615ull);
 }
 
+// Each stage shards what the one below does and one thing more; outside 0-3 a stage is what a deck said, for
+// validate_optim_run to refuse.
+TEST(ZeroStage, EachStageShardsOneThingMore) {
+  const bool shards[4][3] = {{false, false, false}, {true, false, false}, {true, true, false}, {true, true, true}};
+  for (int n = 0; n <= yuan::ZeroStage::kHighest; n++) {
+    const yuan::ZeroStage stage(n);
+    SCOPED_TRACE(n);
+    EXPECT_TRUE(stage.valid());
+    EXPECT_EQ(stage.number(), n);
+    EXPECT_EQ(stage.shards_optimizer_state(), shards[n][0]);
+    EXPECT_EQ(stage.shards_gradients(), shards[n][1]);
+    EXPECT_EQ(stage.shards_weights(), shards[n][2]);
+  }
+  EXPECT_FALSE(yuan::ZeroStage(-1).valid());
+  EXPECT_FALSE(yuan::ZeroStage(4).valid());
+  EXPECT_EQ(parse({"--optim.zero=7"}).optim.zero.number(), 7);
+}
+
 TEST(ConfigValidate, Ranges) {
   EXPECT_NO_THROW(yuan::parallel::validate(valid(), 2));
   EXPECT_EQ(validate_error([](Config& c) { c.model.n_layer = 0; }), "model.n_layer must be >= 1 (got 0)");
@@ -249,7 +270,8 @@ TEST(ConfigValidate, Ranges) {
   EXPECT_EQ(validate_error([](Config& c) { c.optim.lr = 0; }), "optim.lr must be > 0 (got 0)");
   EXPECT_EQ(validate_error([](Config& c) { c.optim.min_lr = 1; }), "optim.min_lr (1) must be <= optim.lr (0.0006)");
   EXPECT_EQ(validate_error([](Config& c) { c.optim.beta2 = 1; }), "optim.beta2 must be in [0, 1) (got 1)");
-  EXPECT_EQ(validate_error([](Config& c) { c.optim.zero = 4; }), "optim.zero must be 0, 1, 2 or 3 (got 4)");
+  EXPECT_EQ(validate_error([](Config& c) { c.optim.zero = yuan::ZeroStage(4); }),
+            "optim.zero must be 0, 1, 2 or 3 (got 4)");
   EXPECT_EQ(validate_error([](Config& c) { c.train.device = "gpu"; }),
             "train.device must be cpu, cuda or auto (got 'gpu')");
   for (const char* bad : {"5", "0:3", "7:6", "3:4x"}) {
@@ -350,11 +372,14 @@ TEST(ConfigIni, RoundTrips) {
   c.train.seed = 18446744073709551615ull;
   c.data.val = "";
   c.run.dir = "runs/with space";
+  c.optim.zero = yuan::ZeroStage(3);
   TempDeck deck(c.to_ini());
   Config back = parse({deck.path()});
   EXPECT_EQ(back.to_ini(), c.to_ini());
   EXPECT_EQ(back.hash(), c.hash());
   EXPECT_EQ(back.optim.lr, c.optim.lr);
+  EXPECT_EQ(back.optim.zero.number(), 3);
+  EXPECT_NE(c.to_ini().find("\nzero = 3\n"), std::string::npos);
   EXPECT_NE(c.to_ini().find("[optim]\n"), std::string::npos);
 }
 

@@ -411,7 +411,7 @@ Trajectory run_serial(const OptimConfig& oc, int accum, int steps, DType working
 
 OptimConfig optim_config(int stage, double bucket_mb, double grad_clip) {
   OptimConfig oc;
-  oc.zero = stage;
+  oc.zero = ZeroStage(stage);
   oc.bucket_mb = bucket_mb;
   oc.grad_clip = grad_clip;
   oc.weight_decay = 0.1;
@@ -521,8 +521,8 @@ TEST(MpiZero, OptimizerBytesShrinkWithWorld) {
     size_t before = mem_bytes(Mem::Optimizer);
     ZeroOptimizer opt(optim_config(stage, 0.001, 1.0), be, be.layout(), *comm, init.data());
     bytes[stage] = mem_bytes(Mem::Optimizer) - before;
-    const Shard mine = zero_shard(n, nranks(), rank(), stage);
-    EXPECT_EQ(zero_shard_elements(layout, {}, nranks(), rank(), stage), mine.count);
+    const Shard mine = zero_shard(n, nranks(), rank(), ZeroStage(stage));
+    EXPECT_EQ(zero_shard_elements(layout, {}, nranks(), rank(), ZeroStage(stage)), mine.count);
     EXPECT_EQ(bytes[stage], zero_optimizer_bytes(mine.count)) << "zero " << stage;
     EXPECT_EQ(opt.shard_size(), mine.count);
     EXPECT_EQ(opt.shard_offset(), mine.offset);
@@ -531,13 +531,14 @@ TEST(MpiZero, OptimizerBytesShrinkWithWorld) {
     // The shards tile the parameters: the next rank's starts where this one's ends.
     EXPECT_EQ(comm->sum(static_cast<double>(opt.shard_size())), stage == 0 ? n * nranks() : n) << "zero " << stage;
     if (stage > 0 && rank() + 1 < nranks() && mine.count > 0) {
-      EXPECT_EQ(zero_shard(n, nranks(), rank() + 1, stage).offset, mine.offset + mine.count);
+      EXPECT_EQ(zero_shard(n, nranks(), rank() + 1, ZeroStage(stage)).offset, mine.offset + mine.count);
     }
   }
   EXPECT_EQ(bytes[0], 16 * n);  // master, m, v, gradient: 4 fp32 arrays
   EXPECT_EQ(comm->sum(static_cast<double>(bytes[1])), bytes[0]);
   EXPECT_EQ(bytes[2], bytes[1]);
-  EXPECT_GE(zero_optimizer_bytes(zero_shard(n, nranks(), 0, 1).count), bytes[1]) << "rank 0's shard is the largest";
+  EXPECT_GE(zero_optimizer_bytes(zero_shard(n, nranks(), 0, ZeroStage(1)).count), bytes[1])
+      << "rank 0's shard is the largest";
   OptimConfig delayed = optim_config(1, 0.001, 1.0);
   delayed.delayed_update = true;
   size_t before = mem_bytes(Mem::Optimizer);
@@ -545,7 +546,8 @@ TEST(MpiZero, OptimizerBytesShrinkWithWorld) {
     ZeroOptimizer opt(delayed, be, be.layout(), *comm, init.data());
     EXPECT_EQ(mem_bytes(Mem::Optimizer) - before, zero_optimizer_bytes(opt.shard_size(), true));
   }
-  EXPECT_EQ(zero_optimizer_bytes(zero_shard(n, nranks(), rank(), 1).count, true), bytes[1] / 4 * 5);  // 2 gradients
+  EXPECT_EQ(zero_optimizer_bytes(zero_shard(n, nranks(), rank(), ZeroStage(1)).count, true),
+            bytes[1] / 4 * 5);  // 2 gradients
 }
 
 TEST(MpiZero, StateAccessWaitsForDrain) {

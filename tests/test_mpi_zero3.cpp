@@ -39,7 +39,7 @@ std::unique_ptr<Communicator> world_comm(bool duplicate = false) {
 
 OptimConfig optim(int zero) {
   OptimConfig oc;
-  oc.zero = zero;
+  oc.zero = ZeroStage(zero);
   oc.lr = 1e-2;
   oc.weight_decay = 0.1;
   oc.grad_clip = 1.0;
@@ -65,7 +65,7 @@ struct ZeroReplica {
   ZeroReplica(int zero, bool recompute, bool thread = false) {
     const ParamLayout layout(kCfg);
     std::optional<size_t> shards;
-    if (zero == 3) shards = zero_shard_elements(layout, {}, nranks(), rank(), 3);
+    if (zero == 3) shards = zero_shard_elements(layout, {}, nranks(), rank(), ZeroStage(3));
     std::vector<float> init(layout.total());
     init_gpt2(layout, 11, init.data());
     assemble_replica(r, {Device::Cpu, layout, backend_spec(layout, shards), ProgramSpec{{}, kB, 1, recompute}},
@@ -158,7 +158,8 @@ TEST(MpiZero3, MisuseIsAnError) {
   std::vector<float> init(layout.total());
   auto whole = make_backend(Device::Cpu, backend_spec(layout));
   EXPECT_THROW(ZeroOptimizer(optim(3), *whole, layout, *comm, init.data()), Error);
-  auto sharded = make_backend(Device::Cpu, backend_spec(layout, zero_shard_elements(layout, {}, nranks(), rank(), 3)));
+  auto sharded =
+      make_backend(Device::Cpu, backend_spec(layout, zero_shard_elements(layout, {}, nranks(), rank(), ZeroStage(3))));
   EXPECT_THROW(ZeroOptimizer(optim(2), *sharded, layout, *comm, init.data()), Error);
   EXPECT_THROW(ZeroOptimizer(optim(1), *whole, layout, *comm, init.data()).acquire(kWteModule, false), Error);
   // The layout must be the one the backend's buffers hold.

@@ -29,7 +29,7 @@ std::unique_ptr<Communicator> world_comm(bool duplicate = false) {
 
 OptimConfig optim(int zero, double bucket_mb) {
   OptimConfig oc;
-  oc.zero = zero;
+  oc.zero = ZeroStage(zero);
   oc.bucket_mb = bucket_mb;
   return oc;
 }

@@ -374,7 +374,7 @@ TEST(PlannerSearch, RespectsMemoryAndRanksByTokens) {
     tensor |= c.config.parallel.tp_size > 1;
     pipeline |= !c.config.parallel.pipelines.empty();
     mixed |= c.config.parallel.templates.size() > 1;
-    zero3 |= c.config.optim.zero == 3;
+    zero3 |= c.config.optim.zero.shards_weights();
     recompute |= c.config.train.recompute;
     gpipe |= c.config.parallel.schedule == "gpipe";
     // The cpu backend's optimizer is in host memory, which is its device's: one placement.
@@ -451,7 +451,7 @@ TEST(PlannerSearch, RanksBothPlacementsWhereTheDeviceHoldsTheState) {
   for (const auto& [layout, by] : twins) {
     SCOPED_TRACE(layout);
     ASSERT_EQ(by.size(), 2u);
-    zero3_pairs += by.begin()->second->config.optim.zero == 3;
+    zero3_pairs += by.begin()->second->config.optim.zero.shards_weights();
     const Prediction &none = by.at("none")->prediction, &host = by.at("host")->prediction;
     EXPECT_GT(none.tokens_per_s, host.tokens_per_s);
     EXPECT_GT(none.device_bytes, host.device_bytes);
@@ -719,7 +719,7 @@ TEST(PlannerPredict, ZeroTwoSumsEveryMicroBatchOnTheHost) {
   for (int zero : {1, 2}) {
     Config c = tiny_deck();
     c.train.device = "cuda";
-    c.optim.zero = zero;
+    c.optim.zero = ZeroStage(zero);
     c.optim.offload = "host";
     const double one = predict(c, 2, 2, m).split.optimizer;
     c.train.micro_batch = 2;
@@ -730,9 +730,9 @@ TEST(PlannerPredict, ZeroTwoSumsEveryMicroBatchOnTheHost) {
   c.train.device = "cuda";
   c.train.micro_batch = 2;
   c.optim.offload = "none";
-  c.optim.zero = 1;
+  c.optim.zero = ZeroStage(1);
   const double zero1 = predict(c, 2, 2, m).step_s;
-  c.optim.zero = 2;
+  c.optim.zero = ZeroStage(2);
   EXPECT_DOUBLE_EQ(predict(c, 2, 2, m).step_s, zero1);
 }
 
@@ -744,7 +744,7 @@ TEST(PlannerPredict, TheOptimizerOnTheDeviceIsTheGpuAdamW) {
   // host_mem_bw, the gradient down (4 bytes) and the bf16 weight up (2) at pcie_bw.
   Config c = tiny_deck();
   c.train.device = "cuda";
-  c.optim.zero = 0;
+  c.optim.zero = ZeroStage(0);
   Machine m = parse_machine(kMachine, "m.ini");
   const double n = static_cast<double>(ParamLayout(c.model).total()), hbm = m.mem_bw * m.mem_efficiency;
   EXPECT_DOUBLE_EQ(ops::adamw_cost(n, 2).bytes + ops::grad_norm_cost(n).bytes, 34 * n);
@@ -777,7 +777,7 @@ TEST(PlannerPredict, TheOptimizerOnTheDeviceIsTheGpuAdamW) {
   m.mem_bytes = (host.device_bytes + none.device_bytes) / 2;
   EXPECT_EQ(predict(c, 1, 1, m).offload, "host");
   EXPECT_DOUBLE_EQ(predict(c, 1, 1, m).step_s, host.step_s);
-  c.optim.zero = 3;
+  c.optim.zero = ZeroStage(3);
   EXPECT_EQ(predict(c, 1, 1, parse_machine(kMachine, "m.ini")).offload, "none");
   EXPECT_EQ(predict(c, 1, 1, cpu_node(64)).offload, "host");
   // At ZeRO 3 the state on the device keeps the shard's reduced gradient there too: 16 bytes an element. Each of
@@ -833,7 +833,7 @@ TEST(PlannerPredict, EveryStepWaitsOnTheWorldsScalars) {
   Config c = tiny_deck();
   c.train.device = "cuda";
   c.train.global_batch = 64;
-  c.optim.zero = 0;
+  c.optim.zero = ZeroStage(0);
   Machine m = parse_machine(kMachine, "m.ini");
   m.intra.bandwidth = m.inter.bandwidth = 1e30;
   const double alpha = m.inter.latency_s;
@@ -909,7 +909,7 @@ TEST(PlannerAnchors, OneH100AsMeasured) {
   };
   for (const Run& r : runs) {
     Config c = cuda_deck(r.model, r.micro_batch, r.global_batch);
-    c.optim.zero = 0;
+    c.optim.zero = ZeroStage(0);
     c.optim.offload = "host";  // as they ran
     c.train.recompute = r.recompute;
     c.optim.delayed_update = r.delayed;
@@ -927,7 +927,7 @@ TEST(PlannerAnchors, OneH100AsMeasured) {
 TEST(PlannerAnchors, LlmcGpt2XlOnOneH100) {
   const Machine h100 = read_machine("input/machines/h100-sxm.ini");
   Config c = cuda_deck({48, 25, 1600, 1024, 50304}, 16, 1024);
-  c.optim.zero = 0;
+  c.optim.zero = ZeroStage(0);
   const Prediction p = predict(c, 1, 1, h100);
   ASSERT_TRUE(p.fits) << p.short_of;
   std::printf("%s\n", ratio_line("GPT-2 1.5B, 1 H100, MFU (llm.c)", 100 * p.mfu, 50, "%").c_str());
@@ -955,7 +955,7 @@ TEST(PlannerAnchors, Yuan47BOnFourV100AsAsc22) {
   const Machine v100 = read_machine("input/machines/v100.ini");
   Config c = cuda_deck(kYuan47B, 1, 512);
   c.train.recompute = true;
-  c.optim.zero = 2;
+  c.optim.zero = ZeroStage(2);
   const Prediction p = predict(c, 4, 4, v100);
   ASSERT_TRUE(p.fits) << p.short_of;
   const double hours = 1e9 / p.tokens_per_s / 3600;

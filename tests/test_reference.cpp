@@ -253,7 +253,7 @@ TEST(Reference, ThreeTrainingStepsMatchTorchAdamW) {
   for (int stage : {0, 1, 2}) {
     SCOPED_TRACE("optim.zero=" + std::to_string(stage));
     yuan::OptimConfig oc = ref.optim;
-    oc.zero = stage;
+    oc.zero = yuan::ZeroStage(stage);
     oc.bucket_mb = 0.02;  // ~20 KB: several buckets for this 116 KB model
     yuan::Replica model = ref.model([&](yuan::Replica& r) -> yuan::Communicator* {
       r.opts->add(std::make_unique<yuan::ZeroOptimizer>(oc, *r.backend, *ref.layout, *comm,

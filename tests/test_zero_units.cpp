@@ -23,7 +23,7 @@ const GPTConfig kTiny{2, 1, 5, 4, 9};
 
 OptimConfig optim(int zero, double bucket_mb) {
   OptimConfig oc;
-  oc.zero = zero;
+  oc.zero = ZeroStage(zero);
   oc.bucket_mb = bucket_mb;
   oc.weight_decay = 0.1;
   oc.grad_clip = 1.0;
@@ -43,7 +43,7 @@ TEST(ZeroSpec, ShardsAndBucketsTileTheRange) {
         for (int rank = 0; rank < ranks; rank++) {
           const ZeroSpec s(layout, {}, optim(stage, mb), ranks, rank, true, DType::F32);
           EXPECT_EQ(s.range_n, n);
-          EXPECT_EQ(s.shard_n, zero_shard_elements(layout, {}, ranks, rank, stage));
+          EXPECT_EQ(s.shard_n, zero_shard_elements(layout, {}, ranks, rank, ZeroStage(stage)));
           size_t host = 0;
           for (const ZeroSpec::Piece& p : s.pieces) {
             EXPECT_EQ(p.host, host);
@@ -126,7 +126,7 @@ TEST(ZeroSpec, StateOnTheDeviceCountsItsGradientShardAtZeroThree) {
   for (int zero : {0, 1, 2, 3})
     for (bool delayed : {false, true}) {
       SCOPED_TRACE(strf("zero %d, delayed %d", zero, delayed));
-      oc.zero = zero;
+      oc.zero = ZeroStage(zero);
       oc.delayed_update = delayed;
       const ZeroSpec spec(ParamLayout(kTiny), {}, oc, 3, 1, true, DType::BF16);
       const ZeroSizes s = spec.sizes();

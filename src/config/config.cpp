@@ -29,7 +29,7 @@ struct Field {
   const char* key;
   // A vector holds a repeatable key's "NAME: ..." entries: each occurrence adds one, or replaces the one of the
   // same NAME.
-  std::variant<bool*, int*, uint64_t*, double*, std::string*, std::vector<std::string>*> ptr;
+  std::variant<bool*, int*, uint64_t*, double*, std::string*, std::vector<std::string>*, ZeroStage*> ptr;
   const char* help;
 };
 
@@ -138,6 +138,7 @@ std::string render(const Field& f) {
         else if constexpr (std::is_same_v<T, std::vector<std::string>>) return p->empty() ? "" : p->back();
         else if constexpr (std::is_same_v<T, bool>) return *p ? "true" : "false";
         else if constexpr (std::is_same_v<T, double>) return format_double(*p);
+        else if constexpr (std::is_same_v<T, ZeroStage>) return std::to_string(p->number());
         else return std::to_string(*p);
       },
       f.ptr);
@@ -177,6 +178,10 @@ void assign(const Field& f, const std::string& text, const std::string& where) {
             *p = false;
           else
             throw Error(strf("%s%s: '%s' is not true or false", where.c_str(), f.key, text.c_str()), true);
+        } else if constexpr (std::is_same_v<T, ZeroStage>) {
+          int number = 0;  // any integer: validate_optim_run names the stages it takes
+          assign(Field{f.key, &number, f.help}, text, where);
+          *p = ZeroStage(number);
         } else {
           const char* what = std::is_same_v<T, double> ? "a finite number"
                              : std::is_same_v<T, int>  ? "an integer"
@@ -522,7 +527,7 @@ void validate_optim_run(const Config& c) {
     if (!(beta >= 0 && beta < 1)) throw Error(strf("%s must be in [0, 1) (got %g)", key, beta), true);
   above("optim.eps", o.eps, 0);
   at_least("optim.grad_clip", o.grad_clip, 0);
-  if (o.zero < 0 || o.zero > 3) throw Error(strf("optim.zero must be 0, 1, 2 or 3 (got %d)", o.zero), true);
+  if (!o.zero.valid()) throw Error(strf("optim.zero must be 0, 1, 2 or 3 (got %d)", o.zero.number()), true);
   above("optim.bucket_mb", o.bucket_mb, 0);
   if (o.offload != "auto" && o.offload != "host" && o.offload != "none")
     throw Error(strf("optim.offload must be auto, host or none (got '%s')", o.offload.c_str()), true);

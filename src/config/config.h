@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "config/zero_stage.h"
 #include "model/gpt.h"
 
 namespace boost::program_options {
@@ -45,7 +46,7 @@ struct OptimConfig {
   double beta2 = 0.95;
   double eps = 1e-8;
   double grad_clip = 1.0;  // global L2 norm; 0 disables
-  int zero = 1;            // 0 replicated, 1 optimizer state sharded, 2 gradients too, 3 working weights too
+  ZeroStage zero{1};       // 0 replicated, 1 optimizer state sharded, 2 gradients too, 3 working weights too
   double bucket_mb = 25;   // gradient communication bucket size
   bool delayed_update = false;  // step t's AdamW beside step t+1's forward/backward (weights one step stale)
   // Where the fp32 master weights and moments live on a GPU backend: "host" (offloaded, OpenMP AdamW), "none"

@@ -35,7 +35,8 @@ Tensor DeviceAdamW::part(int k, size_t offset, size_t count) const {
 }
 
 Tensor DeviceAdamW::grad() const {
-  return spec_.cfg.zero == 3 ? part(3, 0, spec_.shard_n) : backend_.grads().elements(spec_.shard_off, spec_.shard_n);
+  return spec_.cfg.zero.shards_weights() ? part(3, 0, spec_.shard_n)
+                                         : backend_.grads().elements(spec_.shard_off, spec_.shard_n);
 }
 
 void DeviceAdamW::accumulate(const Tensor& reduced, size_t offset, bool first) {

@@ -67,7 +67,7 @@ class DeviceAdamW {
  private:
   // State tensor k: 0 master, 1 m, 2 v, then the gradient shard (zero 3) and the saved gradient (delayed_update).
   Tensor part(int k, size_t offset, size_t count) const;
-  Tensor saved() const { return part(spec_.cfg.zero == 3 ? 4 : 3, 0, spec_.shard_n); }
+  Tensor saved() const { return part(spec_.cfg.zero.shards_weights() ? 4 : 3, 0, spec_.shard_n); }
   void update_from(const Tensor& g, const ops::AdamWHyper& h);
   float* download(int k, HostArray<float>& host);
 

@@ -43,7 +43,7 @@ void GradientBuckets::module_ready(int module) {
   YUAN_CHECK(!module_done_[module], "ready hook: module %s reported twice in one micro-batch",
              layout_.module(module).name.c_str());
   module_done_[module] = true;
-  if (spec_.cfg.zero == 3) return;  // reduced module by module (optim/zero3_params.h)
+  if (spec_.cfg.zero.shards_weights()) return;  // reduced module by module (optim/zero3_params.h)
   Bucket& b = buckets_[bucket_of_module_[module]];
   if (--b.pending == 0 && in_backward_) reduce_bucket(b);
 }
@@ -81,7 +81,7 @@ void GradientBuckets::reduce_bucket(Bucket& b) {
   const Tensor g = backend_.grads().elements(b.range.offset, b.range.count);
   const double t0 = now_seconds();
   size_t lo = b.range.offset, hi = b.range.offset + b.range.count;
-  if (spec_.cfg.zero == 0) {
+  if (!spec_.cfg.zero.shards_optimizer_state()) {
     comm_.all_reduce(g.data, b.range.count, g.dtype, ReduceOp::Sum);
   } else {
     comm_.reduce_scatter(g.data, spec_.shard_counts(b.range), g.dtype);
@@ -103,7 +103,7 @@ void GradientBuckets::finish() {
   transfer_wait_ += waited;
   // Zero 3's module buffers are zeroed as they are taken; on the device the AdamW reads them first
   // (ZeroOptimizer::step zeroes them after).
-  if (spec_.cfg.zero < 3 && !spec_.device) backend_.zero_grads(spec_.range_off, spec_.range_n);
+  if (!spec_.cfg.zero.shards_weights() && !spec_.device) backend_.zero_grads(spec_.range_off, spec_.range_n);
 }
 
 double GradientBuckets::norm_share(const Tensor& device_grad) const {
@@ -117,7 +117,7 @@ double GradientBuckets::norm_share(const Tensor& device_grad) const {
     if (!spec_.device) return ops::sum_squares(host_.current() + off, n);
     return backend_.ops().sum_squares(device_grad.elements(off, n));
   };
-  if (spec_.cfg.zero == 0 && comm_.rank() != 0) return 0;
+  if (!spec_.cfg.zero.shards_optimizer_state() && comm_.rank() != 0) return 0;
   if (tp.size == 1 || tp.rank == 0) return sum_squares(0, spec_.shard_n);
   double share = 0;
   for (const TensorSpec& t : layout_.tensors()) {

@@ -39,7 +39,7 @@ HostAdamW::HostAdamW(const ZeroSpec& spec, const ParamLayout& layout, Backend& b
       t.bucket = bi;
       t.offset = p.host + (tlo - p.layout);
       t.count = thi - tlo;
-      t.backend = spec.cfg.zero == 3 ? t.offset : tlo;
+      t.backend = spec.cfg.zero.shards_weights() ? t.offset : tlo;
       t.pieces = decay_segments(layout, tlo, thi);
       for (DecaySegment& d : t.pieces) d.offset = p.host + (d.offset - p.layout);
       YUAN_CHECK(t.count <= spec.tile, "HostAdamW: a tile of %zu elements exceeds the staging lanes' %zu", t.count,
@@ -114,7 +114,8 @@ void HostAdamW::upload_shard(const BucketUploaded& uploaded) {
 }
 
 void gather_bucket(const ZeroSpec& spec, Backend& backend, Communicator& comm, const ZeroBucket& b) {
-  if (spec.cfg.zero == 0 || spec.cfg.zero == 3) return;
+  // Below ZeRO 1 every rank updated every weight; at ZeRO 3 the passes gather each module as they use it.
+  if (!spec.cfg.zero.shards_optimizer_state() || spec.cfg.zero.shards_weights()) return;
   // A device communicator's gather runs after the compute enqueued so far, which waits for the uploads; a host
   // communicator's reads the weights now.
   if (!comm.stream())

@@ -40,17 +40,18 @@ OffloadSplit& OffloadSplit::operator+=(const OffloadSplit& o) {
 // The optimizer's spec for this rank of `comm`, once the backend is known to fit the stage.
 static ZeroSpec checked_spec(const ParamLayout& layout, const OptimConfig& cfg, Backend& backend,
                              Communicator& comm, ModuleRange modules, bool overlap) {
-  YUAN_CHECK(cfg.zero >= 0 && cfg.zero <= 3, "optim.zero = %d: must be 0, 1, 2 or 3", cfg.zero);
-  YUAN_CHECK(cfg.zero < 3 || overlap, "optim.zero = 3 gathers and reduces each module as the passes use it, so "
-             "every member of its group must run the same passes: it needs one stage per pipeline");
+  YUAN_CHECK(cfg.zero.valid(), "optim.zero = %d: must be 0, 1, 2 or 3", cfg.zero.number());
+  YUAN_CHECK(!cfg.zero.shards_weights() || overlap, "optim.zero = 3 gathers and reduces each module as the passes "
+             "use it, so every member of its group must run the same passes: it needs one stage per pipeline");
   YUAN_CHECK(!optimizer_on_device(cfg) || backend.device() != Device::Cpu, "optim.offload = none: the %s backend "
              "has no device memory apart from the host's (use host or auto)", backend.name());
   const DType wdt = backend.weights().dtype;
   YUAN_CHECK(wdt == DType::F32 || wdt == DType::BF16, "backend %s: working weights must be f32 or bf16",
              backend.name());
   ZeroSpec spec(layout, modules, cfg, comm.size(), comm.rank(), overlap, wdt);
-  if (cfg.zero < 3) {
-    YUAN_CHECK(!backend.sharded(), "ZeroOptimizer: optim.zero = %d with a backend made for ZeRO-3 shards", cfg.zero);
+  if (!cfg.zero.shards_weights()) {
+    YUAN_CHECK(!backend.sharded(), "ZeroOptimizer: optim.zero = %d with a backend made for ZeRO-3 shards",
+               cfg.zero.number());
     YUAN_CHECK(backend.size() == layout.total(), "ZeroOptimizer: the backend's %zu-element buffers do not hold the "
                "layout's %zu parameters", backend.size(), layout.total());
   } else {
@@ -81,7 +82,7 @@ ZeroOptimizer::ZeroOptimizer(const ParamLayout& layout, const OptimConfig& cfg, 
   // parallelism). Checkpoints place shards there.
   const GPTConfig& c = layout.config();
   global_off_ = ParamLayout(c, held_modules(c, all_modules(c)), layout.tp()).module(spec_.modules.first).offset;
-  if (cfg.zero == 3)
+  if (cfg.zero.shards_weights())
     zero3_ = std::make_unique<Zero3Params>(spec_, layout_, backend, comm, grad_, device_.get(), comm_seconds_,
                                            std::move(gathers));
   ready_ = [this](int module) { module_ready(module); };
@@ -92,7 +93,7 @@ ZeroOptimizer::~ZeroOptimizer() = default;  // delayed_ waits for an update in f
 
 Zero3Params& ZeroOptimizer::zero3(const char* what) const {
   YUAN_CHECK(zero3_, "ZeroOptimizer::%s: the optimizer is a ParamSource at optim.zero = 3 only (it is %d)", what,
-             spec_.cfg.zero);
+             spec_.cfg.zero.number());
   return *zero3_;
 }
 
@@ -132,7 +133,7 @@ void ZeroOptimizer::published() {
   // The next forward reads the gathered weights on the device: its compute waits for the gathers there, and the
   // host goes on (a host communicator's gathers are complete already). A peer that never joins a gather then
   // holds the compute stream, and the host's next wait on it ends at dist.nccl_timeout_s (bound_device_waits).
-  if (spec_.cfg.zero > 0) backend_.compute_after(comm_.stream());
+  if (spec_.cfg.zero.shards_optimizer_state()) backend_.compute_after(comm_.stream());
 }
 
 void ZeroOptimizer::land_uploads(double since) {
@@ -215,7 +216,7 @@ ZeroStepStats ZeroOptimizer::step(double lr, double grad_norm, bool skip) {
 }
 
 void ZeroOptimizer::drop_backend_grads() {
-  if (device_ && spec_.cfg.zero < 3) backend_.zero_grads(spec_.range_off, spec_.range_n);
+  if (device_ && !spec_.cfg.zero.shards_weights()) backend_.zero_grads(spec_.range_off, spec_.range_n);
 }
 
 void ZeroOptimizer::drain() {
@@ -300,10 +301,10 @@ void ZeroOptimizers::drain() {
   for (auto& o : opts_) o->drain();
 }
 
-int ZeroOptimizers::stage() const { return opts_.empty() ? 0 : opts_.front()->stage(); }
+ZeroStage ZeroOptimizers::stage() const { return opts_.empty() ? ZeroStage(0) : opts_.front()->stage(); }
 
 ParamSource* ZeroOptimizers::param_source() {
-  if (stage() < 3) return nullptr;
+  if (!stage().shards_weights()) return nullptr;
   YUAN_CHECK(opts_.size() == 1, "optim.zero = 3 with %zu module groups on one rank: it needs one stage per pipeline",
              opts_.size());
   return opts_.front().get();

@@ -146,7 +146,7 @@ class ZeroOptimizer : public ParamSource {
   Tensor weight(const TensorSpec& t) const override { return zero3("weight").weight(t); }
   Tensor grad(const TensorSpec& t) const override { return zero3("grad").grad(t); }
 
-  int stage() const { return spec_.cfg.zero; }
+  ZeroStage stage() const { return spec_.cfg.zero; }
   int group_rank() const { return comm_.rank(); }
   const TensorParallel& tensor_parallel() const { return layout_.tp(); }
   const ModuleRange& modules() const { return spec_.modules; }
@@ -225,7 +225,7 @@ class ZeroOptimizers {
   double reduce_gradients();  // this rank's share of the squared global norm, over its optimizers
   ZeroStepStats step(double lr, double grad_norm, bool skip = false);  // times summed over the optimizers
   void drain();
-  int stage() const;
+  ZeroStage stage() const;
   // What the program reads its weights through: at zero 3 the optimizer (one module group), else null (the
   // backend's buffers).
   ParamSource* param_source();

@@ -18,10 +18,10 @@ namespace yuan {
 struct Shard {
   size_t offset = 0, count = 0;
 };
-Shard zero_shard(size_t n_params, int ranks, int rank, int stage);
+Shard zero_shard(size_t n_params, int ranks, int rank, ZeroStage stage);
 // Elements of rank `rank`'s shard of `modules` of `layout` (empty: all of them) at `stage`: at zero 3 the sum of
 // its block of each module, which is also the size of the backend's flat weights (program/params.h backend_spec).
-size_t zero_shard_elements(const ParamLayout& layout, ModuleRange modules, int ranks, int rank, int stage);
+size_t zero_shard_elements(const ParamLayout& layout, ModuleRange modules, int ranks, int rank, ZeroStage stage);
 // The buckets a ZeroOptimizer reduces gradients in: whole modules of `modules` (empty: all of the layout's), about
 // o.bucket_mb MiB of fp32 each, last module first (the order backward finishes them); one module each at zero 3.
 std::vector<ModuleRange> zero_buckets(const ParamLayout& layout, ModuleRange modules, const OptimConfig& o);
@@ -93,7 +93,9 @@ struct ZeroSpec {
   std::vector<size_t> shard_counts(const ZeroBucket& b) const;
   // Each rank's block of a module of `numel` elements (zero 3).
   std::vector<size_t> module_counts(size_t numel) const;
-  ZeroSizes sizes() const { return {shard_n, tile, cfg.delayed_update, per_micro, bf16, device, cfg.zero == 3}; }
+  ZeroSizes sizes() const {
+    return {shard_n, tile, cfg.delayed_update, per_micro, bf16, device, cfg.zero.shards_weights()};
+  }
 };
 
 }  // namespace yuan

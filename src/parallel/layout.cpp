@@ -302,7 +302,7 @@ void validate(const Config& c, int world) {
   // The [parallel] layout against the model, the batch and the world.
   const Topology topo = make_topology(c, world);
   for (const Pipeline& p : topo.pipelines())
-    if (c.optim.zero == 3 && p.stages.size() > 1)
+    if (c.optim.zero.shards_weights() && p.stages.size() > 1)
       throw Error(strf("optim.zero = 3 needs one stage per pipeline (template '%s' has %zu): its gathers and "
                        "reductions in every pass would make stages of different pipelines wait on each other",
                        p.name.c_str(), p.stages.size()),

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "model/gpt.h"
+#include "parallel/schedule.h"
 #include "util/error.h"
 
 namespace yuan::planner {
@@ -14,7 +15,7 @@ std::vector<std::string> layout_overrides(const Config& c, const Machine& m) {
       "--train.device=" + m.kind,
       strf("--train.micro_batch=%d", c.train.micro_batch),
       strf("--train.recompute=%s", c.train.recompute ? "true" : "false"),
-      strf("--optim.zero=%d", c.optim.zero),
+      strf("--optim.zero=%d", c.optim.zero.number()),
       "--optim.offload=" + c.optim.offload,
       strf("--parallel.tp_size=%d", p.tp_size),
       "--parallel.schedule=" + p.schedule,
@@ -42,7 +43,7 @@ std::string pipelines_text(const std::vector<Pipelines>& ps) {
 
 // The deck with one layout applied: pipelines as auto:K templates (empty for plain data parallelism).
 Config with_layout(const Config& deck, const Machine& m, int tp, const std::vector<Pipelines>& ps, int micro_batch,
-                   int zero, const std::string& offload, bool recompute, const std::string& schedule) {
+                   ZeroStage zero, const std::string& offload, bool recompute, parallel::ScheduleKind schedule) {
   Config c = deck;
   c.train.device = m.kind;
   c.train.micro_batch = micro_batch;
@@ -50,7 +51,7 @@ Config with_layout(const Config& deck, const Machine& m, int tp, const std::vect
   c.optim.zero = zero;
   c.optim.offload = offload;
   c.parallel.tp_size = tp;
-  c.parallel.schedule = schedule;
+  c.parallel.schedule = parallel::schedule_name(schedule);
   c.parallel.templates.clear();
   c.parallel.pipelines.clear();
   c.parallel.microbatches.clear();
@@ -85,23 +86,25 @@ Search search_layouts(const Config& deck, int nodes, int ranks_per_node, const M
     const bool deep = std::any_of(ps.begin(), ps.end(), [](const Pipelines& p) { return p.stages > 1; });
     int replicas = 0;
     for (const Pipelines& p : ps) replicas += p.count;
-    for (int zero = 0; zero <= 3; zero++) {
-      if (zero == 3 && deep) continue;  // validate(): ZeRO-3 needs one stage per pipeline
-      if (zero > 0 && replicas == 1 && !deep) continue;  // nothing to shard over
+    for (int number = 0; number <= ZeroStage::kHighest; number++) {
+      const ZeroStage zero(number);
+      if (zero.shards_weights() && deep) continue;  // validate(): ZeRO-3 needs one stage per pipeline
+      if (zero.shards_optimizer_state() && replicas == 1 && !deep) continue;  // nothing to shard over
       // The optimizer state on the GPUs where the trainer can keep it there (cuda), else on the host; the memory
       // check (predict) rejects a device that cannot hold it, the host twin still standing.
       const std::vector<std::string> placements =
           !m.cpu() ? std::vector<std::string>{"none", "host"} : std::vector<std::string>{"host"};
       for (const std::string& offload : placements)
         for (bool recompute : {false, true})
-          for (const char* schedule : {"1f1b", "gpipe"}) {
-            if (!deep && std::string(schedule) == "gpipe") continue;  // one stage: the schedules are the same
+          for (parallel::ScheduleKind schedule : {parallel::ScheduleKind::OneFOneB, parallel::ScheduleKind::GPipe}) {
+            if (!deep && schedule == parallel::ScheduleKind::GPipe) continue;  // one stage: the schedules are the same
             Candidate cand;
             cand.config = with_layout(deck, m, tp, ps, b, zero, offload, recompute, schedule);
             cand.world = world;
             cand.layout = strf("tp %d, %s, micro-batch %d, ZeRO %d, optimizer on the %s%s%s", tp,
-                               pipelines_text(ps).c_str(), b, zero, offload == "none" ? "device" : "host",
-                               recompute ? ", recompute" : "", deep ? strf(", %s", schedule).c_str() : "");
+                               pipelines_text(ps).c_str(), b, zero.number(), offload == "none" ? "device" : "host",
+                               recompute ? ", recompute" : "",
+                               deep ? strf(", %s", parallel::schedule_name(schedule)).c_str() : "");
             cand.overrides = layout_overrides(cand.config, m);
             try {
               cand.prediction = predict(cand.config, world, ranks_per_node, m);

@@ -371,21 +371,20 @@ After after_schedule(const Config& c, const parallel::Topology& topo, int rank, 
     per_micro = spec.per_micro;
     if (D == 1) continue;
     const double grads = 4 * params, weights = r.weight * params;
-    const int zero = c.optim.zero;
+    const ZeroStage zero = c.optim.zero;
     // Reductions: one per step, or one per micro-batch as its backward finishes (zero 2 and 3 with overlap).
-    const double reduce = zero == 0 ? collective_s(Collective::AllReduce, grads, D, link)
-                                    : collective_s(Collective::ReduceScatter, grads, D, link);
+    const Collective reduction = zero.shards_optimizer_state() ? Collective::ReduceScatter : Collective::AllReduce;
+    const double reduce = collective_s(reduction, grads, D, link);
     // What cannot hide: the last bucket, reduced after the backward that fills it ends.
-    const double bucket = std::min(grads, (zero == 3 ? largest * 4 : c.optim.bucket_mb * kMiB));
-    const double tail = zero == 0 ? collective_s(Collective::AllReduce, bucket, D, link)
-                                  : collective_s(Collective::ReduceScatter, bucket, D, link);
+    const double bucket = std::min(grads, (zero.shards_weights() ? largest * 4 : c.optim.bucket_mb * kMiB));
+    const double tail = collective_s(reduction, bucket, D, link);
     const double reductions = per_micro ? m : 1;
     exposed += hides ? reductions * std::max(reduce - backward_compute, tail) : reductions * reduce;
-    if (zero == 1 || zero == 2) {
+    if (zero.shards_optimizer_state() && !zero.shards_weights()) {  // the updated shards all-gathered
       gathers += collective_s(Collective::AllGather, weights, D, link);
       gather_tail += collective_s(Collective::AllGather, std::min(weights, r.weight / 4 * bucket), D, link);
     }
-    if (zero == 3) {
+    if (zero.shards_weights()) {
       // Each block is gathered for every pass, less the two still in the block buffers where one pass turns into
       // the next (tools/comm_volume.py); the embedding, wpe and ln_f once per step. On cuda the next module's
       // gather runs while this one computes: what shows is the gathers beyond the compute, and each pass's first.
@@ -418,7 +417,7 @@ After after_schedule(const Config& c, const parallel::Topology& topo, int rank, 
     //   + (copy_cost(shard, 4, 4).bytes + (m - 1) add_cost(shard).bytes) / (mem_efficiency x mem_bw)
     const double set_aside = c.optim.delayed_update ? ops::copy_cost(shard, 4, 4).bytes : 0;
     const double accumulate =
-        c.optim.zero == 3 ? ops::copy_cost(shard, 4, 4).bytes + (m - 1) * ops::add_cost(shard).bytes : 0;
+        c.optim.zero.shards_weights() ? ops::copy_cost(shard, 4, 4).bytes + (m - 1) * ops::add_cost(shard).bytes : 0;
     a.optimizer = mem_s(r, update_bytes + norm_bytes + set_aside + accumulate);
     return a;
   }

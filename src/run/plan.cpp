@@ -66,7 +66,7 @@ void print_layout(const Config& c, int world, bool json, const parallel::NodeMap
     say("layout: %zu pipeline%s on %d ranks, %s schedule, micro-batch %d, global batch %d, ZeRO stage %d, tp %d, "
         "memory planned for the %s backend%s",
         topo.pipelines().size(), topo.pipelines().size() == 1 ? "" : "s", topo.world_size(),
-        parallel::schedule_name(kind), c.train.micro_batch, c.train.global_batch, c.optim.zero, T,
+        parallel::schedule_name(kind), c.train.micro_batch, c.train.global_batch, c.optim.zero.number(), T,
         device_name(device), c.train.recompute ? " with recompute" : "");
   const std::vector<parallel::Pipeline>& pipelines = topo.pipelines();
   for (size_t p = 0, next = 0; p < pipelines.size(); p = next) {

@@ -12,7 +12,7 @@ Replica checkpoint_replica(const CheckpointModel& m, const std::string& device, 
   // layout the checkpoint's run had, these commands run each rank on every module, one micro-batch at a time.
   Config c = m.cfg;
   c.parallel = ParallelConfig{};
-  c.optim.zero = 0;
+  c.optim.zero = ZeroStage(0);
   c.train.micro_batch = micro_batch;
   c.train.recompute = false;
   const RankPlan plan = plan_rank(c, parallel::Topology::data_parallel(1, module_count(c.model), 1), d, 0);

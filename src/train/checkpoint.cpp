@@ -337,7 +337,7 @@ bool same_model(const GPTConfig& a, const GPTConfig& b) {
 std::vector<ZeroOptimizer*> saved_optimizers(const ZeroOptimizers& opts) {
   std::vector<ZeroOptimizer*> out;
   for (const auto& opt : opts.all())
-    if (opt->stage() != 0 || opt->group_rank() == 0) out.push_back(opt.get());
+    if (opt->stage().shards_optimizer_state() || opt->group_rank() == 0) out.push_back(opt.get());
   return out;
 }
 
@@ -422,7 +422,7 @@ std::string save_checkpoint(const Config& cfg, const TrainState& st, ZeroOptimiz
                           {"next_sample", st.next_sample},
                           {"adam_step", opts.all().front()->adam_step()},
                           {"world", w.size},
-                          {"zero", opts.stage()},
+                          {"zero", opts.stage().number()},
                           {"n_params", ParamLayout(cfg.model).total()},
                           {"tokenizer", tok},
                           {"files", files}};

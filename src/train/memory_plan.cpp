@@ -52,12 +52,12 @@ RankPlan plan_rank(const Config& c, const parallel::Topology& topo, Device devic
     m.host.staging += h.staging;
     m.device_optimizer += zero_device_memory(z.sizes());
     // What a checkpoint holds of the group (zero 0: its rank 0 writes the whole state): master, exp_avg, exp_avg_sq.
-    if (c.ckpt.local_every > 0 && (c.optim.zero != 0 || group_rank == 0)) {
+    if (c.ckpt.local_every > 0 && (c.optim.zero.shards_optimizer_state() || group_rank == 0)) {
       // Two generations of the own copy and of the partner copy, the latter taken to be the size of the own (the
       // same local rank of a node alike).
       m.local_storage += 2 * 2 * 3 * sizeof(float) * z.shard_n;
     }
-    if (c.optim.zero == 3) shards = z.shard_n;  // one module group (validate)
+    if (c.optim.zero.shards_weights()) shards = z.shard_n;  // one module group (validate)
   }
   plan.backend = backend_spec(held, shards);
   plan.backend.attention = attention.path;
@@ -80,8 +80,9 @@ std::string memory_hint(const Config& c, int world, const RankMemory& m) {
   const size_t model = m.on_device.weights + m.on_device.grads + m.device_optimizer + m.host.optimizer + m.host.staging;
   const size_t activations = m.on_device.activations + m.on_device.buffers;
   std::vector<std::string> tries;
-  if (c.optim.zero < 3 && world > 1 && weighs(model))
-    tries.push_back(strf("a higher optim.zero (now %d; 3 shards the weights and gradients too)", c.optim.zero));
+  if (!c.optim.zero.shards_weights() && world > 1 && weighs(model))
+    tries.push_back(
+        strf("a higher optim.zero (now %d; 3 shards the weights and gradients too)", c.optim.zero.number()));
   if (weighs(m.device_optimizer)) tries.push_back("optim.offload = host (the optimizer state in host memory)");
   if (!c.train.recompute && weighs(m.on_device.activations)) tries.push_back("train.recompute=true");
   if (c.train.micro_batch > 1 && weighs(activations))

@@ -258,7 +258,7 @@ class Trainer {
         const parallel::ProcessGroup& data = groups_.get(parallel::Group::Data, index);
         // ZeRO-3 on the host gathers on a thread of its own, over its own copy of the group's communicator.
         std::unique_ptr<Communicator> gathers;
-        if (cfg.optim.zero == 3 && device_ == Device::Cpu && data.size() > 1 && world_.thread_multiple)
+        if (cfg.optim.zero.shards_weights() && device_ == Device::Cpu && data.size() > 1 && world_.thread_multiple)
           gathers = groups_.gather_communicator(index);
         gather_thread_ = gathers != nullptr;
         r.opts->add(std::make_unique<ZeroOptimizer>(optim_, *r.backend, layout,
@@ -317,10 +317,10 @@ class Trainer {
         n_params_, n_params_ / 1e6, flops_per_token_, c.model.n_layer, c.model.n_head, c.model.n_embd,
         c.model.seq_len, c.model.vocab_size);
     describe_layout();
-    say("ZeRO stage %d, backend %s, optimizer on the %s (%s)%s%s", replica_.opts->stage(), replica_.backend->name(),
-        optimizer_on_device(optim_) ? "device" : "host", offload_why_.c_str(),
+    say("ZeRO stage %d, backend %s, optimizer on the %s (%s)%s%s", replica_.opts->stage().number(),
+        replica_.backend->name(), optimizer_on_device(optim_) ? "device" : "host", offload_why_.c_str(),
         c.optim.delayed_update ? " with a one-step delayed update" : "",
-        replica_.opts->stage() < 3 || device_ != Device::Cpu ? ""
+        !replica_.opts->stage().shards_weights() || device_ != Device::Cpu ? ""
         : gather_thread_                            ? "; modules gathered on a communication thread"
                                                     : "; modules gathered in the compute thread (MPI has no "
                                                       "MPI_THREAD_MULTIPLE, or one rank)");

@@ -34,7 +34,7 @@ std::vector<int32_t> tokens(int step, int micro) {
 
 yuan::OptimConfig optim(int stage) {
   yuan::OptimConfig oc;
-  oc.zero = stage;
+  oc.zero = yuan::ZeroStage(stage);
   oc.bucket_mb = 0.05;  // several buckets, so tiles alternate copy lanes
   oc.lr = 1e-3;
   oc.weight_decay = 0.1;

@@ -74,7 +74,8 @@ void memory_table() {
     std::string row = strf("zero-1 optimizer memory of rank 0 (the largest shard), %s (%.1fM params):", m.name,
                            n / 1e6);
     for (int world : {1, 8, 64})
-      row += strf("  N=%d %.3f GiB", world, zero_optimizer_bytes(zero_shard(n, world, 0, 1).count) / 1073741824.0);
+      row += strf("  N=%d %.3f GiB", world,
+                  zero_optimizer_bytes(zero_shard(n, world, 0, ZeroStage(1)).count) / 1073741824.0);
     std::printf("%s\n", row.c_str());
   }
 }

@@ -106,7 +106,7 @@ Measured run(const GPTConfig& c, int B, bool recompute, bool delayed, int accum,
   check_memory(Device::Cuda, c, spec, layout.total(), cuda_free_bytes());
   auto comm = make_local_communicator();
   OptimConfig oc;
-  oc.zero = 1;
+  oc.zero = ZeroStage(1);
   oc.lr = 1e-4;
   oc.delayed_update = delayed;
   Replica r;
