@@ -71,16 +71,25 @@ WaitBound wait_bound() {
   return bound;
 }
 
-// `query` until it answers cudaSuccess; cudaErrorNotReady is "not yet", any other answer the device's error. The
-// poll step is NCCL's own (nccl_communicator.cu): short against any step, and far less than a core.
-template <class Query>
-void wait_polled(const WaitBound& b, const char* call, const char* what, Query query) {
+// A wait for the device: `sync()` (the blocking call `sync_call`) while no bound is set, else `query()` (the
+// polling call `query_call`) until it answers cudaSuccess; cudaErrorNotReady is "not yet", any other answer the
+// device's error. The poll step is NCCL's own (nccl_communicator.cu): short against any step, and far less than a
+// core.
+template <class Sync, class Query>
+void wait_device(const char* what, const char* sync_call, Sync sync, const char* query_call, Query query) {
+  const WaitBound b = wait_bound();
+  if (b.seconds <= 0) {
+    const cudaError_t e = sync();
+    if (e != cudaSuccess) gpu::throw_library_error("CUDA", sync_call, cudaGetErrorString(e), __FILE__, __LINE__);
+    return;
+  }
   using Clock = std::chrono::steady_clock;
   const Clock::time_point t0 = Clock::now();
   for (;;) {
     const cudaError_t e = query();
     if (e == cudaSuccess) return;
-    if (e != cudaErrorNotReady) gpu::throw_library_error("CUDA", call, cudaGetErrorString(e), __FILE__, __LINE__);
+    if (e != cudaErrorNotReady)
+      gpu::throw_library_error("CUDA", query_call, cudaGetErrorString(e), __FILE__, __LINE__);
     const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
     if (waited > b.seconds) {
       const std::string op = strf("a device synchronize (%s)", what);
@@ -103,21 +112,13 @@ void bound_device_waits(double timeout_s, NcclTimeout on_timeout) {
 namespace gpu {
 
 void wait_stream(cudaStream_t s, const char* what) {
-  const WaitBound b = wait_bound();
-  if (b.seconds <= 0) {
-    CUDA_CHECK(cudaStreamSynchronize(s));
-    return;
-  }
-  wait_polled(b, "cudaStreamQuery", what, [s] { return cudaStreamQuery(s); });
+  wait_device(what, "cudaStreamSynchronize", [s] { return cudaStreamSynchronize(s); }, "cudaStreamQuery",
+              [s] { return cudaStreamQuery(s); });
 }
 
 void wait_event(cudaEvent_t e, const char* what) {
-  const WaitBound b = wait_bound();
-  if (b.seconds <= 0) {
-    CUDA_CHECK(cudaEventSynchronize(e));
-    return;
-  }
-  wait_polled(b, "cudaEventQuery", what, [e] { return cudaEventQuery(e); });
+  wait_device(what, "cudaEventSynchronize", [e] { return cudaEventSynchronize(e); }, "cudaEventQuery",
+              [e] { return cudaEventQuery(e); });
 }
 
 AccountPeak cuda_account_peak() {

@@ -282,7 +282,8 @@ void start(Op op) {
   });
   const StreamPoint now = stream_point(pending->stream);
   std::vector<StreamPoint>& last = pending->comm->last_ops;
-  const auto same = std::find_if(last.begin(), last.end(), [&](const StreamPoint& p) { return p.stream == now.stream; });
+  const auto same =
+      std::find_if(last.begin(), last.end(), [&](const StreamPoint& p) { return p.stream == now.stream; });
   if (same != last.end())
     *same = now;
   else

@@ -564,7 +564,8 @@ void load_hf_init(const std::string& dir, const Config& cfg, ZeroOptimizers& opt
   parallel::refuse_together([&] { hf = std::make_unique<HfGpt2Weights>(dir, cfg.model); });
   for (const auto& opt : opts.all()) {
     float* master = opt->master();
-    for (const ParamLayout::Run& run : wanted_runs(cfg.model, *opt)) hf->read(run.global, run.count, master + run.local);
+    for (const ParamLayout::Run& run : wanted_runs(cfg.model, *opt))
+      hf->read(run.global, run.count, master + run.local);
     opt->load_backend_params();
   }
   say("init.from %s: the weights of a HuggingFace GPT-2 (%zu parameters), optimizer moments zero", dir.c_str(),

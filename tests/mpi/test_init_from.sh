@@ -37,7 +37,10 @@ print(f"val_loss {a!r} vs {b!r}: relative difference {rel:.2e} (tolerance {tol:g
 sys.exit(0 if rel <= tol else 1)
 PYEOF
 }
-first_val() { $PY -c 'import json, sys; print([json.loads(l) for l in open(sys.argv[1]) if "val_loss" in l][0]["val_loss"])' "$1"; }
+# first_val METRICS: the first val_loss of a run's metrics.jsonl (step 0's)
+first_val() {
+  $PY -c 'import json, sys; print([json.loads(l) for l in open(sys.argv[1]) if "val_loss" in l][0]["val_loss"])' "$1"
+}
 
 echo "== transformers' layout against the PyTorch GPT-2"
 hf pretrained --vocab 64 --positions 24 --seed 3
@@ -95,7 +98,8 @@ refused_run() {
     cat "$WORK/r_$name.log"; echo "FAIL: $name was accepted"; exit 1
   fi
   grep -F -- "$line" "$WORK/r_$name.log" || { cat "$WORK/r_$name.log"; echo "FAIL: no line '$line'"; exit 1; }
-  [ "$(grep -cF -- "$line" "$WORK/r_$name.log")" = 1 ] || { cat "$WORK/r_$name.log"; echo "FAIL: not one line"; exit 1; }
+  [ "$(grep -cF -- "$line" "$WORK/r_$name.log")" = 1 ] ||
+    { cat "$WORK/r_$name.log"; echo "FAIL: not one line"; exit 1; }
   [ ! -e "$WORK/r_$name/ckpt/latest" ]
 }
 # refused NAME LINE [make_hf_gpt2 options...]: the same for a model made with those options
