@@ -14,7 +14,6 @@ on torch. Parameter names and layouts are yuanlm's: HuggingFace GPT-2 names with
     losses, grad_norms, lrs   F64 [steps]  per training step: loss, global grad norm before clipping, lr
     final.<name>   F32  parameters after `steps` AdamW steps (clip_grad_norm_, then torch.optim.AdamW)
 """
-import json
 import math
 import sys
 
