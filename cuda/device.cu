@@ -71,18 +71,11 @@ WaitBound wait_bound() {
   return bound;
 }
 
-// A wait for the device: `sync()` (the blocking call `sync_call`) while no bound is set, else `query()` (the
-// polling call `query_call`) until it answers cudaSuccess; cudaErrorNotReady is "not yet", any other answer the
-// device's error. The poll step is NCCL's own (nccl_communicator.cu): short against any step, and far less than a
-// core.
-template <class Sync, class Query>
-void wait_device(const char* what, const char* sync_call, Sync sync, const char* query_call, Query query) {
-  const WaitBound b = wait_bound();
-  if (b.seconds <= 0) {
-    const cudaError_t e = sync();
-    if (e != cudaSuccess) gpu::throw_library_error("CUDA", sync_call, cudaGetErrorString(e), __FILE__, __LINE__);
-    return;
-  }
+// `query()` (the CUDA call `query_call`) until it answers cudaSuccess, against the bound `b`; cudaErrorNotReady is
+// "not yet", any other answer the device's error. The poll step is NCCL's own (nccl_communicator.cu): short against
+// any step, and far less than a core.
+template <class Query>
+void wait_polled(const WaitBound& b, const char* what, const char* query_call, Query query) {
   using Clock = std::chrono::steady_clock;
   const Clock::time_point t0 = Clock::now();
   for (;;) {
@@ -111,14 +104,14 @@ void bound_device_waits(double timeout_s, NcclTimeout on_timeout) {
 
 namespace gpu {
 
-void wait_stream(cudaStream_t s, const char* what) {
-  wait_device(what, "cudaStreamSynchronize", [s] { return cudaStreamSynchronize(s); }, "cudaStreamQuery",
-              [s] { return cudaStreamQuery(s); });
+bool device_waits_bounded() { return wait_bound().seconds > 0; }
+
+void wait_stream_bounded(cudaStream_t s, const char* what) {
+  wait_polled(wait_bound(), what, "cudaStreamQuery", [s] { return cudaStreamQuery(s); });
 }
 
-void wait_event(cudaEvent_t e, const char* what) {
-  wait_device(what, "cudaEventSynchronize", [e] { return cudaEventSynchronize(e); }, "cudaEventQuery",
-              [e] { return cudaEventQuery(e); });
+void wait_event_bounded(cudaEvent_t e, const char* what) {
+  wait_polled(wait_bound(), what, "cudaEventQuery", [e] { return cudaEventQuery(e); });
 }
 
 AccountPeak cuda_account_peak() {

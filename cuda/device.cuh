@@ -6,6 +6,7 @@
 #include <cstddef>
 
 #include "backend/backend.h"
+#include "cuda_check.h"
 #include "util/memory.h"
 
 namespace yuan::gpu {
@@ -19,8 +20,20 @@ Allocation pinned_allocation(size_t bytes, Mem cat);
 // error. A plain synchronisation until NCCL operations may stand in the device's streams (the backend's compute
 // waits for gathers and pipeline transfers, so for the peers behind them): from then on the wait is polled, and
 // one past the bound of yuan::bound_device_waits (parallel/nccl.h) ends as a communicator's own wait past its
-// deadline does, instead of blocking the host for good.
-void wait_stream(cudaStream_t s, const char* what);
-void wait_event(cudaEvent_t e, const char* what);
+// deadline does, instead of blocking the host for good. Inline, so that a plain synchronisation is its caller's own
+// call: the emulator's account of the calls that wait for the device names them by caller (test_roofline.cu).
+bool device_waits_bounded();
+void wait_stream_bounded(cudaStream_t s, const char* what);
+void wait_event_bounded(cudaEvent_t e, const char* what);
+
+[[gnu::always_inline]] inline void wait_stream(cudaStream_t s, const char* what) {
+  if (device_waits_bounded()) return wait_stream_bounded(s, what);
+  CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+[[gnu::always_inline]] inline void wait_event(cudaEvent_t e, const char* what) {
+  if (device_waits_bounded()) return wait_event_bounded(e, what);
+  CUDA_CHECK(cudaEventSynchronize(e));
+}
 
 }  // namespace yuan::gpu
