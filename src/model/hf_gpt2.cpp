@@ -1,7 +1,6 @@
 #include "model/hf_gpt2.h"
 
 #include <algorithm>
-#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "util/error.h"
@@ -34,6 +33,11 @@ std::string hf_gpt2_name(const TensorSpec& t) { return "transformer." + t.name; 
 
 bool hf_gpt2_transposed(const TensorSpec& t) { return t.full_shape.size() == 2 && !is_embedding(t); }
 
+void hf_gpt2_transpose(const float* src, int64_t rows, int64_t cols, float* dst) {
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t k = 0; k < cols; k++) dst[k * rows + r] = src[r * cols + k];
+}
+
 std::string hf_gpt2_config(const GPTConfig& c, int eot_id) {
   nlohmann::ordered_json j = {{"model_type", "gpt2"},
                               {"architectures", nlohmann::ordered_json::array({"GPT2LMHeadModel"})},
@@ -60,7 +64,7 @@ std::string hf_gpt2_config(const GPTConfig& c, int eot_id) {
   return j.dump(2) + "\n";
 }
 
-HfGpt2Weights::HfGpt2Weights(const std::string& dir, const GPTConfig& deck) : dir_(dir), layout_(deck) {
+HfGpt2Weights::HfGpt2Weights(const std::string& dir, const GPTConfig& deck) : layout_(deck) {
   const std::string config = dir + "/config.json";
   const std::string what = "init.from " + config;
   const nlohmann::json j = read_json_object(config, what);
@@ -112,15 +116,13 @@ void HfGpt2Weights::convert(const TensorSpec& t) const {
   const int64_t rows = t.full_shape[0], cols = t.full_shape.size() == 2 ? t.full_shape[1] : 1;
   whole_.assign(static_cast<size_t>(rows * cols), 0.0f);
   const std::string name = prefix_ + t.name;
-  if (t.module == kWteModule || t.module == kWpeModule) {
+  if (is_embedding(t)) {
     // Rows past the file's vocabulary stay zero (the deck's padding); positions past seq_len are not used.
     const int64_t have = t.module == kWteModule ? hf_vocab_ : hf_positions_;
     const std::vector<float> v = file_->read_f32(name, {have, cols});
     std::copy_n(v.begin(), std::min(have, rows) * cols, whole_.begin());
   } else if (hf_gpt2_transposed(t)) {
-    const std::vector<float> v = file_->read_f32(name, {cols, rows});  // [in, out]
-    for (int64_t r = 0; r < rows; r++)
-      for (int64_t k = 0; k < cols; k++) whole_[r * cols + k] = v[k * rows + r];
+    hf_gpt2_transpose(file_->read_f32(name, {cols, rows}).data(), cols, rows, whole_.data());  // from [in, out]
   } else {
     file_->read_f32(name, t.full_shape, whole_.data());
   }

@@ -19,6 +19,9 @@ class SafetensorsReader;
 std::string hf_gpt2_name(const TensorSpec& t);
 // Whether HF keeps `t` transposed: the blocks' matrices (Conv1D), not the embeddings.
 bool hf_gpt2_transposed(const TensorSpec& t);
+// The `rows` x `cols` row-major matrix at `src` as its `cols` x `rows` transpose at `dst`: HF's Conv1D [in, out]
+// from this model's [out, in], and back.
+void hf_gpt2_transpose(const float* src, int64_t rows, int64_t cols, float* dst);
 // config.json of a GPT2LMHeadModel of shape `c` (its vocabulary `c.vocab_size`); `eot_id` >= 0 is written as the
 // bos and eos token.
 std::string hf_gpt2_config(const GPTConfig& c, int eot_id);
@@ -43,7 +46,6 @@ class HfGpt2Weights {
 
  private:
   void convert(const TensorSpec& t) const;  // into whole_
-  std::string dir_;
   ParamLayout layout_;
   std::unique_ptr<SafetensorsReader> file_;
   std::string prefix_;  // "transformer." or ""

@@ -29,9 +29,9 @@ void convert(const MappedFile& f, const uint8_t* p, size_t n, TokenType t, uint6
     if (t.is_signed) {
       switch (t.width) {
         case 1: id = static_cast<int8_t>(*p); break;
-        case 2: { int16_t v; std::memcpy(&v, p, 2); id = v; break; }
-        case 4: { int32_t v; std::memcpy(&v, p, 4); id = v; break; }
-        default: std::memcpy(&id, p, 8);
+        case 2: id = load_unaligned<int16_t>(p); break;
+        case 4: id = load_unaligned<int32_t>(p); break;
+        default: id = load_unaligned<int64_t>(p);
       }
     } else {
       uint64_t v = 0;

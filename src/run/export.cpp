@@ -14,7 +14,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <nlohmann/json.hpp>
 
 #include "model/gpt.h"
 #include "model/hf_gpt2.h"
@@ -246,8 +245,7 @@ int export_main(const std::vector<std::string>& args) {
     }
     const int64_t rows = t.shape[0], cols = t.shape[1];  // [out, in]
     std::vector<float>& dst = transposed.emplace_back(t.numel);
-    for (int64_t r = 0; r < rows; r++)
-      for (int64_t k = 0; k < cols; k++) dst[k * rows + r] = src[r * cols + k];
+    hf_gpt2_transpose(src, rows, cols, dst.data());
     st.add_f32(name, {cols, rows}, dst.data());
   }
   st.set_metadata("format", "pt");  // transformers refuses safetensors files without it
