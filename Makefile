@@ -61,7 +61,7 @@ LIBS      = $(HOST_LIBS)
 # core: the model program, the backend registry with the CPU backend, the ZeRO-Offload optimizer and its one-rank
 # communicator, with no MPI/HDF5/Boost, so GPU machines can link kernel tests and single-GPU benchmarks.
 CORE_SRC := $(wildcard src/util/*.cpp src/model/*.cpp src/program/*.cpp src/ops/*.cpp src/backend/*.cpp \
-                      src/optim/*.cpp) src/parallel/communicator.cpp src/parallel/comm_thread.cpp
+                      src/optim/*.cpp) src/comm/communicator.cpp src/comm/comm_thread.cpp
 APP_SRC  := $(filter-out src/main.cpp $(CORE_SRC),$(wildcard src/*/*.cpp))
 TEST_SRC := $(wildcard tests/*.cpp)
 BENCH_SRC:= $(wildcard tools/bench/*.cpp)

@@ -11,7 +11,7 @@
 #include "backend/cuda_backend.h"
 #include "cuda_check.h"
 #include "kernel_account.cuh"
-#include "parallel/nccl.h"
+#include "comm/nccl.h"
 
 namespace yuan {
 

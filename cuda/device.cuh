@@ -19,7 +19,7 @@ Allocation pinned_allocation(size_t bytes, Mem cat);
 // The host waiting for the device's work on a stream, or up to an event; `what` names what is waited for in an
 // error. A plain synchronisation until NCCL operations may stand in the device's streams (the backend's compute
 // waits for gathers and pipeline transfers, so for the peers behind them): from then on the wait is polled, and
-// one past the bound of yuan::bound_device_waits (parallel/nccl.h) ends as a communicator's own wait past its
+// one past the bound of yuan::bound_device_waits (comm/nccl.h) ends as a communicator's own wait past its
 // deadline does, instead of blocking the host for good. Inline, so that a plain synchronisation is its caller's own
 // call: the emulator's account of the calls that wait for the device names them by caller (test_roofline.cu).
 bool device_waits_bounded();

@@ -1,4 +1,4 @@
-// The NCCL communicator (src/parallel/nccl.h): in-place collectives on the backend's device buffers, on a stream of
+// The NCCL communicator (src/comm/nccl.h): in-place collectives on the backend's device buffers, on a stream of
 // their own that waits for the backend's compute by events, so that backward keeps running while finished
 // buckets are reduced.
 //
@@ -6,7 +6,7 @@
 // included, can block the host indefinitely; every wait (initialisation, enqueueing, synchronize, finalize) polls
 // ncclCommGetAsyncError and a deadline. A dead or stuck peer therefore ends as an Error on every surviving rank
 // within dist.nccl_timeout_s, after ncclCommAbort has released the GPU side, instead of a hang; past the deadline,
-// where the caller asks for it (src/parallel/nccl.cpp), as one line for the whole job from its handler instead.
+// where the caller asks for it (src/comm/nccl.cpp), as one line for the whole job from its handler instead.
 #include <nccl.h>
 
 #include <algorithm>
@@ -19,7 +19,7 @@
 #include "cuda_check.h"
 #include "kernel_account.cuh"
 #include "ops/op_cost.h"
-#include "parallel/nccl.h"
+#include "comm/nccl.h"
 
 namespace yuan {
 namespace {

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "parallel/watchdog.h"
-#include "parallel/world.h"
+#include "comm/watchdog.h"
+#include "comm/world.h"
 #include "prep/prep.h"
 #include "run/commands.h"
 #include "train/train.h"
@@ -75,23 +75,23 @@ int main(int argc, char** argv) {
   }
   // Before MPI and any work: a stop signal that arrives while MPI starts or a checkpoint loads is acted on at the
   // command's first check instead of killing the rank.
-  if (cmd->stops) yuan::parallel::install_stop_handlers();
-  yuan::parallel::init(&argc, &argv);
+  if (cmd->stops) yuan::comm::install_stop_handlers();
+  yuan::comm::init(&argc, &argv);
   int rc;
   try {
-    yuan::parallel::watch_waits(yuan::parallel::kDefaultTimeoutSeconds);
-    yuan::parallel::check_same_command(cmd->name);
-    yuan::configure_threads(yuan::parallel::world().local_size);
+    yuan::comm::watch_waits(yuan::comm::kDefaultTimeoutSeconds);
+    yuan::comm::check_same_command(cmd->name);
+    yuan::configure_threads(yuan::comm::world().local_size);
     rc = cmd->run(std::vector<std::string>(argv + 2, argv + argc));
   } catch (const yuan::Error& e) {
-    return yuan::parallel::fail(e);
+    return yuan::comm::fail(e);
   } catch (const std::bad_alloc&) {
     // Where an allocation's size and purpose are known it says so (util/memory.h); elsewhere this is all there is.
-    return yuan::parallel::fail(yuan::Error("out of host memory (an allocation failed); `yuanlm plan` gives what a "
+    return yuan::comm::fail(yuan::Error("out of host memory (an allocation failed); `yuanlm plan` gives what a "
                                             "deck needs"));
   } catch (const std::exception& e) {
-    return yuan::parallel::fail(yuan::Error(e.what()));
+    return yuan::comm::fail(yuan::Error(e.what()));
   }
-  yuan::parallel::finalize();
+  yuan::comm::finalize();
   return rc;
 }

@@ -6,7 +6,7 @@
 
 #include <cstdio>
 
-#include "parallel/world.h"
+#include "comm/world.h"
 #include "util/threads.h"
 
 namespace {
@@ -18,7 +18,7 @@ class RankAggregator : public testing::EmptyTestEventListener {
     MPI_Allreduce(mine, all, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     if (all[0]) {
       failed_++;
-      if (yuan::parallel::world().rank == 0 && !mine[0])
+      if (yuan::comm::world().rank == 0 && !mine[0])
         std::printf("[  FAILED  ] %s.%s failed on another rank\n", info.test_suite_name(), info.name());
     } else if (all[1]) {
       skipped_++;
@@ -27,9 +27,9 @@ class RankAggregator : public testing::EmptyTestEventListener {
     }
   }
   void OnTestProgramEnd(const testing::UnitTest&) override {
-    if (yuan::parallel::world().rank == 0)
+    if (yuan::comm::world().rank == 0)
       std::printf("gtest-summary: %d passed, %d failed, %d skipped (%d ranks)\n", passed_, failed_, skipped_,
-                  yuan::parallel::world().size);
+                  yuan::comm::world().size);
     std::fflush(stdout);
   }
   int failed() const { return failed_; }
@@ -43,14 +43,14 @@ class RankAggregator : public testing::EmptyTestEventListener {
 int main(int argc, char** argv) {
   testing::InitGoogleTest(&argc, argv);
   yuan::prepare_blas_environment();  // before MPI's threads (util/threads.h)
-  yuan::parallel::init(&argc, &argv);
-  yuan::configure_threads(yuan::parallel::world().local_size);
+  yuan::comm::init(&argc, &argv);
+  yuan::configure_threads(yuan::comm::world().local_size);
   testing::TestEventListeners& listeners = testing::UnitTest::GetInstance()->listeners();
-  if (yuan::parallel::world().rank != 0) delete listeners.Release(listeners.default_result_printer());
+  if (yuan::comm::world().rank != 0) delete listeners.Release(listeners.default_result_printer());
   auto* agg = new RankAggregator;
   listeners.Append(agg);
   int rc = RUN_ALL_TESTS();
   rc = agg->failed() > 0 || rc != 0 ? 1 : 0;
-  yuan::parallel::finalize();
+  yuan::comm::finalize();
   return rc;
 }

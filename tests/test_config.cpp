@@ -9,7 +9,7 @@
 
 #include "config/command_line.h"
 #include "config/config.h"
-#include "parallel/layout.h"
+#include "layout/layout.h"
 #include "util/error.h"
 
 using yuan::Config;
@@ -53,7 +53,7 @@ std::string parse_error(const std::vector<std::string>& args) {
   return error_of([&] { parse({args}); });
 }
 
-// A config that passes parallel::validate() with world 2.
+// A config that passes layout::validate() with world 2.
 Config valid() {
   Config c;
   c.model = {2, 2, 8, 16, 32};
@@ -64,7 +64,7 @@ Config valid() {
 std::string validate_error(const std::function<void(Config&)>& edit, int world = 2) {
   Config c = valid();
   edit(c);
-  return error_of([&] { yuan::parallel::validate(c, world); });
+  return error_of([&] { yuan::layout::validate(c, world); });
 }
 
 const char* kDeck = R"(# a comment
@@ -157,8 +157,8 @@ TEST(ConfigParse, EveryDeckInInputValidates) {
     SCOPED_TRACE(d);
     Config c = parse({d});
     EXPECT_GT(c.model.n_layer, 0);
-    EXPECT_NO_THROW(yuan::parallel::validate(c, 1));
-    EXPECT_NO_THROW(yuan::parallel::validate(c, 2));
+    EXPECT_NO_THROW(yuan::layout::validate(c, 1));
+    EXPECT_NO_THROW(yuan::layout::validate(c, 2));
   }
 }
 
@@ -219,7 +219,7 @@ TEST(ConfigParse, EmptyValueOnTheCommandLine) {
   EXPECT_EQ(parse_error({"--parallel.template="}), "parallel.template: '' does not start with a name and ':'");
   Config c = valid();
   c.run.dir = parse({"--run.dir="}).run.dir;
-  EXPECT_EQ(error_of([&] { yuan::parallel::validate(c, 2); }), "run.dir must not be empty");
+  EXPECT_EQ(error_of([&] { yuan::layout::validate(c, 2); }), "run.dir must not be empty");
   EXPECT_EQ(yuan::split_empty_values({"--a=", "--b=1", "-c=", "x=", "--d", "--="}),
             (std::vector<std::string>{"--a", "", "--b=1", "-c=", "x=", "--d", "--="}));
 }
@@ -264,7 +264,7 @@ TEST(ZeroStage, EachStageShardsOneThingMore) {
 }
 
 TEST(ConfigValidate, Ranges) {
-  EXPECT_NO_THROW(yuan::parallel::validate(valid(), 2));
+  EXPECT_NO_THROW(yuan::layout::validate(valid(), 2));
   EXPECT_EQ(validate_error([](Config& c) { c.model.n_layer = 0; }), "model.n_layer must be >= 1 (got 0)");
   EXPECT_EQ(validate_error([](Config& c) { c.model.vocab_size = 1; }), "model.vocab_size must be >= 2 (got 1)");
   EXPECT_EQ(validate_error([](Config& c) { c.optim.lr = 0; }), "optim.lr must be > 0 (got 0)");
@@ -282,12 +282,12 @@ TEST(ConfigValidate, Ranges) {
   }
   Config window = valid();
   window.profile.steps = "3:5";
-  EXPECT_NO_THROW(yuan::parallel::validate(window, 2));
+  EXPECT_NO_THROW(yuan::layout::validate(window, 2));
   EXPECT_EQ(window.profile.window(), std::make_pair(3, 5));
   // The kernel account times CUDA events: the device must be cuda, named (auto may resolve to the CPU).
   window.profile.kernels = "2:4";
   window.train.device = "cuda";
-  EXPECT_NO_THROW(yuan::parallel::validate(window, 2));
+  EXPECT_NO_THROW(yuan::layout::validate(window, 2));
   EXPECT_EQ(window.profile.kernel_window(), std::make_pair(2, 4));
   EXPECT_EQ(Config().profile.kernel_window(), std::make_pair(0, -1));
   for (const char* device : {"cpu", "auto"})
@@ -345,7 +345,7 @@ TEST(ConfigValidate, KeysThatUndoEachOtherAreSaidOnce) {
     Config c = valid();
     edit(c);
     ::testing::internal::CaptureStderr();
-    yuan::parallel::validate(c, 2);
+    yuan::layout::validate(c, 2);
     return ::testing::internal::GetCapturedStderr();
   };
   EXPECT_EQ(warnings([](Config& c) { c.train.steps = 6, c.optim.warmup_steps = 6; }), "");

@@ -1,4 +1,4 @@
-// The re-plan rule (parallel/elastic.h): the layout a job re-forms on the nodes that survive, as overrides that keep
+// The re-plan rule (layout/elastic.h): the layout a job re-forms on the nodes that survive, as overrides that keep
 // the global batch, keep tensor groups inside nodes, and rebuild only the pipelines that lost a stage.
 #include <gtest/gtest.h>
 
@@ -9,11 +9,11 @@
 #include <vector>
 
 #include "config/config.h"
-#include "parallel/elastic.h"
-#include "parallel/layout.h"
+#include "layout/elastic.h"
+#include "layout/layout.h"
 #include "test_util.h"
 
-namespace yuan::parallel {
+namespace yuan::layout {
 namespace {
 
 const GPTConfig kModel{4, 2, 16, 8, 32};  // wte, wpe, h.0 .. h.3, ln_f: modules 0 .. 6
@@ -228,4 +228,4 @@ TEST(Elastic, AJobTheSurvivorsCannotHoldIsRefusedSayingWhatItNeeds) {
 }
 
 }  // namespace
-}  // namespace yuan::parallel
+}  // namespace yuan::layout

@@ -1,4 +1,4 @@
-// The [parallel] section (parallel/layout.h): pipeline templates parsed against the model, balanced stages, and
+// The [parallel] section (layout/layout.h): pipeline templates parsed against the model, balanced stages, and
 // every check of a job's layout with its message (the heterogeneous runner's wording where users know it).
 #include <gtest/gtest.h>
 
@@ -9,10 +9,10 @@
 
 #include "config/config.h"
 #include "model/gpt.h"
-#include "parallel/layout.h"
+#include "layout/layout.h"
 #include "test_util.h"
 
-namespace yuan::parallel {
+namespace yuan::layout {
 namespace {
 
 const GPTConfig kModel{4, 2, 16, 8, 32};  // wte, wpe, h.0 .. h.3, ln_f: modules 0 .. 6
@@ -183,10 +183,10 @@ TEST(JobLayout, EveryMismatchIsNamedWithItsKey) {
 
 TEST(JobLayout, ConfigValidationRunsTheLayoutChecks) {
   Config c = job({"two: wte, wpe | h.0-h.3, ln_f"}, "two", "two:4");
-  EXPECT_EQ(testing::error_of([&] { parallel::validate(c, 2); }), "");
-  EXPECT_NE(testing::error_of([&] { parallel::validate(c, 3); }).find("does not match world size"),
+  EXPECT_EQ(testing::error_of([&] { layout::validate(c, 2); }), "");
+  EXPECT_NE(testing::error_of([&] { layout::validate(c, 3); }).find("does not match world size"),
             std::string::npos);
 }
 
 }  // namespace
-}  // namespace yuan::parallel
+}  // namespace yuan::layout

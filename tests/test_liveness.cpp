@@ -1,5 +1,5 @@
-// Who is silent (parallel/liveness.h), the longest wait a job rode out and a thread's time waited
-// (parallel/watchdog.h). Under mpirun
+// Who is silent (comm/liveness.h), the longest wait a job rode out and a thread's time waited
+// (comm/watchdog.h). Under mpirun
 // (Mpi*): every serving rank answers a ping, and a rank whose responder has stopped is named by every other rank.
 #include <gtest/gtest.h>
 
@@ -7,12 +7,14 @@
 #include <cstring>
 #include <thread>
 
-#include "parallel/liveness.h"
-#include "parallel/watchdog.h"
-#include "parallel/world.h"
+#include "comm/liveness.h"
+#include "comm/watchdog.h"
+#include "comm/world.h"
 
-namespace yuan::parallel {
+namespace yuan::comm {
 namespace {
+
+using layout::NodeMap;
 
 TEST(Liveness, DescribeRanksGroupsRunsByHost) {
   const std::vector<std::string> hosts = {"node1", "node1", "node2", "node2", "node3", "node3", "node3"};
@@ -77,4 +79,4 @@ TEST(MpiLiveness, LiveRanksAnswerAndAStoppedResponderIsNamed) {
 }
 
 }  // namespace
-}  // namespace yuan::parallel
+}  // namespace yuan::comm

@@ -17,7 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config/config.h"
-#include "parallel/nodes.h"
+#include "layout/nodes.h"
 #include "train/checkpoint.h"
 #include "train/local_store.h"
 #include "util/crc32c.h"
@@ -27,7 +27,7 @@ namespace yuan {
 namespace {
 
 TEST(LocalStore, APartnerIsTheSameLocalRankOnTheNextNode) {
-  const parallel::NodeMap m = parallel::NodeMap::blocks(3, 2);  // ranks 0-1, 2-3, 4-5
+  const layout::NodeMap m = layout::NodeMap::blocks(3, 2);  // ranks 0-1, 2-3, 4-5
   std::vector<int> partners;
   for (int r = 0; r < 6; r++) partners.push_back(partner_rank(m, r));
   EXPECT_EQ(partners, (std::vector<int>{2, 3, 4, 5, 0, 1}));
@@ -36,21 +36,21 @@ TEST(LocalStore, APartnerIsTheSameLocalRankOnTheNextNode) {
 
 TEST(LocalStore, UnevenNodesWrapTheLocalRankAndOneNodeHasNoPartner) {
   // Node 0 holds ranks 0-2, node 1 ranks 3-4: rank 2 has no local rank 2 on node 1 and goes to its local rank 0.
-  const parallel::NodeMap m = parallel::NodeMap::from_leaders({0, 0, 0, 3, 3}, {"a", "a", "a", "b", "b"});
+  const layout::NodeMap m = layout::NodeMap::from_leaders({0, 0, 0, 3, 3}, {"a", "a", "a", "b", "b"});
   std::vector<int> partners;
   for (int r = 0; r < 5; r++) partners.push_back(partner_rank(m, r));
   EXPECT_EQ(partners, (std::vector<int>{3, 4, 3, 0, 1}));
-  const parallel::NodeMap one = parallel::NodeMap::blocks(1, 4);
+  const layout::NodeMap one = layout::NodeMap::blocks(1, 4);
   for (int r = 0; r < 4; r++) EXPECT_EQ(partner_rank(one, r), -1);
 }
 
 TEST(LocalStore, StorageIsTwoGenerationsOfOwnAndKeptShards) {
-  const parallel::NodeMap m = parallel::NodeMap::from_leaders({0, 0, 0, 3, 3}, {"a", "a", "a", "b", "b"});
+  const layout::NodeMap m = layout::NodeMap::from_leaders({0, 0, 0, 3, 3}, {"a", "a", "a", "b", "b"});
   const std::vector<size_t> own = {10, 20, 30, 40, 50};
   // Node 0: its own 10+20+30, and the copies of ranks 3 and 4 (40+50). Node 1: 40+50, and ranks 0, 1, 2's.
   EXPECT_EQ(local_storage_needed(m, own, 0), 2u * (60 + 90));
   EXPECT_EQ(local_storage_needed(m, own, 1), 2u * (90 + 60));
-  EXPECT_EQ(local_storage_needed(parallel::NodeMap::blocks(1, 2), {10, 20}, 0), 2u * 30);
+  EXPECT_EQ(local_storage_needed(layout::NodeMap::blocks(1, 2), {10, 20}, 0), 2u * 30);
 }
 
 TEST(LocalStore, EveryJobHasADirectoryOfItsOwnAndHostExpands) {

@@ -52,7 +52,7 @@ TEST(StepMetrics, StepLineAsUsersReadIt) {
   m.slowest_rank = 3;
   m.slowest_host = "node2";
   m.straggler_s = 0.07;
-  m.stall = parallel::LongestWait{3.25, "reduce_scatter", "world"};
+  m.stall = comm::LongestWait{3.25, "reduce_scatter", "world"};
   EXPECT_EQ(step_line(m), "step     10/100 | loss 5.1234 | lr 3.00e-04 | norm 1.234 | 12345 tok/s | MFU 1.2% | "
                           "250 ms/step | bubble 25% | slowest rank 3@node2 +70 ms | stalled 3.2 s in reduce_scatter "
                           "on group world | ETA 1m02s");
@@ -100,15 +100,15 @@ TEST(StepMetrics, RecordKeysInTheirOrder) {
 // account (scalars, shared communicators) is not reported.
 TEST(StepMetrics, CommBytesAreTheStepsTrafficByGroupAndOperation) {
   StepMetrics m = figures();
-  const auto at = [](parallel::Group g) { return static_cast<int>(g); };
+  const auto at = [](comm::Group g) { return static_cast<int>(g); };
   const auto op = [](CommOp o) { return static_cast<int>(o); };
-  m.traffic_start[at(parallel::Group::Data)].bytes[op(CommOp::ReduceScatter)] = 100;
-  m.traffic_end[at(parallel::Group::Data)].bytes[op(CommOp::ReduceScatter)] = 400;
-  m.traffic_end[at(parallel::Group::Data)].bytes[op(CommOp::AllGather)] = 50;
-  m.traffic_start[at(parallel::Group::Tensor)].bytes[op(CommOp::AllReduce)] = 7;  // unchanged: left out
-  m.traffic_end[at(parallel::Group::Tensor)].bytes[op(CommOp::AllReduce)] = 7;
-  m.traffic_end[at(parallel::Group::Pipeline)].bytes[op(CommOp::Send)] = 8;
-  m.traffic_end[at(parallel::Group::World)].bytes[op(CommOp::AllReduce)] = 9;
+  m.traffic_start[at(comm::Group::Data)].bytes[op(CommOp::ReduceScatter)] = 100;
+  m.traffic_end[at(comm::Group::Data)].bytes[op(CommOp::ReduceScatter)] = 400;
+  m.traffic_end[at(comm::Group::Data)].bytes[op(CommOp::AllGather)] = 50;
+  m.traffic_start[at(comm::Group::Tensor)].bytes[op(CommOp::AllReduce)] = 7;  // unchanged: left out
+  m.traffic_end[at(comm::Group::Tensor)].bytes[op(CommOp::AllReduce)] = 7;
+  m.traffic_end[at(comm::Group::Pipeline)].bytes[op(CommOp::Send)] = 8;
+  m.traffic_end[at(comm::Group::World)].bytes[op(CommOp::AllReduce)] = 9;
   const nlohmann::ordered_json j = nlohmann::ordered_json::parse(step_record(m).str());
   EXPECT_EQ(j["comm_bytes"].dump(), R"({"data":{"reduce_scatter":300,"all_gather":50},"pipeline":{"send":8}})");
 }

@@ -7,13 +7,15 @@
 #include <numeric>
 #include <vector>
 
-#include "parallel/communicator.h"
-#include "parallel/groups.h"
-#include "parallel/mpi_check.h"
-#include "parallel/world.h"
+#include "comm/communicator.h"
+#include "comm/mpi_group.h"
+#include "comm/world.h"
 
-namespace yuan::parallel {
+namespace yuan::comm {
 namespace {
+
+using layout::Pipeline;
+using layout::Topology;
 
 constexpr int kModules = 6;
 
@@ -36,7 +38,7 @@ Topology layout_for(int world) {
 std::vector<int> members(const ProcessGroup& g) {
   std::vector<int> out(static_cast<size_t>(g.size()));
   const int me = world().rank;
-  MPI_CHECK(MPI_Allgather(&me, 1, MPI_INT, out.data(), 1, MPI_INT, g.comm()));
+  MPI_CHECK(MPI_Allgather(&me, 1, MPI_INT, out.data(), 1, MPI_INT, g.mpi().comm));
   return out;
 }
 
@@ -167,4 +169,4 @@ TEST(MpiSendRecv, PipelineNeighboursPassForwardAndBack) {
 }
 
 }  // namespace
-}  // namespace yuan::parallel
+}  // namespace yuan::comm

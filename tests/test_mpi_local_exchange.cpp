@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "parallel/world.h"
+#include "comm/world.h"
 #include "train/checkpoint.h"
 #include "train/local_exchange.h"
 #include "train/local_store.h"
@@ -27,7 +27,7 @@ std::string read_all(const std::string& path) {
 }
 
 TEST(MpiLocalExchange, EveryCopyArrivesWholeInItsPartnersFiles) {
-  const int n = parallel::world().size, me = parallel::world().rank;
+  const int n = comm::world().size, me = comm::world().rank;
   if (n < 2) GTEST_SKIP() << "a partner needs two ranks";
   const int partner = (me + 1) % n, sender = (me + n - 1) % n;
   const std::string dir = ::testing::TempDir() + "local_exchange_" + std::to_string(me);
@@ -55,12 +55,12 @@ TEST(MpiLocalExchange, EveryCopyArrivesWholeInItsPartnersFiles) {
   for (size_t i = 0; i < values.size(); i++)
     ASSERT_EQ(values[i], static_cast<float>(4 * 100000 + sender * 10000 + i)) << i;
   store.release();
-  parallel::barrier();  // every rank done with its files
+  comm::barrier();  // every rank done with its files
   std::filesystem::remove_all(dir);
 }
 
 TEST(MpiLocalExchange, TheRedistributionDeliversEveryHoldersSlices) {
-  const int n = parallel::world().size, me = parallel::world().rank;
+  const int n = comm::world().size, me = comm::world().rank;
   // Rank h sends rank d h+d+1 values h*100+d; rank 0 holds nothing for anyone.
   std::vector<std::vector<float>> out(n);
   if (me > 0)

@@ -11,8 +11,8 @@
 
 #include "backend/backend.h"
 #include "model/gpt.h"
-#include "parallel/groups.h"
-#include "parallel/world.h"
+#include "comm/groups.h"
+#include "comm/world.h"
 #include "program/program.h"
 #include "test_util.h"
 #include "util/rng.h"
@@ -41,7 +41,7 @@ std::vector<int32_t> tokens() {
 }
 
 TEST(MpiTensorParallel, PartsTileTheModelAndInitialiseAsIt) {
-  const int n = parallel::world().size, r = parallel::world().rank;
+  const int n = comm::world().size, r = comm::world().rank;
   const ParamLayout whole(kCfg), part(kCfg, held_modules(kCfg, all_modules(kCfg)), {r, n});
   std::vector<float> full(whole.total()), mine(part.total());
   init_gpt2(whole, 7, full.data());
@@ -53,8 +53,8 @@ TEST(MpiTensorParallel, PartsTileTheModelAndInitialiseAsIt) {
       EXPECT_EQ(mine[run.local + i], full[run.global + i]) << "element " << run.global + i;
       owners[run.global + i] += 1;
     }
-  const parallel::ProcessGroups groups(parallel::Topology::data_parallel(1, module_count(kCfg), 1, n));
-  auto comm = parallel::make_mpi_communicator(groups.get(parallel::Group::World), INT_MAX);
+  const comm::ProcessGroups groups(layout::Topology::data_parallel(1, module_count(kCfg), 1, n));
+  auto comm = comm::make_mpi_communicator(groups.get(comm::Group::World), INT_MAX);
   comm->all_reduce(owners.data(), owners.size(), DType::F64, ReduceOp::Sum);
   // wte, c_attn and c_fc by rows, the two projections by columns (none of them when one rank holds it all).
   for (const TensorSpec& t : whole.tensors()) {
@@ -65,7 +65,7 @@ TEST(MpiTensorParallel, PartsTileTheModelAndInitialiseAsIt) {
 }
 
 TEST(MpiTensorParallel, PartsComputeTheWholeModel) {
-  const int n = parallel::world().size, r = parallel::world().rank;
+  const int n = comm::world().size, r = comm::world().rank;
   const std::vector<float> params = whole_params();
   const std::vector<int32_t> tok = tokens();
   // The whole model on this process.
@@ -78,8 +78,8 @@ TEST(MpiTensorParallel, PartsComputeTheWholeModel) {
   whole->grads_to_host(0, want.size(), want.data());
 
   // This rank's part of it, the tensor group being the world.
-  const parallel::ProcessGroups groups(parallel::Topology::data_parallel(1, module_count(kCfg), 1, n));
-  auto comm = parallel::make_mpi_communicator(groups.get(parallel::Group::Tensor), INT_MAX);
+  const comm::ProcessGroups groups(layout::Topology::data_parallel(1, module_count(kCfg), 1, n));
+  auto comm = comm::make_mpi_communicator(groups.get(comm::Group::Tensor), INT_MAX);
   const ParamLayout L(kCfg, held_modules(kCfg, all_modules(kCfg)), {r, n});
   auto be = make_backend(Device::Cpu, backend_spec(L));
   std::vector<float> mine(L.total());

@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "backend/cpu_backend.h"
-#include "parallel/communicator.h"
-#include "parallel/groups.h"
-#include "parallel/mpi_check.h"
-#include "parallel/world.h"
+#include "comm/communicator.h"
+#include "comm/groups.h"
+#include "comm/mpi_check.h"
+#include "comm/world.h"
 #include "ops/adamw.h"
 #include "optim/zero.h"
 #include "util/memory.h"
@@ -23,27 +23,27 @@
 namespace yuan {
 namespace {
 
-int rank() { return parallel::world().rank; }
-int nranks() { return parallel::world().size; }
+int rank() { return comm::world().rank; }
+int nranks() { return comm::world().size; }
 
 // The world as a process group, for communicators over every rank.
-const parallel::ProcessGroup& world_group() {
-  static const parallel::ProcessGroups groups(parallel::Topology::data_parallel(nranks(), 3, 1));
-  return groups.get(parallel::Group::World);
+const comm::ProcessGroup& world_group() {
+  static const comm::ProcessGroups groups(layout::Topology::data_parallel(nranks(), 3, 1));
+  return groups.get(comm::Group::World);
 }
 std::unique_ptr<Communicator> world_communicator(size_t max_count = INT_MAX) {
-  return parallel::make_mpi_communicator(world_group(), max_count);
+  return comm::make_mpi_communicator(world_group(), max_count);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
 // World
 
 TEST(MpiWorld, InfoMatchesMpi) {
-  ASSERT_TRUE(parallel::initialized());
+  ASSERT_TRUE(comm::initialized());
   int r = -1, n = -1;
   MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &r));
   MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &n));
-  const parallel::WorldInfo& w = parallel::world();
+  const comm::WorldInfo& w = comm::world();
   EXPECT_EQ(w.rank, r);
   EXPECT_EQ(w.size, n);
   EXPECT_GE(w.local_rank, 0);
@@ -52,14 +52,14 @@ TEST(MpiWorld, InfoMatchesMpi) {
   EXPECT_FALSE(w.host.empty());
   EXPECT_EQ(process_rank(), r);
   EXPECT_EQ(process_host(), w.host);
-  EXPECT_EQ(parallel::allreduce_sum(r + 1.0), n * (n + 1) / 2.0);
-  EXPECT_EQ(parallel::allreduce_max(static_cast<double>(r)), n - 1.0);
+  EXPECT_EQ(comm::allreduce_sum(r + 1.0), n * (n + 1) / 2.0);
+  EXPECT_EQ(comm::allreduce_max(static_cast<double>(r)), n - 1.0);
 }
 
 // Every rank must throw the same collective error, naming the first rank that differs from rank 0.
 void expect_mismatch_names(uint64_t value, int first_bad) {
   try {
-    parallel::check_same_everywhere(value, "test value");
+    comm::check_same_everywhere(value, "test value");
     ADD_FAILURE() << "no error although rank " << first_bad << " differs";
   } catch (const Error& e) {
     EXPECT_TRUE(e.collective());
@@ -70,7 +70,7 @@ void expect_mismatch_names(uint64_t value, int first_bad) {
 }
 
 TEST(MpiWorld, CheckSameEverywhereNamesTheDifferingRank) {
-  EXPECT_NO_THROW(parallel::check_same_everywhere(0xC0FFEEull, "config hash"));
+  EXPECT_NO_THROW(comm::check_same_everywhere(0xC0FFEEull, "config hash"));
   if (nranks() == 1) return;  // nothing can differ
   expect_mismatch_names(rank() == nranks() - 1 ? 2 : 1, nranks() - 1);
   expect_mismatch_names(rank() >= 1 ? 7 : 3, 1);

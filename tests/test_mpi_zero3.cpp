@@ -15,8 +15,8 @@
 #include "backend/backend.h"
 #include "optim/replica.h"
 #include "optim/zero.h"
-#include "parallel/groups.h"
-#include "parallel/world.h"
+#include "comm/groups.h"
+#include "comm/world.h"
 #include "program/program.h"
 #include "test_util.h"
 #include "util/memory.h"
@@ -29,12 +29,12 @@ namespace {
 const GPTConfig kCfg{3, 2, 8, 4, 12};
 constexpr int kB = 2, kMicro = 2, kSteps = 3;
 
-int rank() { return parallel::world().rank; }
-int nranks() { return parallel::world().size; }
+int rank() { return comm::world().rank; }
+int nranks() { return comm::world().size; }
 
 std::unique_ptr<Communicator> world_comm(bool duplicate = false) {
-  static const parallel::ProcessGroups groups(parallel::Topology::data_parallel(nranks(), module_count(kCfg), 1));
-  return parallel::make_mpi_communicator(groups.get(parallel::Group::Data), INT_MAX, duplicate);
+  static const comm::ProcessGroups groups(layout::Topology::data_parallel(nranks(), module_count(kCfg), 1));
+  return comm::make_mpi_communicator(groups.get(comm::Group::Data), INT_MAX, duplicate);
 }
 
 OptimConfig optim(int zero) {
@@ -91,7 +91,7 @@ struct ZeroReplica {
 };
 
 TEST(MpiZero3, MatchesZero2ThroughTheProgram) {
-  ASSERT_TRUE(parallel::world().thread_multiple) << "Open MPI gives MPI_THREAD_MULTIPLE";
+  ASSERT_TRUE(comm::world().thread_multiple) << "Open MPI gives MPI_THREAD_MULTIPLE";
   for (auto [recompute, thread] : {std::pair{false, false}, {true, false}, {false, true}, {true, true}}) {
     SCOPED_TRACE(std::string(recompute ? "recompute" : "activations kept") +
                  (thread ? ", gathers on a thread" : ", gathers in the caller"));

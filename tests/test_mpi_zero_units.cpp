@@ -10,8 +10,8 @@
 #include "backend/backend.h"
 #include "backend/cpu_backend.h"
 #include "optim/zero.h"
-#include "parallel/groups.h"
-#include "parallel/world.h"
+#include "comm/groups.h"
+#include "comm/world.h"
 
 namespace yuan {
 namespace {
@@ -19,12 +19,12 @@ namespace {
 // 3 blocks, so that backward needs a third buffer for the blocks; 12-token vocabulary, uneven shards.
 const GPTConfig kCfg{3, 2, 8, 4, 12};
 
-int rank() { return parallel::world().rank; }
-int nranks() { return parallel::world().size; }
+int rank() { return comm::world().rank; }
+int nranks() { return comm::world().size; }
 
 std::unique_ptr<Communicator> world_comm(bool duplicate = false) {
-  static const parallel::ProcessGroups groups(parallel::Topology::data_parallel(nranks(), module_count(kCfg), 1));
-  return parallel::make_mpi_communicator(groups.get(parallel::Group::Data), INT_MAX, duplicate);
+  static const comm::ProcessGroups groups(layout::Topology::data_parallel(nranks(), module_count(kCfg), 1));
+  return comm::make_mpi_communicator(groups.get(comm::Group::Data), INT_MAX, duplicate);
 }
 
 OptimConfig optim(int zero, double bucket_mb) {

@@ -1,16 +1,16 @@
-// Which node each rank runs on and which groups cross a node boundary (parallel/nodes.h), over fake node maps; the
-// start-up description of a layout; under mpirun (MpiNodes), the map every rank gathers at init (parallel/world.h).
+// Which node each rank runs on and which groups cross a node boundary (layout/nodes.h), over fake node maps; the
+// start-up description of a layout; under mpirun (MpiNodes), the map every rank gathers at init (comm/world.h).
 // A job spread over nodes for real is tests/mpi/test_node_layout.sh.
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
-#include "parallel/nodes.h"
-#include "parallel/world.h"
+#include "layout/nodes.h"
+#include "comm/world.h"
 #include "test_util.h"
 
-namespace yuan::parallel {
+namespace yuan::layout {
 namespace {
 
 constexpr int kModules = 8;  // wte, wpe, h.0 .. h.4, ln_f
@@ -160,21 +160,26 @@ TEST(DescribeLayout, EachNodeWithItsRanksAndGroups) {
 
 // Every rank gathers the same map at init; on one host (as the tests run) all ranks share node 0, named after it.
 TEST(MpiNodes, EveryRankKnowsItsNode) {
-  const WorldInfo& w = world();
-  const NodeMap& m = node_map();
+  const comm::WorldInfo& w = comm::world();
+  const NodeMap& m = comm::node_map();
   ASSERT_EQ(static_cast<int>(m.node.size()), w.size);
   EXPECT_EQ(m.node[w.rank], w.node);
   EXPECT_EQ(static_cast<int>(m.ranks_on(w.node).size()), w.local_size);
   EXPECT_EQ(m.ranks_on(w.node)[w.local_rank], w.rank);
   int size = 0;
-  MPI_Comm_size(node_comm(), &size);
+  const std::vector<unsigned long long> both = {1ull * w.local_size, 2ull * w.local_size};
+  EXPECT_EQ(comm::sum_on_node({1, 2}, "node", &size), both);
   EXPECT_EQ(size, w.local_size);
+  // The node's ranks of one parity of their local rank: as many as there are, each counted once.
+  const int parity = w.local_rank % 2, same = (w.local_size + 1 - parity) / 2;
+  EXPECT_EQ(comm::sum_on_node({1}, parity, "parity", &size), std::vector<unsigned long long>{1ull * same});
+  EXPECT_EQ(size, same);
   // The names agree everywhere: rank 0's map, as every rank holds it.
   std::string all;
   for (int n = 0; n < m.nodes(); n++) all += m.names[n] + ";" + ranks_text(m.ranks_on(n)) + "\n";
-  const std::string root = broadcast_string(all, 0);
+  const std::string root = comm::broadcast_string(all, 0);
   EXPECT_EQ(all, root);
 }
 
 }  // namespace
-}  // namespace yuan::parallel
+}  // namespace yuan::layout

@@ -12,8 +12,8 @@
 #include "backend/backend.h"
 #include "model/gpt.h"
 #include "ops/op_cost.h"
-#include "parallel/elastic.h"
-#include "parallel/schedule.h"
+#include "layout/elastic.h"
+#include "layout/schedule.h"
 #include "planner/machine.h"
 #include "planner/replan.h"
 #include "planner/search.h"
@@ -263,10 +263,10 @@ TEST(PlannerCollectives, AlphaBeta) {
 
 TEST(PlannerSchedule, BubbleOfEqualStages) {
   // With equal stages and free sends, both schedules idle (p-1)/(m+p-1) of the step on every stage.
-  for (auto kind : {yuan::parallel::ScheduleKind::OneFOneB, yuan::parallel::ScheduleKind::GPipe})
+  for (auto kind : {yuan::layout::ScheduleKind::OneFOneB, yuan::layout::ScheduleKind::GPipe})
     for (int p : {1, 2, 4, 5})
       for (int m : {1, 3, 8}) {
-        SCOPED_TRACE(testing::Message() << yuan::parallel::schedule_name(kind) << " p " << p << " m " << m);
+        SCOPED_TRACE(testing::Message() << yuan::layout::schedule_name(kind) << " p " << p << " m " << m);
         StageTimes t;
         t.forward.compute = 1;
         t.backward.compute = 1.5;
@@ -283,13 +283,13 @@ TEST(PlannerSchedule, SendsAndSlowStages) {
   t.backward.compute = 2;
   t.send_s = 0.25;
   // Two stages, one micro-batch: F0, send, F1, B1, send back, B0.
-  Simulation sim = simulate(yuan::parallel::ScheduleKind::OneFOneB, {t, t}, 1);
+  Simulation sim = simulate(yuan::layout::ScheduleKind::OneFOneB, {t, t}, 1);
   EXPECT_DOUBLE_EQ(sim.makespan, 1 + 0.25 + 1 + 2 + 0.25 + 2);
   // The slowest stage sets the pace: m micro-batches through a stage of 3 + 6 take it at least 9 m.
   StageTimes slow = t;
   slow.forward.compute = 3;
   slow.backward.compute = 6;
-  sim = simulate(yuan::parallel::ScheduleKind::OneFOneB, {t, slow, t}, 8);
+  sim = simulate(yuan::layout::ScheduleKind::OneFOneB, {t, slow, t}, 8);
   EXPECT_GE(sim.makespan, 8 * 9.0);
   EXPECT_DOUBLE_EQ(sim.busy[1], 8 * 9.0);
 }
@@ -303,7 +303,7 @@ TEST(PlannerSimulate, RanksSharingCoresFillTheBubble) {
   t.forward.compute = 1;
   t.backward.compute = 2;
   const int m = 4;
-  const auto kind = yuan::parallel::ScheduleKind::OneFOneB;
+  const auto kind = yuan::layout::ScheduleKind::OneFOneB;
   const SharedPipeline both{{t, t}, {{{0, 1}}, {{0, 1}}}, m};
   const Simulation alone = simulate(kind, {t, t}, m);
   const Simulation two_cores = simulate(kind, {both}, {CorePool{2, 1}}).front();
@@ -985,10 +985,10 @@ TEST(PlannerReplan, PicksThePredictedFastestOfTheRuleLayouts) {
   // rule's, which only counts a stage's FLOPs: the pick is the fastest by the model, the rule's only where it is.
   const Config c = pipelined_deck();
   const Machine m = cpu_node(64);
-  const std::vector<parallel::Replan> all = parallel::replan_candidates(c, 3, 2, {1});
+  const std::vector<layout::Replan> all = layout::replan_candidates(c, 3, 2, {1});
   ASSERT_GT(all.size(), 2u);
   double fastest = 1e300;
-  for (const parallel::Replan& r : all) fastest = std::min(fastest, predict(r.config, r.world, 2, m).step_s);
+  for (const layout::Replan& r : all) fastest = std::min(fastest, predict(r.config, r.world, 2, m).step_s);
   const ReplanChoice choice = best_replan(c, 3, 2, {1}, m, "m.ini");
   EXPECT_EQ(choice.considered, static_cast<int>(all.size()));
   EXPECT_DOUBLE_EQ(choice.prediction.step_s, fastest);
@@ -1003,7 +1003,7 @@ TEST(PlannerReplan, PicksThePredictedFastestOfTheRuleLayouts) {
   dp.train.micro_batch = 2;
   const ReplanChoice same = best_replan(dp, 1, 2, {1}, m, "m.ini");
   EXPECT_EQ(same.considered, 1);
-  EXPECT_EQ(same.replan.overrides, parallel::replan(dp, 1, 2, {1}).overrides);
+  EXPECT_EQ(same.replan.overrides, layout::replan(dp, 1, 2, {1}).overrides);
   EXPECT_NE(same.replan.notes.back().find("the FLOPs rule's own"), std::string::npos);
   EXPECT_DOUBLE_EQ(same.prediction.step_s, same.rule.step_s);
 }
@@ -1019,7 +1019,7 @@ TEST(PlannerReplan, TheLinkDecidesBetweenTheRulesLayoutAndTheOneLeftIdle) {
   c.parallel.microbatches = "two:4,one:4";
   c.train.global_batch = 16;
   c.train.micro_batch = 2;
-  const std::vector<parallel::Replan> all = parallel::replan_candidates(c, 2, 1, {0});
+  const std::vector<layout::Replan> all = layout::replan_candidates(c, 2, 1, {0});
   ASSERT_EQ(all.size(), 2u);
   EXPECT_EQ(all[0].config.parallel.pipelines, "one,one");
   EXPECT_EQ(all[1].config.parallel.pipelines, "one");

@@ -27,7 +27,7 @@
 #include "optim/lr_schedule.h"
 #include "optim/replica.h"
 #include "optim/zero.h"
-#include "parallel/communicator.h"
+#include "comm/communicator.h"
 #include "program/program.h"
 #include "run/commands.h"
 #include "test_util.h"

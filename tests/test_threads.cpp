@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "parallel/world.h"
+#include "comm/world.h"
 #include "util/threads.h"
 
 namespace yuan {
@@ -20,7 +20,7 @@ std::string env(const char* name) {
 TEST(Threads, NoEnvironmentChangeAfterStartUp) {
   char** const before = environ;
   const std::string blas = env("OPENBLAS_NUM_THREADS"), core = env("OPENBLAS_CORETYPE");
-  const int threads = configure_threads(parallel::world().local_size);  // what main did after MPI_Init
+  const int threads = configure_threads(comm::world().local_size);  // what main did after MPI_Init
   prepare_blas_environment();  // main's call came first: this one changes nothing
   EXPECT_EQ(environ, before);
   EXPECT_EQ(env("OPENBLAS_NUM_THREADS"), blas);  // OpenBLAS gets the count when it is loaded instead

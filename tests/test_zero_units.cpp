@@ -12,7 +12,7 @@
 #include "backend/cpu_backend.h"
 #include "ops/adamw.h"
 #include "optim/zero.h"
-#include "parallel/communicator.h"
+#include "comm/communicator.h"
 #include "util/memory.h"
 
 namespace yuan {

@@ -14,7 +14,7 @@ repository path when it is
 - relative: absolute paths, `~/...`, URLs and `user@host` name things outside the repository;
 - not under what a build or a run writes (GENERATED), unless it has a source extension (`data/loader.h`), and not
   one of the few names of other projects' files that read like the repository's (ELSEWHERE);
-- and either a folder whose name a folder of the repository has or had (`parallel/`, `tests/mpi/`: git's history
+- and either a folder whose name a folder of the repository has or had (`comm/`, `tests/mpi/`: git's history
   keeps a moved folder's name a path); or with a '/', a first folder the repository has or had and either an
   extension its files have or that first folder at its top (`docs/gpu-runs`); or without a '/', a file name with
   one of the repository's own extensions (`.h`, `.cpp`, `.cu`, `.cuh`, `.py`, `.sh`, `.md`, `.ini`, `.sbatch`).

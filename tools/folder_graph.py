@@ -3,13 +3,18 @@
 emulator, is left out: it stands in for the CUDA toolkit, not for a layer). Prints the folders bottom-up, each with
 its layer (one above the highest folder it includes; '?' on or above a cycle) and the folders it includes, and
 exits 1 naming the folders of a cycle and the #include lines that close it, so that a
-layer never reaches up. Run from anywhere: /usr/bin/python3 tools/folder_graph.py"""
+layer never reaches up. It also exits 1 naming each file outside src/comm/ that includes MPI or NCCL (<mpi.h>,
+<nccl.h>, or the headers of comm/ that bring them): one layer owns the job's communication, and the CUDA
+communicator's own file (NCCL_FILES) is the only other. Run from anywhere: /usr/bin/python3 tools/folder_graph.py"""
 import os
 import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 INCLUDE = re.compile(r'\s*#\s*include\s+"([^"]+)"')
+# What brings MPI or NCCL into a file, and the files besides comm/'s that may include it.
+COMM_INCLUDE = re.compile(r'\s*#\s*include\s+(<mpi\.h>|<nccl\.h>|"comm/mpi_check\.h"|"comm/mpi_group\.h")')
+NCCL_FILES = {'cuda/nccl_communicator.cu'}
 
 
 def folder(path):
@@ -92,7 +97,26 @@ def find_cycle(edges, among):
     return best
 
 
+def communication_outside_comm():
+    """'file:line: what' for each include of MPI or NCCL outside src/comm/ and NCCL_FILES."""
+    found = []
+    for path in sources():
+        if path.startswith('src/comm/') or path in NCCL_FILES:
+            continue
+        with open(os.path.join(ROOT, path), encoding='utf-8') as f:
+            for number, line in enumerate(f, 1):
+                m = COMM_INCLUDE.match(line)
+                if m:
+                    found.append(f'{path}:{number}: {m.group(1)}')
+    return found
+
+
 def main():
+    status = 0
+    for problem in communication_outside_comm():
+        print(f'error: {problem}: MPI and NCCL belong to src/comm/ (ask it by name: comm/world.h, comm/groups.h, '
+              'comm/channel.h)', file=sys.stderr)
+        status = 1
     edges = graph()
     rounds, left = layers(edges)
     order = [a for r in rounds for a in r] + left
@@ -100,7 +124,7 @@ def main():
         layer = next((str(i) for i, r in enumerate(rounds) if a in r), '?')
         print(f'{layer:>2}  {a:<9} -> {" ".join(sorted(edges[a], key=order.index)) or "(nothing)"}')
     if not left:
-        return 0
+        return status
     cycle = find_cycle(edges, left)
     sys.stdout.flush()
     print(f'error: the folders {" -> ".join(cycle)} include each other in a cycle:', file=sys.stderr)

@@ -5,7 +5,7 @@
 // them, which NCCL requires to be the same on every rank, so MPI matches them as NCCL would.
 //
 // Initialisation: ncclGetUniqueId writes the caller's world rank and a counter into the id; the communicator's
-// rank 0 (which must be the id's maker, as in src/parallel/nccl.cpp) collects the other members' world ranks over
+// rank 0 (which must be the id's maker, as in src/comm/nccl.cpp) collects the other members' world ranks over
 // MPI_COMM_WORLD, sends them the table, and all of them create the MPI communicator of that group. Until then a
 // nonblocking communicator reports ncclInProgress, so a member that never comes shows as a pending initialisation,
 // not a hang; without MPI (a one-process test) a communicator of more than one rank never completes.

@@ -4,7 +4,7 @@
 // devices, memory, streams and ops, not the model: what the elements of the flat buffers are (a GPT's parameter
 // table) is the program's business (program/params.h lays a ParamLayout over them). The program
 // (program/program.h) drives the ops; the ZeRO optimizer (optim/zero.h) and the communicators
-// (parallel/communicator.h) work on the flat buffers. Backends are chosen by Device through the registry at the
+// (comm/communicator.h) work on the flat buffers. Backends are chosen by Device through the registry at the
 // bottom of this file.
 //
 // Memory contract: the weights and the gradients are flat, size() elements long. The weights are in

@@ -1,5 +1,5 @@
 // The run's configuration: one struct per INI section. Decks in input/*.ini set values, `--section.key=value`
-// on the command line overrides them, and parallel::validate (parallel/layout.h) turns every bad value into a
+// on the command line overrides them, and layout::validate (layout/layout.h) turns every bad value into a
 // one-line error naming the key. The resolved config is printed at start, saved to run.dir/config.ini, and
 // hashed so ranks can check they all run the same thing.
 #pragma once
@@ -57,7 +57,7 @@ struct OptimConfig {
 };
 inline bool optimizer_on_device(const OptimConfig& o) { return o.offload == "none"; }
 
-// The job's parallel layout (src/parallel/layout.h turns it into a Topology). Without pipelines the job is pure
+// The job's parallel layout (src/layout/layout.h turns it into a Topology). Without pipelines the job is pure
 // data parallelism: one one-stage pipeline per rank.
 struct ParallelConfig {
   // "NAME: stage | stage | ...", a stage listing modules (wte, wpe, h.3) and ranges (h.0-h.3), or "NAME: auto:K"
@@ -72,7 +72,7 @@ struct ParallelConfig {
 
 struct DistConfig {
   double nccl_timeout_s = 600;  // an NCCL wait longer than this ends the job
-  double timeout_s = 300;       // an MPI wait longer than this ends the job (parallel::kDefaultTimeoutSeconds)
+  double timeout_s = 300;       // an MPI wait longer than this ends the job (comm::kDefaultTimeoutSeconds)
 };
 
 struct RunConfig {
@@ -121,7 +121,7 @@ std::string ini_difference(const std::string& ini_a, const std::string& name_a, 
                            const std::string& name_b);
 
 // The checks of ranges and consistency of the keys, in deck order, in two parts; each throws Error naming the
-// offending key. parallel::validate (parallel/layout.h) runs them with the checks that need the layers above
+// offending key. layout::validate (layout/layout.h) runs them with the checks that need the layers above
 // (train.device, a backend's name, between the two; the [parallel] layout against the world after), so that a deck
 // with several bad keys is told about the same one first wherever a check lives.
 void validate_model_data_train(const Config& c);

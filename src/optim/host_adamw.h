@@ -17,7 +17,7 @@
 #include "backend/backend.h"
 #include "ops/adamw.h"
 #include "optim/zero_spec.h"
-#include "parallel/communicator.h"
+#include "comm/communicator.h"
 
 namespace yuan {
 

@@ -7,7 +7,7 @@
 
 #include "backend/backend.h"
 #include "optim/zero.h"
-#include "parallel/communicator.h"
+#include "comm/communicator.h"
 #include "program/program.h"
 
 namespace yuan {

@@ -54,7 +54,7 @@
 #include "optim/host_adamw.h"
 #include "optim/zero3_params.h"
 #include "optim/zero_spec.h"
-#include "parallel/communicator.h"
+#include "comm/communicator.h"
 #include "program/program.h"
 
 namespace yuan {
@@ -111,7 +111,7 @@ class ZeroOptimizer : public ParamSource {
   // waits for reduce_gradients() and zero 2 communicates as zero 1 does: for groups whose members run different
   // numbers of micro-batches, or wait on each other through pipeline stages. Zero 3 needs it, and a backend made
   // with backend_spec(layout, zero_shard_elements(...)); the program then takes this optimizer as its ParamSource.
-  // `gathers`: zero 3 with a host communicator, a duplicate of `comm` (parallel/groups.h) on which the gathers run
+  // `gathers`: zero 3 with a host communicator, a duplicate of `comm` (comm/groups.h) on which the gathers run
   // on a thread of their own beside compute; without it they run in the calling thread.
   ZeroOptimizer(const OptimConfig& cfg, Backend& backend, const ParamLayout& layout, Communicator& comm,
                 const ParamInit& init, ModuleRange modules = {}, bool overlap = true,
@@ -206,7 +206,7 @@ class ZeroOptimizer : public ParamSource {
   ModuleReadyFn ready_;
 };
 
-// The ZeRO optimizers of one rank, one per module group it holds (parallel/topology.h: a pipeline stage holds
+// The ZeRO optimizers of one rank, one per module group it holds (layout/topology.h: a pipeline stage holds
 // modules that different sets of ranks share), driven as one. The program's ready hook reaches the optimizer of
 // each module, and the reductions, steps and gathers run in module order, so that ranks sharing several groups
 // meet their collectives in the same order.

@@ -50,7 +50,7 @@ Zero3Params::Zero3Params(const ZeroSpec& spec, const ParamLayout& layout, Backen
     YUAN_CHECK(!comm.stream() && !gathers->stream() && gathers->size() == comm.size() &&
                    gathers->rank() == comm.rank(),
                "ZeroOptimizer: the gathers' communicator must be a host communicator over the group's ranks");
-    gather_thread_ = std::make_unique<parallel::CommThread>(std::move(gathers));
+    gather_thread_ = std::make_unique<comm::CommThread>(std::move(gathers));
   }
 }
 

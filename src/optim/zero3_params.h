@@ -8,7 +8,7 @@
 // wte, wpe and ln_f, used at both ends of every micro-batch, each have their own buffer and stay gathered from their
 // first use in a step until the weights change; the blocks share two buffers, so the next block (forward: the
 // following one, backward: the preceding one) is gathered while the current one computes (on the communicator's
-// stream; with host communicators on a thread of its own, parallel/comm_thread.h), and the two blocks that end a
+// stream; with host communicators on a thread of its own, comm/comm_thread.h), and the two blocks that end a
 // forward are still there when backward starts. Gradients have the same buffers, each zeroed when a module's
 // backward takes it and free once its reduction has left. Per micro-batch that moves every parameter three times
 // (gathered for forward and for backward, reduce-scattered) against twice per step at zero 1 and 2 (reduce-scatter,
@@ -25,8 +25,8 @@
 #include "optim/device_adamw.h"
 #include "optim/grad_buckets.h"
 #include "optim/zero_spec.h"
-#include "parallel/comm_thread.h"
-#include "parallel/communicator.h"
+#include "comm/comm_thread.h"
+#include "comm/communicator.h"
 #include "program/program.h"
 
 namespace yuan {
@@ -92,7 +92,7 @@ class Zero3Params final : public ParamSource {
   std::vector<int> pending_;  // reported ready, reduction not yet issued
   std::vector<int> reduced_;  // on the device: reduction issued, its piece not yet accumulated
   uint64_t uses_ = 0;
-  std::unique_ptr<parallel::CommThread> gather_thread_;
+  std::unique_ptr<comm::CommThread> gather_thread_;
 };
 
 }  // namespace yuan

@@ -25,56 +25,14 @@
 #include "backend/backend.h"
 #include "ops/adamw.h"
 #include "ops/reference_ops.h"
-#include "parallel/mpi_check.h"
-#include "parallel/watchdog.h"
-#include "parallel/world.h"
+#include "comm/ping_pong.h"
+#include "comm/world.h"
 #include "planner/machine.h"
 #include "util/fs.h"
 #include "util/log.h"
 #include "util/memory.h"
 
 namespace yuan::planner {
-
-double round_trip(MPI_Comm comm, int a, int b, size_t bytes, double seconds) {
-  int rank = 0;
-  MPI_CHECK(MPI_Comm_rank(comm, &rank));
-  if (rank != a && rank != b) return 0;
-  parallel::Waiting wait("ping-pong", "world", rank == a ? b : a);
-  std::vector<char> buf(std::max<size_t>(bytes, 1));
-  const int n = static_cast<int>(bytes);
-  constexpr int kGo = 1, kLast = 2;
-  if (rank == a) {
-    MPI_CHECK(MPI_Send(buf.data(), 0, MPI_CHAR, b, kGo, comm));  // lines b up: the clock starts once it answers
-    MPI_CHECK(MPI_Recv(buf.data(), 0, MPI_CHAR, b, 0, comm, MPI_STATUS_IGNORE));
-    long trips = 0;
-    const double t0 = MPI_Wtime();
-    for (bool last = false; !last; trips++) {
-      last = trips >= 3 && MPI_Wtime() - t0 >= seconds;
-      MPI_CHECK(MPI_Send(buf.data(), n, MPI_CHAR, b, last ? kLast : kGo, comm));
-      MPI_CHECK(MPI_Recv(buf.data(), n, MPI_CHAR, b, 0, comm, MPI_STATUS_IGNORE));
-    }
-    return (MPI_Wtime() - t0) / static_cast<double>(trips);
-  }
-  MPI_CHECK(MPI_Recv(buf.data(), 0, MPI_CHAR, a, kGo, comm, MPI_STATUS_IGNORE));
-  MPI_CHECK(MPI_Send(buf.data(), 0, MPI_CHAR, a, 0, comm));
-  for (MPI_Status st{}; st.MPI_TAG != kLast;) {
-    MPI_CHECK(MPI_Recv(buf.data(), n, MPI_CHAR, a, MPI_ANY_TAG, comm, &st));
-    MPI_CHECK(MPI_Send(buf.data(), n, MPI_CHAR, a, 0, comm));
-  }
-  return 0;
-}
-
-PingPong ping_pong(MPI_Comm comm, int a, int b, size_t small, size_t large, double seconds) {
-  PingPong p{1e30, 0};
-  for (int round = 0; round < kPingPongRounds; round++) {
-    p.latency_s = std::min(p.latency_s, round_trip(comm, a, b, small, seconds / kPingPongRounds) / 2);
-    const double trip = round_trip(comm, a, b, large, seconds / kPingPongRounds);
-    if (trip > 0) p.bandwidth = std::max(p.bandwidth, static_cast<double>(large) * 2 / trip);
-  }
-  int rank = 0;
-  MPI_CHECK(MPI_Comm_rank(comm, &rank));
-  return rank == a ? p : PingPong{};
-}
 
 namespace {
 
@@ -88,19 +46,7 @@ constexpr size_t kSmall = 8, kLarge = 4 << 20;
 void begin(const char* part) {
   static const std::string stop = std::getenv("YUANLM_CALIBRATE_STOP") ? std::getenv("YUANLM_CALIBRATE_STOP") : "";
   say("calibrate: %s", part);
-  if (stop == strf("%d:%s", parallel::world().rank, part)) std::raise(SIGSTOP);
-}
-
-// A barrier over the world that runs `meanwhile` until every rank has reached it.
-template <typename F>
-void barrier_doing(F&& meanwhile) {
-  MPI_Request everyone;
-  MPI_CHECK(MPI_Ibarrier(MPI_COMM_WORLD, &everyone));
-  for (int done = 0;;) {
-    MPI_CHECK(MPI_Test(&everyone, &done, MPI_STATUS_IGNORE));
-    if (done) return;
-    meanwhile();
-  }
+  if (stop == strf("%d:%s", comm::world().rank, part)) std::raise(SIGSTOP);
 }
 
 // Seconds per call of `f`: the median of kReps repetitions of as many calls as fill about kRepSeconds, after a
@@ -125,10 +71,7 @@ double seconds_per_call(F&& f) {
     for (int i = 0; i < calls; i++) f();
     reps.push_back((now_seconds() - t0) / calls);
   }
-  {
-    parallel::Waiting wait("calibration company", "world");
-    barrier_doing(f);
-  }
+  comm::barrier_doing("calibration company", f);
   std::nth_element(reps.begin(), reps.begin() + kReps / 2, reps.end());
   return reps[kReps / 2];
 }
@@ -165,7 +108,7 @@ std::vector<double> time_gemms(Backend& be) {
         tb(bias.as<float>(), DType::F32, 1, s.OC), tout(out.as<float>(), DType::F32, s.N, s.OC),
         tdin(din.as<float>(), DType::F32, s.N, s.C), tdw(dw.as<float>(), DType::F32, s.OC, s.C),
         tdb(dbias.as<float>(), DType::F32, 1, s.OC);
-    parallel::barrier();  // the ranks of a node run each shape together
+    comm::barrier();  // the ranks of a node run each shape together
     secs.push_back(seconds_per_call([&] {
       ops.matmul_forward(tout, tin, tw, tb, Tensor(), Tensor());
       ops.matmul_backward(tdin, tdw, tdb, tout, tin, tw, Tensor());
@@ -188,10 +131,10 @@ double time_memory_ops(Backend& be) {
   const Tensor ta(a.as<float>(), DType::F32, kRows, kWidth), tb(b.as<float>(), DType::F32, kRows, kWidth),
       tw(w.as<float>(), DType::F32, 1, kWidth), tbias(bias.as<float>(), DType::F32, 1, kWidth),
       mean(stats.as<float>(), DType::F32, 1, kRows), rstd(stats.as<float>() + kRows, DType::F32, 1, kRows);
-  parallel::barrier();
+  comm::barrier();
   const double ln = seconds_per_call([&] { ops.layernorm_forward(tb, mean, rstd, ta, tw, tbias); });
   const double ln_bytes = 2.0 * n * sizeof(float) + 2.0 * kRows * sizeof(float);  // in, out, mean and rstd
-  parallel::barrier();
+  comm::barrier();
   const double add = seconds_per_call([&] { ops.bias_residual(tb, tbias, ta); });
   const double add_bytes = 3.0 * n * sizeof(float);  // out read and written, the residual read
   return (ln_bytes + add_bytes) / (ln + add);
@@ -203,7 +146,7 @@ double time_adamw() {
   ops::AdamWHyper h;
   h.lr = 1e-4;
   h.weight_decay = 0.1;
-  parallel::barrier();
+  comm::barrier();
   const double s =
       seconds_per_call([&] { ops::adamw_update(p.data(), m.data(), v.data(), g.data(), nullptr, kAdamW, h); });
   return kAdamWBytes * kAdamW / s;
@@ -223,21 +166,21 @@ LoopRates time_cpu_loops() {
   std::vector<float> qkv(N * 3 * kLoopC, 0.01f), dqkv(qkv.size()), out(N * kLoopC), dout(out.size(), 0.01f),
       probs(att), dprobs(att), pre(act, 0.5f), post(act), grad(act, 0.01f), logits(N * kLoopV, 0.01f), losses(N);
   std::vector<int32_t> targets(static_cast<size_t>(kLoopB) * (kLoopT + 1), 1);
-  parallel::barrier();
+  comm::barrier();
   const double forward = seconds_per_call([&] {
     ops::attention_forward(out.data(), probs.data(), qkv.data(), kLoopB, kLoopT, kLoopC, kLoopHeads);
   });
-  parallel::barrier();
+  comm::barrier();
   const double backward = seconds_per_call([&] {
     ops::attention_backward(dqkv.data(), dprobs.data(), dout.data(), qkv.data(), probs.data(), kLoopB, kLoopT,
                             kLoopC, kLoopHeads);
   });
-  parallel::barrier();
+  comm::barrier();
   const double gelu = seconds_per_call([&] {
     ops::gelu_forward(post.data(), pre.data(), act);
     ops::gelu_backward(grad.data(), pre.data(), post.data(), act);
   });
-  parallel::barrier();
+  comm::barrier();
   // The op overwrites the logits with their gradient (softmax - onehot), which keeps later calls' values in range.
   const double softmax = seconds_per_call([&] {
     ops::classifier_forward_backward(logits.data(), losses.data(), targets.data() + 1, kLoopB, kLoopT, kLoopV,
@@ -269,17 +212,14 @@ GemmFit fit_gemm(const std::vector<double>& flops, const std::vector<double>& se
 // Ranks outside a ping-pong wait for it here without spinning on a core that it needs: ranks may outnumber a
 // node's cores, and the test cluster's nodes share one machine's.
 void quiet_barrier() {
-  parallel::Waiting wait("link measurement", "world");
-  barrier_doing([] { std::this_thread::sleep_for(std::chrono::microseconds(200)); });
+  comm::barrier_doing("link measurement", [] { std::this_thread::sleep_for(std::chrono::microseconds(200)); });
 }
 
 // The link between world ranks a and b, on every rank (they wait quietly meanwhile).
-PingPong measure_link(int a, int b) {
-  PingPong p = ping_pong(MPI_COMM_WORLD, a, b, kSmall, kLarge, kLinkSeconds);
+comm::PingPong measure_link(int a, int b) {
+  const comm::PingPong p = comm::ping_pong(a, b, kSmall, kLarge, kLinkSeconds);
   quiet_barrier();
-  double v[2] = {p.latency_s, p.bandwidth};
-  parallel::Waiting wait("link figures", "world", a);
-  MPI_CHECK(MPI_Bcast(v, 2, MPI_DOUBLE, a, MPI_COMM_WORLD));
+  const std::vector<double> v = comm::broadcast({p.latency_s, p.bandwidth}, a, "link figures");
   return {v[0], v[1]};
 }
 
@@ -376,8 +316,8 @@ std::string utc_now() {
 }
 
 // A measured link's two keys in `m` and `src`: ranks a and b, and where they are.
-void describe_link(LinkClass& link, MachineSources& src, const std::string& section, const PingPong& p,
-                   std::pair<int, int> pair, const parallel::NodeMap& nodes, const std::string& date) {
+void describe_link(LinkClass& link, MachineSources& src, const std::string& section, const comm::PingPong& p,
+                   std::pair<int, int> pair, const layout::NodeMap& nodes, const std::string& date) {
   if (pair.first < 0) return;
   const int na = nodes.node[pair.first], nb = nodes.node[pair.second];
   const std::string between =
@@ -392,7 +332,7 @@ void describe_link(LinkClass& link, MachineSources& src, const std::string& sect
 }
 
 // The file's opening comment: what was measured where, and what peak_flops means on a CPU.
-std::string header(const parallel::NodeMap& nodes, int nodes_per_host, const std::string& date) {
+std::string header(const layout::NodeMap& nodes, int nodes_per_host, const std::string& date) {
   std::string names;
   for (int n = 0; n < nodes.nodes(); n++) names += (n ? ", " : "") + nodes.names[n];
   return strf("# Written by `yuanlm plan --calibrate` on %s, %s: %d rank%s on %d node%s.\n"
@@ -400,7 +340,7 @@ std::string header(const parallel::NodeMap& nodes, int nodes_per_host, const std
               "# figure is what its ranks get together when they share it; the machine's are its slowest node's.\n"
               "# peak_flops on a CPU: the rate large GEMMs of the cpu backend's matmul op (OpenBLAS, fp32) reach that\n"
               "# way, not a datasheet figure: it is the peak the step model scales, so gemm_efficiency is 1.\n%s",
-              names.c_str(), date.c_str(), parallel::world().size, parallel::world().size == 1 ? "" : "s",
+              names.c_str(), date.c_str(), comm::world().size, comm::world().size == 1 ? "" : "s",
               nodes.nodes(), nodes.nodes() == 1 ? "" : "s",
               nodes_per_host == 1 ? ""
                                   : strf("# The nodes run %d on one host (nodes_per_host): the [device] and [host] "
@@ -411,10 +351,10 @@ std::string header(const parallel::NodeMap& nodes, int nodes_per_host, const std
 }  // namespace
 
 void calibrate(const std::string& out) {
-  const parallel::WorldInfo& w = parallel::world();
-  const std::string problem = parallel::first_problem(w.rank == 0 ? unwritable(out) : "");
+  const comm::WorldInfo& w = comm::world();
+  const std::string problem = comm::first_problem(w.rank == 0 ? unwritable(out) : "");
   if (!problem.empty()) throw Error(problem, true);
-  const parallel::NodeMap& nodes = parallel::node_map();
+  const layout::NodeMap& nodes = comm::node_map();
   say("calibrating: %d rank%s on %d node%s, every rank measuring at once; then the links by ping-pong", w.size,
       w.size == 1 ? "" : "s", nodes.nodes(), nodes.nodes() == 1 ? "" : "s");
 
@@ -435,15 +375,11 @@ void calibrate(const std::string& out) {
   mine.push_back(static_cast<double>(mem.available));
   begin("figures");
   const int per = static_cast<int>(mine.size());
-  std::vector<double> all(static_cast<size_t>(per) * w.size);
-  {
-    parallel::Waiting wait("calibration figures", "world");
-    MPI_CHECK(MPI_Gather(mine.data(), per, MPI_DOUBLE, all.data(), per, MPI_DOUBLE, 0, MPI_COMM_WORLD));
-  }
-  const std::vector<std::string> ids = parallel::gather_strings(boot_id(nodes.names[nodes.node[w.rank]]));
+  const std::vector<double> all = comm::gather(mine, "calibration figures");
+  const std::vector<std::string> ids = comm::gather_strings(boot_id(nodes.names[nodes.node[w.rank]]));
 
   // The links: two ranks of the first node that has two, and rank 0 with the first rank of node 1.
-  PingPong intra, inter;
+  comm::PingPong intra, inter;
   std::pair<int, int> intra_pair{-1, -1}, inter_pair{-1, -1};
   for (int n = 0; n < nodes.nodes() && intra_pair.first < 0; n++)
     if (nodes.ranks_on(n).size() >= 2) intra_pair = {nodes.ranks_on(n)[0], nodes.ranks_on(n)[1]};

@@ -6,7 +6,7 @@ namespace yuan::planner {
 
 ReplanChoice best_replan(const Config& c, int nodes, int ranks_per_node, const std::vector<int>& lost_nodes,
                          const Machine& m, const std::string& file) {
-  const std::vector<parallel::Replan> all = parallel::replan_candidates(c, nodes, ranks_per_node, lost_nodes);
+  const std::vector<layout::Replan> all = layout::replan_candidates(c, nodes, ranks_per_node, lost_nodes);
   ReplanChoice out;
   std::vector<Prediction> predicted;
   int best = -1, closest = 0;

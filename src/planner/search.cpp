@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "model/gpt.h"
-#include "parallel/schedule.h"
+#include "layout/schedule.h"
 #include "util/error.h"
 
 namespace yuan::planner {
@@ -43,7 +43,7 @@ std::string pipelines_text(const std::vector<Pipelines>& ps) {
 
 // The deck with one layout applied: pipelines as auto:K templates (empty for plain data parallelism).
 Config with_layout(const Config& deck, const Machine& m, int tp, const std::vector<Pipelines>& ps, int micro_batch,
-                   ZeroStage zero, const std::string& offload, bool recompute, parallel::ScheduleKind schedule) {
+                   ZeroStage zero, const std::string& offload, bool recompute, layout::ScheduleKind schedule) {
   Config c = deck;
   c.train.device = m.kind;
   c.train.micro_batch = micro_batch;
@@ -51,7 +51,7 @@ Config with_layout(const Config& deck, const Machine& m, int tp, const std::vect
   c.optim.zero = zero;
   c.optim.offload = offload;
   c.parallel.tp_size = tp;
-  c.parallel.schedule = parallel::schedule_name(schedule);
+  c.parallel.schedule = layout::schedule_name(schedule);
   c.parallel.templates.clear();
   c.parallel.pipelines.clear();
   c.parallel.microbatches.clear();
@@ -96,15 +96,15 @@ Search search_layouts(const Config& deck, int nodes, int ranks_per_node, const M
           !m.cpu() ? std::vector<std::string>{"none", "host"} : std::vector<std::string>{"host"};
       for (const std::string& offload : placements)
         for (bool recompute : {false, true})
-          for (parallel::ScheduleKind schedule : {parallel::ScheduleKind::OneFOneB, parallel::ScheduleKind::GPipe}) {
-            if (!deep && schedule == parallel::ScheduleKind::GPipe) continue;  // one stage: the schedules are the same
+          for (layout::ScheduleKind schedule : {layout::ScheduleKind::OneFOneB, layout::ScheduleKind::GPipe}) {
+            if (!deep && schedule == layout::ScheduleKind::GPipe) continue;  // one stage: the schedules are the same
             Candidate cand;
             cand.config = with_layout(deck, m, tp, ps, b, zero, offload, recompute, schedule);
             cand.world = world;
             cand.layout = strf("tp %d, %s, micro-batch %d, ZeRO %d, optimizer on the %s%s%s", tp,
                                pipelines_text(ps).c_str(), b, zero.number(), offload == "none" ? "device" : "host",
                                recompute ? ", recompute" : "",
-                               deep ? strf(", %s", parallel::schedule_name(schedule)).c_str() : "");
+                               deep ? strf(", %s", layout::schedule_name(schedule)).c_str() : "");
             cand.overrides = layout_overrides(cand.config, m);
             try {
               cand.prediction = predict(cand.config, world, ranks_per_node, m);

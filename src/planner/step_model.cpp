@@ -9,8 +9,8 @@
 #include "model/gpt.h"
 #include "ops/op_cost.h"
 #include "optim/zero_spec.h"
-#include "parallel/layout.h"
-#include "parallel/topology.h"
+#include "layout/layout.h"
+#include "layout/topology.h"
 #include "train/memory_plan.h"
 #include "util/dtype.h"
 #include "util/error.h"
@@ -59,18 +59,18 @@ double gemm_wave_efficiency(int sms, double m, double n) {
   return best;
 }
 
-Simulation simulate(parallel::ScheduleKind kind, const std::vector<StageTimes>& stages, int micro_batches) {
+Simulation simulate(layout::ScheduleKind kind, const std::vector<StageTimes>& stages, int micro_batches) {
   return simulate(kind, {SharedPipeline{stages, {}, micro_batches}}, {}).front();
 }
 
-std::vector<Simulation> simulate(parallel::ScheduleKind kind, const std::vector<SharedPipeline>& pipelines,
+std::vector<Simulation> simulate(layout::ScheduleKind kind, const std::vector<SharedPipeline>& pipelines,
                                  const std::vector<CorePool>& pools) {
   // One walker per stage of every pipeline: it waits for its next pass's input, computes (at its pools' share),
   // then talks (the pass's communication, at its own time), and moves on.
   enum Phase { Waiting, Computing, Talking };
   struct Walker {
     int pipeline, stage;
-    std::vector<parallel::PipeAction> actions;
+    std::vector<layout::PipeAction> actions;
     size_t next = 0;
     Phase phase = Waiting;
     double work = 0;   // Computing: seconds of compute left at the full rate
@@ -88,18 +88,18 @@ std::vector<Simulation> simulate(parallel::ScheduleKind kind, const std::vector<
   for (size_t p = 0; p < pipelines.size(); p++) {
     const int stages = static_cast<int>(pipelines[p].stages.size()), m = pipelines[p].micro_batches;
     for (int s = 0; s < stages; s++)
-      walkers.push_back({static_cast<int>(p), s, parallel::Schedule(kind, s, stages, m).actions()});
+      walkers.push_back({static_cast<int>(p), s, layout::Schedule(kind, s, stages, m).actions()});
     done[p].forward.assign(stages, std::vector<double>(m, kNotYet));
     done[p].backward = done[p].forward;
     sims[p].busy.assign(stages, 0);
   }
   const auto pass_of = [&](const Walker& w) {
     const StageTimes& t = pipelines[w.pipeline].stages[w.stage];
-    return w.actions[w.next].kind == parallel::PipeAction::Forward ? t.forward : t.backward;
+    return w.actions[w.next].kind == layout::PipeAction::Forward ? t.forward : t.backward;
   };
   const auto finish = [&](Walker& w, double at) {
-    const parallel::PipeAction& a = w.actions[w.next];
-    (a.kind == parallel::PipeAction::Forward ? done[w.pipeline].forward : done[w.pipeline].backward)[w.stage][a.micro] =
+    const layout::PipeAction& a = w.actions[w.next];
+    (a.kind == layout::PipeAction::Forward ? done[w.pipeline].forward : done[w.pipeline].backward)[w.stage][a.micro] =
         at;
     sims[w.pipeline].busy[w.stage] += at - w.begin;
     sims[w.pipeline].makespan = std::max(sims[w.pipeline].makespan, at);
@@ -110,11 +110,11 @@ std::vector<Simulation> simulate(parallel::ScheduleKind kind, const std::vector<
   // the stage after, plus the send; 0 for the first stage's forwards and the last's backwards; kNotYet when the
   // pass that makes it has not ended.
   const auto input_at = [&](const Walker& w) {
-    const parallel::PipeAction& a = w.actions[w.next];
+    const layout::PipeAction& a = w.actions[w.next];
     const std::vector<StageTimes>& st = pipelines[w.pipeline].stages;
     const Done& d = done[w.pipeline];
     const int s = w.stage;
-    if (a.kind == parallel::PipeAction::Forward) {
+    if (a.kind == layout::PipeAction::Forward) {
       if (s == 0) return 0.0;
       const double made = d.forward[s - 1][a.micro];
       return made == kNotYet ? kNotYet : made + st[s - 1].send_s;
@@ -188,7 +188,7 @@ std::vector<Simulation> simulate(parallel::ScheduleKind kind, const std::vector<
   }
   for (const Walker& w : walkers)
     YUAN_CHECK(w.next == w.actions.size(), "planner: the %s schedule of pipeline %d (%zu stages, %d micro-batches) "
-               "deadlocks at stage %d", parallel::schedule_name(kind), w.pipeline,
+               "deadlocks at stage %d", layout::schedule_name(kind), w.pipeline,
                pipelines[w.pipeline].stages.size(), pipelines[w.pipeline].micro_batches, w.stage);
   return sims;
 }
@@ -340,10 +340,10 @@ struct After {
   double comm = 0, optimizer = 0;
 };
 
-After after_schedule(const Config& c, const parallel::Topology& topo, int rank, const RankPlan& plan,
+After after_schedule(const Config& c, const layout::Topology& topo, int rank, const RankPlan& plan,
                      const StageTimes& times, int micro_batches, const Links& links, const Rates& r,
                      double pcie_bw, double schedule_s) {
-  const parallel::Place& place = topo.place(rank);
+  const layout::Place& place = topo.place(rank);
   const bool overlap = topo.replicas_only();
   // Collectives the cpu backend runs block the rank's only thread; cuda runs them on the NCCL stream.
   const bool hides = !r.cpu && overlap;
@@ -487,8 +487,8 @@ Prediction predict(const Config& c, int world, int ranks_per_node, const Machine
     resolved.optim.offload = "host";
     return predict(resolved, world, ranks_per_node, m);
   }
-  parallel::validate(c, world);
-  const parallel::Topology topo = parallel::make_topology(c, world);
+  layout::validate(c, world);
+  const layout::Topology topo = layout::make_topology(c, world);
   const int on_node = std::min(ranks_per_node, world);
   // A cpu host's ranks share its cores, memory and bandwidth: one node's, or several nodes' where they run on one
   // host (nodes_per_host, as the test cluster's do). Each rank trains with the threads the trainer gives an unbound
@@ -531,7 +531,7 @@ Prediction predict(const Config& c, int world, int ranks_per_node, const Machine
   r.weights = tensor_formats(device).weights;
   r.weight = static_cast<double>(dtype_size(r.weights));
   const Links links{m, ranks_per_node, m.cpu() ? std::min(1.0, static_cast<double>(m.host_cores) / on_host) : 1.0};
-  const parallel::ScheduleKind kind = parallel::parse_schedule(c.parallel.schedule);
+  const layout::ScheduleKind kind = layout::parse_schedule(c.parallel.schedule);
   const int T = topo.tp_size();
 
   // Per pipeline, per stage: times and memory from the stage's first tensor rank (its tensor ranks are alike).
@@ -552,7 +552,7 @@ Prediction predict(const Config& c, int world, int ranks_per_node, const Machine
   std::vector<Alike*> of_pipeline;
   const auto crosses = [&](int a, int b) { return a / ranks_per_node != b / ranks_per_node; };
   for (size_t p = 0; p < topo.pipelines().size(); p++) {
-    const parallel::Pipeline& pl = topo.pipelines()[p];
+    const layout::Pipeline& pl = topo.pipelines()[p];
     const int stages = static_cast<int>(pl.stages.size());
     std::string placement;
     for (int s = 0; s < stages; s++) {
@@ -619,7 +619,7 @@ Prediction predict(const Config& c, int world, int ranks_per_node, const Machine
   double worst_device = 0;
   int worst_device_rank = 0;
   for (int rank = 0; rank < world; rank++) {
-    const parallel::Place& place = topo.place(rank);
+    const layout::Place& place = topo.place(rank);
     const RankMemory& mem = of_pipeline[place.pipeline]->plans[place.stage].memory;
     node_host[rank / per_host] += static_cast<double>(mem.host_bytes() + kRankMemoryMargin);
     const double dev = device == Device::Cpu ? 0 : static_cast<double>(mem.device_bytes() + kRankMemoryMargin);

@@ -18,7 +18,7 @@
 //             Open MPI's decision rules choose), send/recv; tensor-parallel all-reduces sit inside each pass,
 //             pipeline sends between; on a cpu host whose ranks outnumber its cores, each link at the share of a
 //             core its rank gets (the ranks copy their messages' bytes themselves)
-//   schedule  every pipeline's 1F1B or GPipe order (parallel/schedule.h) simulated with those pass times, so the
+//   schedule  every pipeline's 1F1B or GPipe order (layout/schedule.h) simulated with those pass times, so the
 //             bubble comes out of the simulation; the step waits for the slowest pipeline. Where a cpu host's ranks
 //             want more cores than it has, all its pipelines are simulated together, sharing the cores among the
 //             ranks computing at each moment (a rank waiting for a message yields its core to the others)
@@ -40,7 +40,7 @@
 
 #include "backend/ops_interface.h"
 #include "config/config.h"
-#include "parallel/schedule.h"
+#include "layout/schedule.h"
 #include "planner/machine.h"
 
 namespace yuan::planner {
@@ -96,7 +96,7 @@ struct Simulation {
 // Every stage walks its Schedule's actions in order; a forward waits for the previous stage's forward of the same
 // micro-batch (plus its send), a backward for the next stage's backward (plus the send back). Each stage runs at
 // its full rate: the times are what its passes take.
-Simulation simulate(parallel::ScheduleKind kind, const std::vector<StageTimes>& stages, int micro_batches);
+Simulation simulate(layout::ScheduleKind kind, const std::vector<StageTimes>& stages, int micro_batches);
 
 // Cores that ranks share (processor sharing): a cpu host's. A rank computing uses up to `threads` of them; while
 // more are wanted than there are, the computing ranks share them evenly, and a rank waiting for its input (or in a
@@ -114,7 +114,7 @@ struct SharedPipeline {
 // All pipelines at once, event by event: a stage's compute advances at min(1, cores / (threads x ranks computing
 // in its pool)) of its full rate (the least over its pools), its passes' communication and sends at their own
 // times. One Simulation per pipeline; its makespan is when its last pass ends.
-std::vector<Simulation> simulate(parallel::ScheduleKind kind, const std::vector<SharedPipeline>& pipelines,
+std::vector<Simulation> simulate(layout::ScheduleKind kind, const std::vector<SharedPipeline>& pipelines,
                                  const std::vector<CorePool>& pools);
 
 // Where the step goes, on the stage that sets its length: the split sums to step_s.

@@ -34,7 +34,7 @@
 
 #include "backend/backend.h"
 #include "model/gpt.h"
-#include "parallel/communicator.h"
+#include "comm/communicator.h"
 #include "program/params.h"
 
 namespace yuan {

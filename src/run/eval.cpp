@@ -8,8 +8,8 @@
 #include <optional>
 
 #include "data/loader.h"
-#include "parallel/layout.h"
-#include "parallel/world.h"
+#include "layout/layout.h"
+#include "comm/world.h"
 #include "run/commands.h"
 #include "train/metrics.h"
 #include "train/train.h"
@@ -45,11 +45,11 @@ int eval_main(const std::vector<std::string>& args) {
   // Every option is checked against the checkpoint's small files before its shards (tens of GB for a large model) are
   // read and verified, which still happens before any loss is computed. Both steps are reading and checking on each
   // rank alone (no collective), refused together.
-  const parallel::WorldInfo& w = parallel::world();
+  const comm::WorldInfo& w = comm::world();
   CheckpointInfo info;
   std::optional<ValLoader> val;
   const bool own_data = !data.empty();
-  parallel::refuse_together([&] {
+  comm::refuse_together([&] {
     info = read_checkpoint_info(checkpoint);
     const Config& c = info.cfg;
     if (!own_data) data = c.data.val;
@@ -57,7 +57,7 @@ int eval_main(const std::vector<std::string>& args) {
     check_tokenizer(info, data);
     if (micro_batch == 0) micro_batch = c.train.micro_batch;
     if (batches == 0) {
-      const int readers = static_cast<int>(parallel::make_topology(c, info.world).pipelines().size());
+      const int readers = static_cast<int>(layout::make_topology(c, info.world).pipelines().size());
       const long long trainer_batches = static_cast<long long>(c.train.eval_batches) * readers;
       YUAN_CHECK(trainer_batches % w.size == 0,
                  "eval: the trainer's val set is %lld micro-batches (%d pipelines x train.eval_batches %d), which %d "
@@ -80,7 +80,7 @@ int eval_main(const std::vector<std::string>& args) {
   });
   const Config& c = info.cfg;
   CheckpointModel m;
-  parallel::refuse_together([&] { m = load_checkpoint_model(info); });
+  comm::refuse_together([&] { m = load_checkpoint_model(info); });
   Replica model = checkpoint_replica(m, device, micro_batch);
 
   const double t0 = now_seconds();
@@ -88,14 +88,14 @@ int eval_main(const std::vector<std::string>& args) {
   for (int i = 0; i < batches; i++) {
     sum += model.program->forward_loss(val->batch(i), micro_batch);
     // Collective, after each micro-batch: a large --batches must not hold off a batch system's stop signal.
-    if (const int sig = parallel::agreed_stop_signal()) {
-      warn("eval: stopped by %s after %d of %d micro-batches: no result; exit %d", parallel::signal_name(sig), i + 1,
+    if (const int sig = comm::agreed_stop_signal()) {
+      warn("eval: stopped by %s after %d of %d micro-batches: no result; exit %d", comm::signal_name(sig), i + 1,
            batches, kExitRequeue);
       return kExitRequeue;
     }
   }
   // Every micro-batch holds the same number of targets, so the mean of the means is the mean over all targets.
-  const double loss = parallel::allreduce_sum(sum) / (static_cast<double>(batches) * w.size);
+  const double loss = comm::allreduce_sum(sum) / (static_cast<double>(batches) * w.size);
   const long long windows = static_cast<long long>(batches) * micro_batch * w.size;
   const long long tokens = windows * c.model.seq_len;
   say("eval %s (step %lld): val_loss %.6f, perplexity %.4g over %lld windows (%lld tokens) of %s; %d rank%s, %.2f s",

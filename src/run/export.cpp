@@ -17,7 +17,7 @@
 
 #include "model/gpt.h"
 #include "model/hf_gpt2.h"
-#include "parallel/world.h"
+#include "comm/world.h"
 #include "prep/tokenizer.h"
 #include "run/commands.h"
 #include "util/error.h"
@@ -224,9 +224,9 @@ int export_main(const std::vector<std::string>& args) {
        "output directory, outside the checkpoints (created; files of the same name are replaced, all at the end: "
        "a failed export leaves it as it was)");
   if (!parse_command("export", args, desc)) return 0;
-  // Every rank reads and checks alone; a refusal is printed once (parallel::refuse_together).
+  // Every rank reads and checks alone; a refusal is printed once (comm::refuse_together).
   CheckpointModel m;
-  parallel::refuse_together([&] {
+  comm::refuse_together([&] {
     refuse_checkpoint_output(out);
     m = load_checkpoint_model(checkpoint);
   });

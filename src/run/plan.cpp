@@ -16,11 +16,11 @@
 #include <nlohmann/json.hpp>
 
 #include "config/config.h"
-#include "parallel/elastic.h"
-#include "parallel/layout.h"
-#include "parallel/nodes.h"
-#include "parallel/schedule.h"
-#include "parallel/watchdog.h"
+#include "layout/elastic.h"
+#include "layout/layout.h"
+#include "layout/nodes.h"
+#include "layout/schedule.h"
+#include "comm/watchdog.h"
 #include "planner/calibrate.h"
 #include "planner/machine.h"
 #include "planner/replan.h"
@@ -41,7 +41,7 @@ namespace {
 
 void print_modules(const GPTConfig& c) {
   const ParamLayout layout(c);
-  const std::vector<double> flops = parallel::module_flops(c);
+  const std::vector<double> flops = layout::module_flops(c);
   say("%6s  %-6s %14s %14s", "index", "module", "parameters", "FLOPs/token");
   for (const ModuleSpec& m : layout.modules())
     say("%6d  %-6s %14zu %14.4g", m.index, m.name.c_str(), m.numel, flops[m.index]);
@@ -55,22 +55,22 @@ double bubble(int p, int m) { return static_cast<double>(p - 1) / (m + p - 1); }
 
 // With `nodes` (a plan --nodes), JSON rows also carry the node of each of the stage's tensor ranks ("nodes") and
 // whether its groups cross a node boundary ("crosses": {"tensor", "pipeline", "data"}).
-void print_layout(const Config& c, int world, bool json, const parallel::NodeMap* nodes) {
-  const parallel::Topology topo = parallel::make_topology(c, world);
-  const std::vector<parallel::GroupSpan> spans = nodes ? parallel::group_spans(topo, *nodes)
-                                                       : std::vector<parallel::GroupSpan>();
+void print_layout(const Config& c, int world, bool json, const layout::NodeMap* nodes) {
+  const layout::Topology topo = layout::make_topology(c, world);
+  const std::vector<layout::GroupSpan> spans = nodes ? layout::group_spans(topo, *nodes)
+                                                       : std::vector<layout::GroupSpan>();
   const Device device = planned_device(parse_device(c.train.device, "train.device"));
-  const parallel::ScheduleKind kind = parallel::parse_schedule(c.parallel.schedule);
+  const layout::ScheduleKind kind = layout::parse_schedule(c.parallel.schedule);
   const int T = topo.tp_size();
   if (!json)
     say("layout: %zu pipeline%s on %d ranks, %s schedule, micro-batch %d, global batch %d, ZeRO stage %d, tp %d, "
         "memory planned for the %s backend%s",
         topo.pipelines().size(), topo.pipelines().size() == 1 ? "" : "s", topo.world_size(),
-        parallel::schedule_name(kind), c.train.micro_batch, c.train.global_batch, c.optim.zero.number(), T,
+        layout::schedule_name(kind), c.train.micro_batch, c.train.global_batch, c.optim.zero.number(), T,
         device_name(device), c.train.recompute ? " with recompute" : "");
-  const std::vector<parallel::Pipeline>& pipelines = topo.pipelines();
+  const std::vector<layout::Pipeline>& pipelines = topo.pipelines();
   for (size_t p = 0, next = 0; p < pipelines.size(); p = next) {
-    const parallel::Pipeline& pl = pipelines[p];
+    const layout::Pipeline& pl = pipelines[p];
     const int stages = static_cast<int>(pl.stages.size());
     // Pipelines made alike (data-parallel replicas) are shown once; JSON lists each.
     next = p + 1;
@@ -86,7 +86,7 @@ void print_layout(const Config& c, int world, bool json, const parallel::NodeMap
       // Tensor ranks hold parts of the same sizes: the first speaks for them.
       const int rank = topo.rank_of({static_cast<int>(p), s, 0});
       const RankMemory m = plan_rank(c, topo, device, rank).memory;
-      const parallel::Schedule schedule(kind, s, stages, pl.micro_batches);
+      const layout::Schedule schedule(kind, s, stages, pl.micro_batches);
       const std::string ranks = T == 1 ? strf("rank %d", rank) : strf("ranks %d-%d", rank, rank + T - 1);
       if (json) {
         nlohmann::ordered_json j = {
@@ -104,7 +104,7 @@ void print_layout(const Config& c, int world, bool json, const parallel::NodeMap
           for (int t = 0; t < T; t++) on.push_back(nodes->node[rank + t]);
           j["nodes"] = on;
           nlohmann::ordered_json crosses = {{"tensor", false}, {"pipeline", false}, {"data", false}};
-          for (const parallel::GroupSpan& g : spans)
+          for (const layout::GroupSpan& g : spans)
             if (g.crosses() &&
                 std::any_of(g.ranks.begin(), g.ranks.end(), [&](int r) { return r >= rank && r < rank + T; }))
               crosses[g.kind] = true;
@@ -113,7 +113,7 @@ void print_layout(const Config& c, int world, bool json, const parallel::NodeMap
         std::printf("%s\n", j.dump().c_str());
         continue;
       }
-      say("  stage %d, %s: %s", s, ranks.c_str(), parallel::range_name(c.model, pl.stages[s]).c_str());
+      say("  stage %d, %s: %s", s, ranks.c_str(), layout::range_name(c.model, pl.stages[s]).c_str());
       say("      %zu parameters per tensor rank; %s %s: weights %s, grads %s, activations %s (%d micro-batch%s in "
           "flight), buffers %s", m.params, device_name(device), format_bytes(m.on_device.total()).c_str(),
           format_bytes(m.on_device.weights).c_str(), format_bytes(m.on_device.grads).c_str(),
@@ -130,23 +130,23 @@ void print_layout(const Config& c, int world, bool json, const parallel::NodeMap
     }
   }
   if (!nodes) return;
-  for (const std::string& w : parallel::tensor_crossing_warnings(spans, *nodes, T)) warn("%s", w.c_str());
+  for (const std::string& w : layout::tensor_crossing_warnings(spans, *nodes, T)) warn("%s", w.c_str());
   if (json) return;
-  std::vector<std::string> lines = parallel::describe_nodes(*nodes, spans);
-  for (const std::string& line : parallel::describe_crossings(spans)) lines.push_back(line);
+  std::vector<std::string> lines = layout::describe_nodes(*nodes, spans);
+  for (const std::string& line : layout::describe_crossings(spans)) lines.push_back(line);
   for (size_t i = 0; i < lines.size(); i++) say("%s%s", i == 0 ? "\n" : "", lines[i].c_str());
 }
 
 // The nodes of a plan of `world` ranks from --nodes and --ranks-per-node (0 when not given; not both 0): either
 // follows from the other and the world, and together they must make the world. `source` says where the world
 // comes from, for the error.
-parallel::NodeMap plan_nodes(int world, const char* source, int nodes, int per_node) {
+layout::NodeMap plan_nodes(int world, const char* source, int nodes, int per_node) {
   if (nodes > 0 && per_node > 0) {
     if (static_cast<long>(nodes) * per_node != world)
       throw Error(strf("plan: --nodes %d x --ranks-per-node %d = %ld ranks, but the job has %d (%s)", nodes, per_node,
                        static_cast<long>(nodes) * per_node, world, source),
                   true);
-    return parallel::NodeMap::blocks(nodes, per_node);
+    return layout::NodeMap::blocks(nodes, per_node);
   }
   const int given = nodes > 0 ? nodes : per_node;
   if (world % given != 0)
@@ -154,8 +154,8 @@ parallel::NodeMap plan_nodes(int world, const char* source, int nodes, int per_n
                      "whose product is %d",
                      world, source, nodes > 0 ? "--nodes" : "--ranks-per-node", given, world),
                 true);
-  return nodes > 0 ? parallel::NodeMap::blocks(nodes, world / nodes)
-                   : parallel::NodeMap::blocks(world / per_node, per_node);
+  return nodes > 0 ? layout::NodeMap::blocks(nodes, world / nodes)
+                   : layout::NodeMap::blocks(world / per_node, per_node);
 }
 
 nlohmann::ordered_json split_json(const planner::StepSplit& s) {
@@ -263,7 +263,7 @@ void print_search(const Config& cfg, const planner::Machine& m, const std::strin
 }
 
 // `plan --replan`: the layout the job of `c` re-forms on `nodes` surviving nodes of `per_node` ranks after losing
-// `lost` (parallel/elastic.h), what changed and why, the overrides that make it, and the new layout as a plan shows
+// `lost` (layout/elastic.h), what changed and why, the overrides that make it, and the new layout as a plan shows
 // it; --json: one object {"overrides", "world", "idle", "notes"} for jobs/train.sbatch. With a machine file, the
 // rule's layout the step-time model says is fastest on it (planner/replan.h), with its predicted step ("step_s",
 // "tokens_per_s" in the JSON); without, the rule's FLOPs model's.
@@ -271,10 +271,10 @@ int print_replan(const Config& c, int nodes, int per_node, const std::vector<int
                  const std::string& machine_file, bool json) {
   if (nodes < 1 || per_node < 1)
     throw Error("plan --replan needs --nodes (the surviving nodes) and --ranks-per-node, both at least 1", true);
-  parallel::Replan r;
+  layout::Replan r;
   planner::Prediction p;
   if (machine_file.empty()) {
-    r = parallel::replan(c, nodes, per_node, lost);
+    r = layout::replan(c, nodes, per_node, lost);
     r.notes.push_back("no --machine: the layout the FLOPs model picks (micro-batches shared by the slowest stage's "
                       "module FLOPs, the bubble counted), not timed");
   } else {
@@ -340,7 +340,7 @@ int plan_main(const std::vector<std::string>& args) {
   if (!parse_config(args, "plan", cfg, &own, &vm)) return 0;
   if (calibrate) {
     validate_dist(cfg);
-    parallel::watch_waits(cfg.dist.timeout_s);  // every wait of the measurement, the ping-pongs' included
+    comm::watch_waits(cfg.dist.timeout_s);  // every wait of the measurement, the ping-pongs' included
     planner::calibrate(out);
     return 0;
   }
@@ -384,7 +384,7 @@ int plan_main(const std::vector<std::string>& args) {
   const char* source = "--world";
   long ranks = world;
   if (vm.count("world") == 0) {
-    ranks = parallel::layout_ranks(cfg);
+    ranks = layout::layout_ranks(cfg);
     source = "the deck's pipelines";
     if (ranks == 0 && nodes > 0 && per_node > 0) {
       ranks = static_cast<long>(nodes) * per_node;
@@ -398,7 +398,7 @@ int plan_main(const std::vector<std::string>& args) {
   if (ranks < 1 || ranks > kMaxWorld)
     throw Error(strf("plan: %s %ld must be a number of ranks from 1 to %ld", source, ranks, kMaxWorld), true);
   world = static_cast<int>(ranks);
-  const parallel::NodeMap node_map = by_nodes ? plan_nodes(world, source, nodes, per_node) : parallel::NodeMap();
+  const layout::NodeMap node_map = by_nodes ? plan_nodes(world, source, nodes, per_node) : layout::NodeMap();
   if (!json)
     say("model: %d layers x %d wide, %d heads, seq %d, vocab %d: %zu parameters, %.4g FLOPs/token",
         cfg.model.n_layer, cfg.model.n_embd, cfg.model.n_head, cfg.model.seq_len, cfg.model.vocab_size,
@@ -424,7 +424,7 @@ int plan_main(const std::vector<std::string>& args) {
     }
     return 0;
   }
-  parallel::validate(cfg, world);
+  layout::validate(cfg, world);
   print_layout(cfg, world, json, by_nodes ? &node_map : nullptr);
   return 0;
 }

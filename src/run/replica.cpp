@@ -1,7 +1,7 @@
 #include "run/commands.h"
 
-#include "parallel/topology.h"
-#include "parallel/world.h"
+#include "layout/topology.h"
+#include "comm/world.h"
 #include "train/memory_plan.h"
 
 namespace yuan {
@@ -15,7 +15,7 @@ Replica checkpoint_replica(const CheckpointModel& m, const std::string& device, 
   c.optim.zero = ZeroStage(0);
   c.train.micro_batch = micro_batch;
   c.train.recompute = false;
-  const RankPlan plan = plan_rank(c, parallel::Topology::data_parallel(1, module_count(c.model), 1), d, 0);
+  const RankPlan plan = plan_rank(c, layout::Topology::data_parallel(1, module_count(c.model), 1), d, 0);
   // Every rank of eval or sample builds a replica: the ranks of a node share its host memory (the weights already
   // read are in use, so not counted again). Each rank counts alone on its device, whichever the launcher made
   // visible to it (these commands do not pick one per rank). There is no optimizer and no training loader: only
@@ -24,7 +24,7 @@ Replica checkpoint_replica(const CheckpointModel& m, const std::string& device, 
   need.device = plan.memory.device;
   need.params = plan.memory.params;
   need.on_device = plan.memory.on_device;
-  check_node_memory(need, d == Device::Cuda ? parallel::world().local_rank : -1,
+  check_node_memory(need, d == Device::Cuda ? comm::world().local_rank : -1,
                     micro_batch > 1 ? "a smaller --micro-batch or fewer ranks per node" : "fewer ranks per node");
   Replica r;
   assemble_replica(r, {d, plan.layout, plan.backend, plan.program, m.weights.data()});

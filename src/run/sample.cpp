@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "parallel/world.h"
+#include "comm/world.h"
 #include "prep/tokenizer.h"
 #include "run/commands.h"
 #include "util/error.h"
@@ -77,11 +77,11 @@ int sample_main(const std::vector<std::string>& args) {
   // The options are checked against the checkpoint's small files (its tokenizer among them) before its shards (tens
   // of GB for a large model) are read. What is wrong with the checkpoint itself is reported once they are verified:
   // a checkpoint that does not verify is refused as that, whatever else it lacks. Every rank reads and checks alone,
-  // and a refusal is printed once (parallel::refuse_together).
+  // and a refusal is printed once (comm::refuse_together).
   CheckpointInfo info;
   std::unique_ptr<Tokenizer> tok;
   CheckpointModel m;
-  parallel::refuse_together([&] {
+  comm::refuse_together([&] {
     info = read_checkpoint_info(checkpoint);
     // No KV cache: every token re-runs the model over the last seq_len tokens, and nothing is printed before the last
     // one. Once seq_len tokens are generated the prompt has left that window, and each further token follows from the

@@ -13,7 +13,7 @@
 #include <tuple>
 
 #include "data/shard.h"
-#include "parallel/world.h"
+#include "comm/world.h"
 #include "model/gpt.h"
 #include "model/hf_gpt2.h"
 #include "util/error.h"
@@ -380,7 +380,7 @@ ordered_json shard_entry(const ZeroOptimizer& opt, const std::string& file) {
 
 std::string save_checkpoint(const Config& cfg, const TrainState& st, ZeroOptimizers& opts,
                             const std::string& tokenizer_file) {
-  const parallel::WorldInfo& w = parallel::world();
+  const comm::WorldInfo& w = comm::world();
   const std::string root = cfg.run.dir + "/ckpt", name = step_name(st.step);
   const std::string final_dir = root + "/" + name, tmp = root + "/.tmp_" + name;
   if (w.rank == 0) {
@@ -388,7 +388,7 @@ std::string save_checkpoint(const Config& cfg, const TrainState& st, ZeroOptimiz
     fs::remove_all(tmp);
     make_dirs(tmp);
   }
-  parallel::barrier();
+  comm::barrier();
 
   // One file per optimizer shard, named by rank and first module; zero 0 keeps a group's whole state on every
   // member, so its rank 0 writes it once.
@@ -403,7 +403,7 @@ std::string save_checkpoint(const Config& cfg, const TrainState& st, ZeroOptimiz
     mine.push_back(std::move(entry));
   }
   // Each rank's files entries travel as JSON text; rank 0 assembles state.json.
-  const std::vector<std::string> entries = parallel::gather_strings(mine.dump());
+  const std::vector<std::string> entries = comm::gather_strings(mine.dump());
   if (w.rank == 0) {
     ordered_json files = ordered_json::array();
     for (const std::string& e : entries)
@@ -438,7 +438,7 @@ std::string save_checkpoint(const Config& cfg, const TrainState& st, ZeroOptimiz
     for (const Listed& c : list_checkpoints(root))
       if (c.name != name && kept++ >= cfg.ckpt.keep) fs::remove_all(root + "/" + c.name);
   }
-  parallel::barrier();
+  comm::barrier();
   return final_dir;
 }
 
@@ -465,7 +465,7 @@ RunRecords read_run_records(const std::string& run_dir) {
 }  // namespace
 
 void record_run(const std::string& run_dir, int64_t run, int64_t step, const std::string& from) {
-  const parallel::WorldInfo& w = parallel::world();
+  const comm::WorldInfo& w = comm::world();
   const std::time_t now = std::time(nullptr);
   char started[32];
   std::strftime(started, sizeof started, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
@@ -477,7 +477,7 @@ void record_run(const std::string& run_dir, int64_t run, int64_t step, const std
 }
 
 ResumeChoice choose_resume(const Config& cfg) {
-  const parallel::WorldInfo& w = parallel::world();
+  const comm::WorldInfo& w = comm::world();
   const std::string root = cfg.run.dir + "/ckpt";
   // Ranks may see different directory listings on a lagging filesystem: rank 0's list decides. Its first line is
   // the highest run recorded in run.dir/runs.jsonl.
@@ -488,7 +488,7 @@ ResumeChoice choose_resume(const Config& cfg) {
       joined += strf("%lld %lld %s %d\n", static_cast<long long>(l.run), static_cast<long long>(l.step),
                      l.name.c_str(), l.unreadable);
   }
-  joined = parallel::broadcast_string(joined, 0);
+  joined = comm::broadcast_string(joined, 0);
   std::istringstream in(joined);
   int64_t recorded = 0;
   in >> recorded;
@@ -530,8 +530,8 @@ ResumeChoice choose_resume(const Config& cfg) {
 }
 
 std::string checkpoint_problem(const std::string& dir) {
-  const parallel::WorldInfo& w = parallel::world();
-  return parallel::first_problem(verify(dir, w.rank, w.size));
+  const comm::WorldInfo& w = comm::world();
+  return comm::first_problem(verify(dir, w.rank, w.size));
 }
 
 TrainState load_checkpoint(const std::string& dir, const Config& cfg, ZeroOptimizers& opts) {
@@ -555,13 +555,13 @@ TrainState load_checkpoint(const std::string& dir, const Config& cfg, ZeroOptimi
     opt->load_backend_params();
   }
   say("resumed from %s: step %lld, written by %d ranks%s", dir.c_str(), static_cast<long long>(s.train.step), s.world,
-      s.world != parallel::world().size ? strf(", optimizer state re-cut for %d", parallel::world().size).c_str() : "");
+      s.world != comm::world().size ? strf(", optimizer state re-cut for %d", comm::world().size).c_str() : "");
   return s.train;
 }
 
 void load_hf_init(const std::string& dir, const Config& cfg, ZeroOptimizers& opts) {
   std::unique_ptr<HfGpt2Weights> hf;
-  parallel::refuse_together([&] { hf = std::make_unique<HfGpt2Weights>(dir, cfg.model); });
+  comm::refuse_together([&] { hf = std::make_unique<HfGpt2Weights>(dir, cfg.model); });
   for (const auto& opt : opts.all()) {
     float* master = opt->master();
     for (const ParamLayout::Run& run : wanted_runs(cfg.model, *opt))

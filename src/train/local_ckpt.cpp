@@ -11,7 +11,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
-#include "parallel/world.h"
+#include "comm/world.h"
 #include "train/local_choice.h"
 #include "util/crc32c.h"
 #include "util/error.h"
@@ -26,21 +26,21 @@ using nlohmann::ordered_json;
 
 namespace {
 
-std::vector<int> all_partners(const parallel::NodeMap& nodes) {
+std::vector<int> all_partners(const layout::NodeMap& nodes) {
   std::vector<int> out;
   for (int r = 0; r < static_cast<int>(nodes.node.size()); r++) out.push_back(partner_rank(nodes, r));
   return out;
 }
 
 // The ranks whose partner copies `rank` keeps.
-std::vector<int> senders_of(const parallel::NodeMap& nodes, int rank) {
+std::vector<int> senders_of(const layout::NodeMap& nodes, int rank) {
   std::vector<int> out;
   for (int r = 0; r < static_cast<int>(nodes.node.size()); r++)
     if (partner_rank(nodes, r) == rank) out.push_back(r);
   return out;
 }
 
-std::string rank_label(const parallel::NodeMap& nodes, int rank) {
+std::string rank_label(const layout::NodeMap& nodes, int rank) {
   return rank < 0 ? "" : strf("rank %d on %s", rank, nodes.label(nodes.node[rank]).c_str());
 }
 
@@ -49,20 +49,20 @@ std::string rank_label(const parallel::NodeMap& nodes, int rank) {
 LocalTier::LocalTier(const Config& cfg, const ZeroOptimizers& opts)
     : run_dir_(absolute_run_dir(cfg)),
       n_params_(ParamLayout(cfg.model).total()),
-      partners_(all_partners(parallel::node_map())),
-      store_(resolve_local_dir(cfg, parallel::world().host), parallel::world().rank,
-             senders_of(parallel::node_map(), parallel::world().rank)),
-      exchange_(partners_[parallel::world().rank], senders_of(parallel::node_map(), parallel::world().rank),
-                cfg.dist.timeout_s, rank_label(parallel::node_map(), partners_[parallel::world().rank])) {
-  const parallel::WorldInfo& w = parallel::world();
-  const parallel::NodeMap& nodes = parallel::node_map();
+      partners_(all_partners(comm::node_map())),
+      store_(resolve_local_dir(cfg, comm::world().host), comm::world().rank,
+             senders_of(comm::node_map(), comm::world().rank)),
+      exchange_(partners_[comm::world().rank], senders_of(comm::node_map(), comm::world().rank),
+                cfg.dist.timeout_s, rank_label(comm::node_map(), partners_[comm::world().rank])) {
+  const comm::WorldInfo& w = comm::world();
+  const layout::NodeMap& nodes = comm::node_map();
   if (const char* hook = std::getenv("YUANLM_KILL_AFTER_SEAL"); hook && w.rank == 0)
     kill_after_seal_ = std::atoll(hook);
   // What every rank keeps, so that each checks its node's directory for its ranks and their partners' copies.
   const size_t mine = own_copy_bytes(opts);
   const size_t need = local_storage_needed(nodes, exchange_.all_gather(mine), w.node);
   const std::string problem =
-      parallel::first_problem(local_dir_problem(store_.dir(), w.rank, need, nodes.label(w.node)));
+      comm::first_problem(local_dir_problem(store_.dir(), w.rank, need, nodes.label(w.node)));
   if (!problem.empty()) throw Error(problem, true);
 
   for (const ZeroOptimizer* opt : saved_optimizers(opts)) files_.push_back(shard_file_name(w.rank, *opt));
@@ -88,7 +88,7 @@ void LocalTier::save(const TrainState& st, const ZeroOptimizers& opts) {
   // Once the previous generation is complete on every rank, the older ones (and copies of abandoned timelines) go,
   // and this one takes over the files of the one before the previous: they are renamed to this one's .tmp_
   // directories before any rank of the node drops the older generations.
-  const bool complete = parallel::allreduce_max(ok_ ? 0.0 : 1.0) == 0.0;
+  const bool complete = comm::allreduce_max(ok_ ? 0.0 : 1.0) == 0.0;
   const bool drop = !previous_.empty() && complete;
   const std::vector<ZeroOptimizer*> saved = saved_optimizers(opts);
   std::vector<std::pair<std::string, size_t>> shards;
@@ -99,8 +99,8 @@ void LocalTier::save(const TrainState& st, const ZeroOptimizers& opts) {
   } catch (const std::exception& e) {
     problem = e.what();
   }
-  if (drop) parallel::barrier();
-  if (drop && parallel::world().local_rank == 0) store_.drop_older(previous_, name);
+  if (drop) comm::barrier();
+  if (drop && comm::world().local_rank == 0) store_.drop_older(previous_, name);
   previous_ = name;
   ok_ = false;
   if (!problem.empty()) {
@@ -119,7 +119,7 @@ ordered_json LocalTier::manifest_fields(const TrainState& st, const ZeroOptimize
     files.push_back(shard_entry(*saved[i], files_[i]));
     files.back()["crc32c"] = crc32c_hex(crcs[i]);
   }
-  const parallel::WorldInfo& w = parallel::world();
+  const comm::WorldInfo& w = comm::world();
   return {{"step", st.step},
           {"run", st.run},
           {"next_sample", st.next_sample},
@@ -129,7 +129,7 @@ ordered_json LocalTier::manifest_fields(const TrainState& st, const ZeroOptimize
           {"host", w.host},
           {"run_dir", run_dir_},
           {"n_params", n_params_},
-          {"hosts", parallel::world_hosts()},
+          {"hosts", comm::world_hosts()},
           {"partners", partners_},
           {"files", files}};
 }
@@ -138,7 +138,7 @@ void LocalTier::seal() {
   if (!pending_) return;
   auto [step, manifest] = std::move(*pending_);
   pending_.reset();
-  if (parallel::world().thread_multiple)
+  if (comm::world().thread_multiple)
     writer_ = std::thread([this, step = step, manifest = std::move(manifest)] { write(step, manifest); });
   else
     write(step, manifest);
@@ -164,8 +164,8 @@ void LocalTier::finish() {
 }
 
 void remove_local_checkpoints(const Config& cfg) {
-  parallel::barrier();  // no rank of the node is still writing
-  const parallel::WorldInfo& w = parallel::world();
+  comm::barrier();  // no rank of the node is still writing
+  const comm::WorldInfo& w = comm::world();
   if (w.local_rank != 0) return;
   std::error_code ec;
   fs::remove_all(resolve_local_dir(cfg, w.host), ec);  // the job's own: ckpt.local_dir may hold other jobs'
@@ -183,8 +183,8 @@ std::vector<std::vector<Runs>> gather_wants(const Config& cfg, const ZeroOptimiz
     mine.push_back(runs);
   }
   std::string joined;
-  for (const std::string& s : parallel::gather_strings(mine.dump())) joined += (joined.empty() ? "[" : ",") + s;
-  joined = parallel::broadcast_string(joined + "]", 0);
+  for (const std::string& s : comm::gather_strings(mine.dump())) joined += (joined.empty() ? "[" : ",") + s;
+  joined = comm::broadcast_string(joined + "]", 0);
   std::vector<std::vector<Runs>> out;
   for (const json& rank : json::parse(joined)) {
     out.emplace_back();
@@ -248,7 +248,7 @@ std::vector<std::array<const float*, 3>> read_held(const AssignedFiles& a, int m
 
 // Loads the assigned copies: each holder reads its files and sends every rank the slices its shards want.
 TrainState load_local(const Config& cfg, const json& assign, ZeroOptimizers& opts) {
-  const parallel::WorldInfo& w = parallel::world();
+  const comm::WorldInfo& w = comm::world();
   const json& first = assign.front()["manifest"];
   AssignedFiles a = assigned_files(cfg, assign, "local checkpoint " + step_dir_name(first["step"].get<int64_t>()));
   const std::vector<std::vector<Runs>> wants = gather_wants(cfg, opts);
@@ -289,7 +289,7 @@ TrainState load_local(const Config& cfg, const json& assign, ZeroOptimizers& opt
 
 // Collective: every node's first rank lists its directory; rank 0 gets the Chooser of all they hold (others null).
 std::unique_ptr<Chooser> list_nodes(const Config& cfg, const ResumeChoice& fs_choice) {
-  const parallel::WorldInfo& w = parallel::world();
+  const comm::WorldInfo& w = comm::world();
   const std::string dir = resolve_local_dir(cfg, w.host);
   std::string listing = "[]";
   if (w.local_rank == 0) {
@@ -299,15 +299,15 @@ std::unique_ptr<Chooser> list_nodes(const Config& cfg, const ResumeChoice& fs_ch
       warn_all("local checkpoints in %s not looked at: %s", dir.c_str(), e.what());
     }
   }
-  const std::vector<std::string> listings = parallel::gather_strings(listing);
+  const std::vector<std::string> listings = comm::gather_strings(listing);
   if (w.rank != 0) return nullptr;
-  return std::make_unique<Chooser>(listings, fs_choice.candidates, parallel::world_hosts());
+  return std::make_unique<Chooser>(listings, fs_choice.candidates, comm::world_hosts());
 }
 
 // Collective: the Chooser's rounds (on rank 0), each verified by the ranks it names, up to the final one.
 json choose(Chooser* chooser) {
   for (;;) {
-    const json round = json::parse(parallel::broadcast_string(chooser ? chooser->next().dump() : "", 0));
+    const json round = json::parse(comm::broadcast_string(chooser ? chooser->next().dump() : "", 0));
     if (round["final"].get<bool>()) return round;
     if (round.contains("fs")) {
       const std::string why = checkpoint_problem(round["fs"].get<std::string>());
@@ -315,7 +315,7 @@ json choose(Chooser* chooser) {
       continue;
     }
     const std::vector<std::string> verdicts =
-        parallel::gather_strings(verify_assigned(round["assign"], parallel::world().rank));
+        comm::gather_strings(verify_assigned(round["assign"], comm::world().rank));
     if (chooser) chooser->verdicts(verdicts);
   }
 }
@@ -348,14 +348,14 @@ void say_resumed(const std::string& from, int64_t step, int64_t reached) {
 
 TrainState resume_best_tier(const Config& cfg, const ResumeChoice& fs_choice, ZeroOptimizers& opts, int64_t* run,
                             std::string* from) {
-  const parallel::WorldInfo& w = parallel::world();
+  const comm::WorldInfo& w = comm::world();
   std::string fs_dir = fs_choice.dir;  // the filesystem checkpoint to load, if the fast tier has nothing newer
   json assign = json::array();
   // Node memory is listed whatever ckpt.resume says: its runs number this launch, and its checkpoints of this
   // run.dir refuse ckpt.resume=none as run.dir/ckpt's do.
   const std::unique_ptr<Chooser> chooser = list_nodes(cfg, fs_choice);
   if (cfg.ckpt.resume == "none") {
-    const std::string held = parallel::broadcast_string(chooser ? chooser->newest() : "", 0);
+    const std::string held = comm::broadcast_string(chooser ? chooser->newest() : "", 0);
     if (!held.empty())
       throw Error(strf("run.dir %s: node memory holds its checkpoints (the newest is %s) and ckpt.resume=none would "
                        "start over in it, truncating its metrics.jsonl: continue with ckpt.resume=auto, start from a "
@@ -369,7 +369,7 @@ TrainState resume_best_tier(const Config& cfg, const ResumeChoice& fs_choice, Ze
     assign = final.value("assign", json::array());
   }
   const int64_t local_max =
-      static_cast<int64_t>(parallel::allreduce_max(chooser ? static_cast<double>(chooser->max_run()) : 0.0));
+      static_cast<int64_t>(comm::allreduce_max(chooser ? static_cast<double>(chooser->max_run()) : 0.0));
   *run = std::max(fs_choice.run, local_max + 1);
   const int64_t reached = w.rank == 0 ? last_logged_step(cfg.run.dir + "/metrics.jsonl") : -1;
   TrainState st;

@@ -13,7 +13,7 @@
 // held by some node, checksums verified, wins over run.dir/ckpt's newest when it is newer; its holders send each new
 // rank the slices of the model its new shards need, re-cut for any world size like load_checkpoint.
 //
-// This file drives the tier through the job's agreements (parallel/world.h); its three parts are the storage
+// This file drives the tier through the job's agreements (comm/world.h); its three parts are the storage
 // (train/local_store.h: the directory's layout, mapped files, generations, manifests), the transport
 // (train/local_exchange.h: every MPI call of the tier) and the choice of what to resume from
 // (train/local_choice.h).

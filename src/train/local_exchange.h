@@ -1,8 +1,8 @@
-// The fast checkpoint tier's transport (the tier: train/local_ckpt.h): every MPI call the tier makes itself, each on
-// a communicator of its own so that it never meets the training's messages (the job-wide agreements the tier takes
-// part in, such as whether a generation is complete everywhere, are parallel/world.h's). The partner exchange sends a rank's own
-// copy to the rank that keeps it on the next node and receives the copies it keeps (LLNL SCR's partner scheme); the
-// redistribution sends the ranks of a resumed launch the slices of the model their shards need.
+// The fast checkpoint tier's transport (the tier: train/local_ckpt.h), over transfers of its own (comm/channel.h)
+// that never meet the training's messages (the job-wide agreements the tier takes part in, such as whether a
+// generation is complete everywhere, are comm/world.h's). The partner exchange sends a rank's own copy to the rank
+// that keeps it on the next node and receives the copies it keeps (LLNL SCR's partner scheme); the redistribution
+// sends the ranks of a resumed launch the slices of the model their shards need.
 //
 // Test hook: YUANLM_PARTNER_SILENT=RANK makes that rank take no part in the partner exchanges, like a rank whose
 // node stopped answering, so that the ranks it exchanges with time out (tests/cluster/test_local_ckpt_partner.sh).
@@ -17,6 +17,9 @@
 
 namespace yuan {
 
+namespace comm {
+class Channel;
+}
 class LocalStore;
 
 class PartnerExchange {
@@ -36,9 +39,8 @@ class PartnerExchange {
   // Sends the own copy of `step` that `store` holds (sealed, with its `manifest`) to the partner, and receives the
   // copies of the senders into `store`'s files and seals them, all within one timeout. A rank that does not answer
   // in time is warned about, and the exchanges stop for the rest of the run (what was posted to it may never
-  // complete). Not the watchdog's deadline (parallel/watchdog.h): that one ends the job, bounds each wait alone and
-  // cannot cancel what is posted, where a lost partner must cost only the partner copies, the whole exchange has
-  // one budget, and its requests are cancelled when it runs out.
+  // complete). Not the watchdog's deadline: a lost partner must cost only the partner copies, so the whole exchange
+  // has one budget, and its transfers are cancelled when it runs out (comm/channel.h, wait_until).
   void exchange(int64_t step, const std::string& manifest, LocalStore& store);
 
  private:
@@ -47,8 +49,7 @@ class PartnerExchange {
                       std::vector<std::string>& texts);
   void stop(int64_t step, const std::string& who);
 
-  struct Comm;
-  std::unique_ptr<Comm> comm_;
+  std::unique_ptr<comm::Channel> channel_;
   int partner_;
   std::vector<int> senders_;
   double timeout_s_;
@@ -57,7 +58,7 @@ class PartnerExchange {
   bool active_ = true;
 };
 
-// Collective, on a communicator of its own: sends `out[d]` to every rank d whose is not empty, and receives `n`
+// Collective, on a channel of its own: sends `out[d]` to every rank d whose is not empty, and receives `n`
 // floats from each (rank, n) of `from`, returned in that order. A rank lost meanwhile is named by the watchdog at
 // dist.timeout_s.
 std::vector<std::vector<float>> redistribute(std::vector<std::vector<float>>& out,

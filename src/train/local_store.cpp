@@ -44,7 +44,7 @@ std::string resolve_local_dir(const Config& cfg, const std::string& host) {
   return dir + "/yuanlm-" + sha256_hex(absolute_run_dir(cfg)).substr(0, 16);
 }
 
-int partner_rank(const parallel::NodeMap& nodes, int rank) {
+int partner_rank(const layout::NodeMap& nodes, int rank) {
   if (nodes.nodes() < 2) return -1;
   const int n = nodes.node[rank];
   const std::vector<int> here = nodes.ranks_on(n), next = nodes.ranks_on((n + 1) % nodes.nodes());
@@ -52,7 +52,7 @@ int partner_rank(const parallel::NodeMap& nodes, int rank) {
   return next[local % next.size()];
 }
 
-size_t local_storage_needed(const parallel::NodeMap& nodes, const std::vector<size_t>& own, int node) {
+size_t local_storage_needed(const layout::NodeMap& nodes, const std::vector<size_t>& own, int node) {
   size_t need = 0;
   for (int r = 0; r < static_cast<int>(own.size()); r++) {
     const int keeper = partner_rank(nodes, r);

@@ -17,7 +17,7 @@
 
 #include "config/config.h"
 #include "optim/zero.h"
-#include "parallel/nodes.h"
+#include "layout/nodes.h"
 
 namespace yuan {
 
@@ -33,11 +33,11 @@ std::string rank_dir_name(int rank);      // rank_RRRRR
 
 // The rank that keeps `rank`'s partner copy: the same local rank (modulo the node's ranks) on the next node; -1 on
 // one node.
-int partner_rank(const parallel::NodeMap& nodes, int rank);
+int partner_rank(const layout::NodeMap& nodes, int rank);
 
 // The bytes of node-local storage the tier takes on a node: two generations of its ranks' own shards (`own`, by
 // world rank) and of those it keeps as partner.
-size_t local_storage_needed(const parallel::NodeMap& nodes, const std::vector<size_t>& own, int node);
+size_t local_storage_needed(const layout::NodeMap& nodes, const std::vector<size_t>& own, int node);
 // The bytes a rank's own copy of `opts` takes (its shard files; the headers are small).
 size_t own_copy_bytes(const ZeroOptimizers& opts);
 // Why `dir` cannot hold the `need` bytes of local checkpoints of node `node` (a label): not writable (it is made if

@@ -1,17 +1,12 @@
 #include "train/memory_plan.h"
 
-#include <mpi.h>
-
 #include <algorithm>
-#include <array>
 #include <vector>
 
+#include "comm/world.h"
 #include "data/loader.h"
-#include "parallel/layout.h"
-#include "parallel/mpi_check.h"
-#include "parallel/schedule.h"
-#include "parallel/watchdog.h"
-#include "parallel/world.h"
+#include "layout/layout.h"
+#include "layout/schedule.h"
 #include "util/memory.h"
 
 namespace yuan {
@@ -23,9 +18,9 @@ size_t RankMemory::host_bytes() const {
 
 size_t RankMemory::device_bytes() const { return device == Device::Cpu ? 0 : on_device.total() + device_optimizer; }
 
-RankPlan plan_rank(const Config& c, const parallel::Topology& topo, Device device, int rank) {
-  const parallel::Place& place = topo.place(rank);
-  const parallel::Pipeline& pl = topo.pipelines()[place.pipeline];
+RankPlan plan_rank(const Config& c, const layout::Topology& topo, Device device, int rank) {
+  const layout::Place& place = topo.place(rank);
+  const layout::Pipeline& pl = topo.pipelines()[place.pipeline];
   const int stages = static_cast<int>(pl.stages.size());
   const ModuleRange& range = pl.stages[place.stage];
   const TensorParallel tp{place.tp_rank, topo.tp_size()};
@@ -34,7 +29,7 @@ RankPlan plan_rank(const Config& c, const parallel::Topology& topo, Device devic
   check_op_constraints(c.model, device, attention.path);
   RankPlan plan{ParamLayout(c.model, held_modules(c.model, range), tp), {}, {}, {}, attention};
   const ParamLayout& held = plan.layout;
-  const parallel::Schedule schedule(parallel::parse_schedule(c.parallel.schedule), place.stage, stages,
+  const layout::Schedule schedule(layout::parse_schedule(c.parallel.schedule), place.stage, stages,
                                     pl.micro_batches);
   plan.program = {range, c.train.micro_batch, schedule.slots(), c.train.recompute, tp.size, attention.path};
   const DType weights = tensor_formats(device).weights;
@@ -104,10 +99,10 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 enum Part { kParams, kGrads, kOptimizer, kActivations, kBuffers, kData, kStaging, kLocal, kMargin, kParts };
 constexpr const char* kPartNames[kParts] = {"params", "grads",   "optimizer",         "activations",
                                             "buffers", "data", "staging", "local checkpoints", "margin"};
-using Parts = std::array<unsigned long long, kParts>;
+using Parts = std::vector<unsigned long long>;
 
 Parts host_parts(const RankMemory& m) {
-  Parts p = {};
+  Parts p(kParts);
   if (m.device == Device::Cpu) {
     p[kParams] = m.on_device.weights;
     p[kGrads] = m.on_device.grads;
@@ -123,7 +118,7 @@ Parts host_parts(const RankMemory& m) {
 }
 
 Parts device_parts(const RankMemory& m) {
-  Parts p = {};
+  Parts p(kParts);
   p[kParams] = m.on_device.weights;
   p[kGrads] = m.on_device.grads;
   p[kActivations] = m.on_device.activations;
@@ -131,17 +126,6 @@ Parts device_parts(const RankMemory& m) {
   p[kOptimizer] = m.device_optimizer;
   p[kMargin] = kRankMemoryMargin;
   return p;
-}
-
-// The sum of `p` over the ranks of `comm` (`group` names it to the watchdog), and their number.
-Parts sum_over(MPI_Comm comm, const char* group, const Parts& p, int* ranks) {
-  Parts sum = {};
-  {
-    parallel::Waiting wait("memory_check", group);
-    MPI_CHECK(MPI_Allreduce(p.data(), sum.data(), kParts, MPI_UNSIGNED_LONG_LONG, MPI_SUM, comm));
-  }
-  MPI_CHECK(MPI_Comm_size(comm, ranks));
-  return sum;
 }
 
 // "" when `need`, summed over `ranks` ranks, fits in `available` bytes of `what`, else what does not fit.
@@ -163,28 +147,22 @@ std::string shortfall(const Parts& need, int ranks, const std::string& where, co
 }  // namespace
 
 std::string node_memory_problem(const RankMemory& mine, int device_index) {
-  const parallel::WorldInfo& w = parallel::world();
-  // The node's ranks (parallel/world.h), and among them those of this rank's device (every rank takes part, cpu
-  // ones too, so that no rank waits in a split the others skip). The node's figures are read once all of its ranks
-  // have arrived (the sums), before any of them allocates.
-  MPI_Comm node = parallel::node_comm(), device;
-  {
-    parallel::Waiting wait("comm_split", "node");
-    MPI_CHECK(MPI_Comm_split(node, std::max(device_index, 0), w.rank, &device));
-  }
+  const comm::WorldInfo& w = comm::world();
+  // The node's ranks, and among them those of this rank's device (every rank takes part, cpu ones too, so that no
+  // rank waits in a sum the others skip). The node's figures are read once all of its ranks have arrived (the sums),
+  // before any of them allocates.
   int node_ranks = 0, device_ranks = 0;
-  const Parts host = sum_over(node, "node", host_parts(mine), &node_ranks);
-  const Parts dev = sum_over(device, "device", device_parts(mine), &device_ranks);
-  MPI_CHECK(MPI_Comm_free(&device));
+  const Parts host = comm::sum_on_node(host_parts(mine), "node", &node_ranks);
+  const Parts dev = comm::sum_on_node(device_parts(mine), std::max(device_index, 0), "device", &device_ranks);
   const NodeMemory avail = node_available_memory();
-  const std::string where = parallel::node_map().label(w.node);
+  const std::string where = comm::node_map().label(w.node);
   std::string problem = shortfall(host, node_ranks, where, "host memory", avail.available, avail.source);
   if (problem.empty() && mine.device != Device::Cpu)
     problem = shortfall(dev, device_ranks, strf("%s device %d of %s", device_name(mine.device), device_index,
                                                 where.c_str()),
                         "device memory", device_free_bytes(mine.device), "free on the device");
   // The lowest rank that found a shortfall speaks for every rank.
-  return parallel::first_problem(problem);
+  return comm::first_problem(problem);
 }
 
 void check_node_memory(const RankMemory& mine, int device_index, const std::string& hint) {
@@ -204,7 +182,7 @@ OffloadChoice settled_offload(const Config& c, Device device) {
   return {};
 }
 
-OffloadChoice choose_offload(const Config& c, const parallel::Topology& topo, Device device, int rank,
+OffloadChoice choose_offload(const Config& c, const layout::Topology& topo, Device device, int rank,
                              int device_index) {
   const OffloadChoice settled = settled_offload(c, device);
   if (!settled.offload.empty()) return settled;

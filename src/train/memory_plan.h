@@ -11,7 +11,7 @@
 #include "backend/backend.h"
 #include "config/config.h"
 #include "optim/zero.h"
-#include "parallel/topology.h"
+#include "layout/topology.h"
 #include "program/program.h"
 
 namespace yuan {
@@ -41,7 +41,7 @@ struct RankPlan {
   RankMemory memory;    // what it allocates
   AttentionChoice attention;  // whose attention kernels (model.attention), and why
 };
-RankPlan plan_rank(const Config& c, const parallel::Topology& topo, Device device, int rank);
+RankPlan plan_rank(const Config& c, const layout::Topology& topo, Device device, int rank);
 
 // What the process itself needs beyond the plan (MPI's buffers, the libraries' workspaces, thread stacks; on the
 // device NCCL's and cuBLAS's): counted for every rank, on the host and on the device.
@@ -68,7 +68,7 @@ OffloadChoice settled_offload(const Config& c, Device device);
 // optim.offload for rank `rank` of the job of `c` on `topo` with its device `device_index`: settled_offload, and
 // where that leaves it open none where every rank's plan with the state on its device passes node_memory_problem's
 // test, else host. Collective over the world where auto asks the plan.
-OffloadChoice choose_offload(const Config& c, const parallel::Topology& topo, Device device, int rank,
+OffloadChoice choose_offload(const Config& c, const layout::Topology& topo, Device device, int rank,
                              int device_index);
 
 // What a training job of `c` on `world` ranks can change to need less memory, for the parts that weigh in a

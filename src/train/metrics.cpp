@@ -91,13 +91,13 @@ std::string step_line(const StepMetrics& m) {
 // outside it.
 static nlohmann::ordered_json step_traffic(const StepMetrics& m) {
   nlohmann::ordered_json out = nlohmann::ordered_json::object();
-  for (parallel::Group g : {parallel::Group::Data, parallel::Group::Tensor, parallel::Group::Pipeline}) {
+  for (comm::Group g : {comm::Group::Data, comm::Group::Tensor, comm::Group::Pipeline}) {
     const Traffic& start = m.traffic_start[static_cast<int>(g)];
     const Traffic& end = m.traffic_end[static_cast<int>(g)];
     nlohmann::ordered_json ops = nlohmann::ordered_json::object();
     for (int op = 0; op < static_cast<int>(CommOp::kCount); op++)
       if (end.bytes[op] > start.bytes[op]) ops[comm_op_name(static_cast<CommOp>(op))] = end.bytes[op] - start.bytes[op];
-    if (!ops.empty()) out[parallel::group_name(g)] = std::move(ops);
+    if (!ops.empty()) out[comm::group_name(g)] = std::move(ops);
   }
   return out;
 }

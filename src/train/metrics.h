@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "optim/zero.h"
-#include "parallel/groups.h"
-#include "parallel/watchdog.h"
+#include "comm/groups.h"
+#include "comm/watchdog.h"
 
 namespace yuan {
 
@@ -55,7 +55,7 @@ struct StepMetrics {
   // thread makes, and its wait for the previous one's write; 0 after a step with none. Not in step_s: tokens_per_s
   // and MFU stay the step's own, the ETA counts it.
   double local_ckpt_s = 0;
-  double wait_max_s = 0;  // this rank's longest wait in the step (parallel/watchdog.h)
+  double wait_max_s = 0;  // this rank's longest wait in the step (comm/watchdog.h)
   // The rank whose own work (the step less its waits) took longest, where it runs, and what it cost the step: its
   // work beyond the middle rank's, which the others spend waiting for it (rank 0's figures; elsewhere rank 0 at 0).
   int slowest_rank = 0;
@@ -66,13 +66,13 @@ struct StepMetrics {
   double all_wait_s = 0;
   // A wait the job rode out since the previous step line (a link back within the deadline, a peer stopped for a
   // while), set where the line shows it.
-  std::optional<parallel::LongestWait> stall;
+  std::optional<comm::LongestWait> stall;
   double eta_s = 0;  // the steps left at the mean time of the steps after this run's first
   bool skipped = false;
   long long tokens = 0;  // trained on so far
   size_t peak_host_bytes = 0, base_host_bytes = 0;
   // This rank's tensor traffic at the start of the step and at its end (the step's is the difference).
-  parallel::GroupTraffic traffic_start = {}, traffic_end = {};
+  comm::GroupTraffic traffic_start = {}, traffic_end = {};
   // Pipelined layouts only: the share of the step each stage waits, and each stage's busy share.
   std::optional<double> bubble;
   std::vector<double> stage_busy;

@@ -47,13 +47,13 @@ void StageRunner::forward(int slot, const int32_t* tokens) {
   compute_seconds_ += now_seconds() - t0;
 }
 
-double StageRunner::run(const parallel::Schedule& schedule, float grad_scale, const Hooks& hooks) {
+double StageRunner::run(const layout::Schedule& schedule, float grad_scale, const Hooks& hooks) {
   const double start = now_seconds();
   compute_seconds_ = 0;
   double loss = 0;
   const bool reads = program_.embeds() || program_.runs_head();
-  for (const parallel::PipeAction& a : schedule.actions()) {
-    if (a.kind == parallel::PipeAction::Forward) {
+  for (const layout::PipeAction& a : schedule.actions()) {
+    if (a.kind == layout::PipeAction::Forward) {
       if (hooks.before_forward) hooks.before_forward(a.micro);
       const int32_t* tokens = reads ? hooks.tokens() : nullptr;
       backend_.range_push("forward");

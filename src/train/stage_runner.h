@@ -13,8 +13,8 @@
 #include <optional>
 
 #include "backend/backend.h"
-#include "parallel/communicator.h"
-#include "parallel/schedule.h"
+#include "comm/communicator.h"
+#include "layout/schedule.h"
 #include "program/program.h"
 
 namespace yuan {
@@ -32,7 +32,7 @@ class StageRunner {
   };
   // One step's passes; each micro-batch's gradient is scaled by grad_scale. Returns the sum of the micro-batch
   // losses on a stage that heads, 0 elsewhere.
-  double run(const parallel::Schedule& schedule, float grad_scale, const Hooks& hooks);
+  double run(const layout::Schedule& schedule, float grad_scale, const Hooks& hooks);
   // Forward passes of `batches` micro-batches (tokens(i) for batch i, on stages that embed or head), one at a
   // time; returns the sum of their losses on a stage that heads, 0 elsewhere. `stop`, when given, is asked after
   // each micro-batch, with no transfer outstanding so that it may be collective; true ends the loop early and

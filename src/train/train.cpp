@@ -1,6 +1,6 @@
 // The training loop: every rank runs the same steps on its slice of the global batch.
 //
-//   for each step:  the schedule's passes (parallel/schedule.h) over this rank's micro-batches:
+//   for each step:  the schedule's passes (layout/schedule.h) over this rank's micro-batches:
 //                     forward: loader -> program.forward -> program.loss (the head's backward with it)
 //                     backward: program.backward (the ZeRO hook reduces finished buckets)
 //                   optimizer: reduce the gradients, the global norm over the world, clip/AdamW on the shard,
@@ -32,14 +32,14 @@
 #include "optim/lr_schedule.h"
 #include "optim/replica.h"
 #include "optim/zero.h"
-#include "parallel/communicator.h"
-#include "parallel/groups.h"
-#include "parallel/layout.h"
-#include "parallel/nodes.h"
-#include "parallel/schedule.h"
-#include "parallel/topology.h"
-#include "parallel/watchdog.h"
-#include "parallel/world.h"
+#include "comm/communicator.h"
+#include "comm/groups.h"
+#include "layout/layout.h"
+#include "layout/nodes.h"
+#include "layout/schedule.h"
+#include "layout/topology.h"
+#include "comm/watchdog.h"
+#include "comm/world.h"
 #include "program/program.h"
 #include "train/checkpoint.h"
 #include "train/local_ckpt.h"
@@ -91,13 +91,13 @@ class RunDirOwner {
  public:
   explicit RunDirOwner(const std::string& dir) : dir_(dir) {
     std::string refusal;
-    if (parallel::world().rank == 0) {
+    if (comm::world().rank == 0) {
       const std::string path = dir + "/.lock";
       const char* job = std::getenv("SLURM_JOB_ID");
       const std::time_t now = std::time(nullptr);
       char started[32];
       std::strftime(started, sizeof started, "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&now));
-      const std::string me = strf("host %s, pid %d, started %s%s", parallel::world().host.c_str(),
+      const std::string me = strf("host %s, pid %d, started %s%s", comm::world().host.c_str(),
                                   static_cast<int>(::getpid()), started,
                                   job ? strf(", SLURM job %s", job).c_str() : "");
       std::string other;
@@ -121,7 +121,7 @@ class RunDirOwner {
         refusal = e.what();
       }
     }
-    refusal = parallel::broadcast_string(refusal, 0);
+    refusal = comm::broadcast_string(refusal, 0);
     if (!refusal.empty()) throw Error(refusal, true);
   }
   ~RunDirOwner() {
@@ -148,11 +148,11 @@ class Trainer {
  public:
   explicit Trainer(const Config& cfg)
       : cfg_(cfg),
-        world_(parallel::world()),
-        groups_(parallel::make_topology(cfg, world_.size)),
+        world_(comm::world()),
+        groups_(layout::make_topology(cfg, world_.size)),
         place_(groups_.topology().place(world_.rank)),
         stages_(groups_.topology().stages_of(world_.rank)),
-        schedule_(parallel::parse_schedule(cfg.parallel.schedule), place_.stage, stages_, pipeline().micro_batches) {
+        schedule_(layout::parse_schedule(cfg.parallel.schedule), place_.stage, stages_, pipeline().micro_batches) {
     base_host_bytes_ = host_rss_bytes();
     micro_total_ = cfg.train.global_batch / cfg.train.micro_batch;
     device_ = resolve_device(parse_device(cfg.train.device, "train.device"));
@@ -175,7 +175,7 @@ class Trainer {
       YUAN_CHECK(kernels_, "profile.kernels: the %s backend keeps no kernel account", replica_.backend->name());
     }
     runner_ = std::make_unique<StageRunner>(*replica_.program, *replica_.backend,
-                                            stages_ > 1 ? &groups_.communicator(parallel::Group::Pipeline) : nullptr,
+                                            stages_ > 1 ? &groups_.communicator(comm::Group::Pipeline) : nullptr,
                                             place_.stage, stages_, cfg.train.micro_batch);
     tokenizer_ = find_tokenizer_for(cfg.data.train);
     int64_t run = 1;
@@ -206,14 +206,14 @@ class Trainer {
     }
     first_step_ = saved_step_ = state_.step;
     // A signal during start-up (MPI, a checkpoint's load, the data checks) is acted on here, before any step.
-    if (!evaluate(state_.step) || parallel::agreed_stop_signal()) return stop_for_requeue();
+    if (!evaluate(state_.step) || comm::agreed_stop_signal()) return stop_for_requeue();
     const double start = now_seconds();
     for (int step = static_cast<int>(first_step_); step < c.train.steps; step++) {
       StepMetrics m = run_step(step);
       log_step(m);
       if (local_) local_->seal();  // the step's record first: no checkpoint is resumed from whose step has none
       count_bad_steps(m);
-      if (parallel::agreed_stop_signal()) return stop_for_requeue();
+      if (comm::agreed_stop_signal()) return stop_for_requeue();
       maybe_checkpoint(m.step);
       if (!maybe_evaluate(m.step)) return stop_for_requeue();
     }
@@ -229,20 +229,20 @@ class Trainer {
   }
 
  private:
-  const parallel::Pipeline& pipeline() const { return groups_.topology().pipelines()[place_.pipeline]; }
+  const layout::Pipeline& pipeline() const { return groups_.topology().pipelines()[place_.pipeline]; }
   double tokens_per_step() const { return static_cast<double>(cfg_.train.global_batch) * cfg_.model.seq_len; }
   bool pipelined() const {
-    const parallel::Topology& topo = groups_.topology();
+    const layout::Topology& topo = groups_.topology();
     return topo.world_size() > static_cast<int>(topo.pipelines().size());
   }
   // Every scalar the trainer sums over the ranks (the loss, the squared gradient norm, the val loss) goes through
   // the world group's communicator.
-  Communicator& world_comm() { return groups_.communicator(parallel::Group::World); }
+  Communicator& world_comm() { return groups_.communicator(comm::Group::World); }
 
   // The backend, the ZeRO optimizers of this rank's module groups and the program, and the communicators they use.
   void build_replica(const RankPlan& plan) {
     const Config& cfg = cfg_;
-    const parallel::Topology& topo = groups_.topology();
+    const layout::Topology& topo = groups_.topology();
     const ParamLayout& layout = plan.layout;
     assemble_replica(replica_, {device_, layout, plan.backend, plan.program}, [&](Replica& r) -> Communicator* {
       groups_.set_device(device_, r.backend->stream(), cfg.dist.nccl_timeout_s);
@@ -255,17 +255,17 @@ class Trainer {
       });
       for (size_t i = 0; i < groups_.data_modules().size(); i++) {
         const int index = static_cast<int>(i);
-        const parallel::ProcessGroup& data = groups_.get(parallel::Group::Data, index);
+        const comm::ProcessGroup& data = groups_.get(comm::Group::Data, index);
         // ZeRO-3 on the host gathers on a thread of its own, over its own copy of the group's communicator.
         std::unique_ptr<Communicator> gathers;
         if (cfg.optim.zero.shards_weights() && device_ == Device::Cpu && data.size() > 1 && world_.thread_multiple)
           gathers = groups_.gather_communicator(index);
         gather_thread_ = gathers != nullptr;
         r.opts->add(std::make_unique<ZeroOptimizer>(optim_, *r.backend, layout,
-                                                    groups_.communicator(parallel::Group::Data, index), init,
+                                                    groups_.communicator(comm::Group::Data, index), init,
                                                     groups_.data_modules()[i], overlap, std::move(gathers)));
       }
-      return layout.tp().size > 1 ? &groups_.communicator(parallel::Group::Tensor) : nullptr;
+      return layout.tp().size > 1 ? &groups_.communicator(comm::Group::Tensor) : nullptr;
     });
   }
 
@@ -281,7 +281,7 @@ class Trainer {
     spec.global_batch = cfg.train.global_batch;
     spec.micro_batch = cfg.train.micro_batch;
     spec.prefetch = cfg.data.prefetch;
-    const parallel::MicroBatches mine = groups_.topology().micro_batches_of(world_.rank);
+    const layout::MicroBatches mine = groups_.topology().micro_batches_of(world_.rank);
     spec.slice_first = mine.first * spec.micro_batch;
     spec.slice_count = mine.count * spec.micro_batch;
     loader_ = std::make_unique<TrainLoader>(spec, state_.next_sample);
@@ -337,12 +337,12 @@ class Trainer {
   }
 
   void describe_layout() const {
-    const parallel::Topology& topo = groups_.topology();
-    const parallel::NodeMap& nodes = parallel::node_map();
-    const std::vector<parallel::GroupSpan> spans = parallel::group_spans(topo, nodes);
-    for (const std::string& line : parallel::describe_layout(cfg_, topo)) say("%s", line.c_str());
-    for (const std::string& line : parallel::describe_nodes(nodes, spans)) say("%s", line.c_str());
-    for (const std::string& w : parallel::tensor_crossing_warnings(spans, nodes, topo.tp_size())) warn("%s", w.c_str());
+    const layout::Topology& topo = groups_.topology();
+    const layout::NodeMap& nodes = comm::node_map();
+    const std::vector<layout::GroupSpan> spans = layout::group_spans(topo, nodes);
+    for (const std::string& line : layout::describe_layout(cfg_, topo)) say("%s", line.c_str());
+    for (const std::string& line : layout::describe_nodes(nodes, spans)) say("%s", line.c_str());
+    for (const std::string& w : layout::tensor_crossing_warnings(spans, nodes, topo.tp_size())) warn("%s", w.c_str());
   }
 
   // One optimizer step: this rank's passes over its micro-batches, then the end of the step (the reduction, the
@@ -356,7 +356,7 @@ class Trainer {
     if (accounted) kernels_->begin_step();
     StepMetrics m;
     const double t0 = now_seconds();
-    parallel::take_waited_seconds();  // waits between steps (the previous step's gathers) belong to none
+    comm::take_waited_seconds();  // waits between steps (the previous step's gathers) belong to none
     m.traffic_start = groups_.traffic();
     m.lr = lr_at(c.optim, step, c.train.steps);
     const double loss = run_micro_batches(step);
@@ -369,7 +369,7 @@ class Trainer {
     m.step_s = now_seconds() - t0;
     if (accounted) kernels_->end_step();  // reads the step's events: after the step's clock
     if (accounted && step + 1 == account_last) report_kernels();
-    const parallel::LongestWait wait = parallel::take_longest_wait();
+    const comm::LongestWait wait = comm::take_longest_wait();
     m.wait_max_s = wait.seconds;
     if (wait.seconds > stall_.seconds) stall_ = wait;
     m.step = step + 1;
@@ -396,9 +396,9 @@ class Trainer {
     m.offload = st.offload;
     m.skipped = st.skipped;
     m.tokens = static_cast<long long>(m.step * tokens_per_step());
-    const Straggler slow = slowest_rank(parallel::gather(m.step_s - parallel::take_waited_seconds()));
+    const Straggler slow = slowest_rank(comm::gather(m.step_s - comm::take_waited_seconds()));
     m.slowest_rank = slow.rank;
-    m.slowest_host = parallel::world_hosts()[slow.rank];
+    m.slowest_host = comm::world_hosts()[slow.rank];
     m.straggler_s = slow.cost_s;
     m.all_wait_s = slow.work_s > 0 ? std::max(0.0, m.step_s - slow.work_s) : 0.0;
     measure_bubble(m);
@@ -439,8 +439,8 @@ class Trainer {
   // The pipeline bubble: the share of the passes' time each stage spends waiting, against the longest stage's (the
   // ranks start the passes together, after the previous step's collectives), averaged over the stages. Collective.
   void measure_bubble(StepMetrics& m) {
-    std::vector<double> busy = parallel::gather(runner_->compute_seconds());
-    const std::vector<double> spans = parallel::gather(runner_->step_seconds());
+    std::vector<double> busy = comm::gather(runner_->compute_seconds());
+    const std::vector<double> spans = comm::gather(runner_->step_seconds());
     double bubble = 0;
     if (!spans.empty()) {
       const double span = *std::max_element(spans.begin(), spans.end());
@@ -521,7 +521,7 @@ class Trainer {
     say("checkpoint %s (%.1f s)", dir.c_str(), now_seconds() - t0);
   }
 
-  // After a stop signal that every rank saw (parallel::agreed_stop_signal): checkpoints the steps done since the
+  // After a stop signal that every rank saw (comm::agreed_stop_signal): checkpoints the steps done since the
   // last checkpoint, if any, and returns the exit code that asks for a requeue.
   int stop_for_requeue() {
     if (state_.step > saved_step_) {
@@ -545,7 +545,7 @@ class Trainer {
     replica_.opts->drain();
     replica_.backend->range_push("eval");
     const std::optional<double> loss = runner_->evaluate(cfg_.train.eval_batches, [&](int i) { return val_->batch(i); },
-                                                         [] { return parallel::agreed_stop_signal() != 0; });
+                                                         [] { return comm::agreed_stop_signal() != 0; });
     replica_.backend->range_pop();
     if (!loss) return false;
     const double sum = *loss * (place_.tp_rank == 0);
@@ -560,16 +560,16 @@ class Trainer {
   OptimConfig optim_;        // cfg_.optim with optim.offload resolved (choose_offload)
   std::string offload_why_;  // and why, for the start-up line
   AttentionChoice attention_;  // whose attention kernels, and why (the start-up line)
-  parallel::WorldInfo world_;
+  comm::WorldInfo world_;
   // Before the process groups, so destroyed after their communicators: the backend's teardown waits on streams
   // behind NCCL events (and cudaFree on the whole device) with no deadline; a communicator finalizes within
   // dist.nccl_timeout_s or aborts.
   Replica replica_;  // backend, optimizers, program
   std::unique_ptr<KernelAccount> kernels_;  // profile.kernels, until its last step; before the backend goes
-  parallel::ProcessGroups groups_;  // with the communicators and their traffic accounts
-  parallel::Place place_;
+  comm::ProcessGroups groups_;  // with the communicators and their traffic accounts
+  layout::Place place_;
   int stages_;
-  parallel::Schedule schedule_;
+  layout::Schedule schedule_;
   Device device_ = Device::Cpu;
   bool gather_thread_ = false;  // ZeRO-3's gathers run on a communication thread
   size_t base_host_bytes_ = 0;  // the process's resident memory before the model (MPI, libraries)
@@ -583,7 +583,7 @@ class Trainer {
   TrainState state_;
   int64_t first_step_ = 0, saved_step_ = 0;  // where this run started; the newest step in a checkpoint
   double timed_ = 0;                         // seconds of this run's steps after its first (for the ETA)
-  parallel::LongestWait stall_;              // the longest wait since the previous step line
+  comm::LongestWait stall_;              // the longest wait since the previous step line
   int bad_run_ = 0;                          // steps skipped in a row
   double data_wait_ = 0;                     // seconds the step so far waited for its micro-batches
   StageRunner::Hooks hooks_;
@@ -600,9 +600,9 @@ int train_main(const std::vector<std::string>& args) {
   Config cfg;
   if (!parse_config(args, "train", cfg)) return 0;
   // Compared before validation: a value that only some ranks refuse would leave the others waiting.
-  parallel::check_same_text_everywhere(cfg.hash(), cfg.to_ini(), "the resolved config", ini_difference);
-  parallel::validate(cfg, parallel::world().size);
-  parallel::watch_waits(cfg.dist.timeout_s);
+  comm::check_same_text_everywhere(cfg.hash(), cfg.to_ini(), "the resolved config", ini_difference);
+  layout::validate(cfg, comm::world().size);
+  comm::watch_waits(cfg.dist.timeout_s);
   const RunDirOwner owner(cfg.run.dir);
   say("# yuanlm train: resolved config\n%s", cfg.to_ini().c_str());
   return Trainer(cfg).run();

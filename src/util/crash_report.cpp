@@ -180,7 +180,7 @@ size_t format_crash_line(char* out, size_t size, const char* who, int sig, const
 
 void install_crash_report() {
   if (g_installed.exchange(true)) return;
-  // Before MPI_Init, the rank is known only from the launcher's environment (as parallel::StartupDeadline says).
+  // Before MPI_Init, the rank is known only from the launcher's environment (as comm::StartupDeadline says).
   const char* rank = nullptr;
   for (const char* key : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"})
     if (!rank) rank = std::getenv(key);

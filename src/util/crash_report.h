@@ -27,7 +27,7 @@ namespace yuan {
 // (OMPI_COMM_WORLD_RANK, PMIX_RANK, SLURM_PROCID; "?" without one) and gethostname's host.
 void install_crash_report();
 
-// The rank and node the report's line names from now on (parallel::init, once MPI knows them); also takes back
+// The rank and node the report's line names from now on (comm::init, once MPI knows them); also takes back
 // any of the signals whose handler was replaced since install_crash_report. Not async-signal-safe; any thread.
 void set_crash_identity(int rank, const char* node);
 

@@ -22,7 +22,7 @@ class Error : public std::runtime_error {
 // printf-style formatting into a std::string.
 std::string strf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
-// Identity of this process for messages: "rank 3 on node17". Set once by parallel::init().
+// Identity of this process for messages: "rank 3 on node17". Set once by comm::init().
 void set_process_identity(int rank, const std::string& host);
 int process_rank();
 const std::string& process_host();

@@ -16,7 +16,7 @@
 
 #include "device.cuh"
 #include "gpu_test.h"
-#include "parallel/nccl.h"
+#include "comm/nccl.h"
 #ifdef YUAN_EMU
 #include <mpi.h>
 #endif

@@ -13,8 +13,8 @@
 #include "gpu_test.h"
 #include "model/gpt.h"
 #include "optim/zero.h"
-#include "parallel/communicator.h"
-#include "parallel/nccl.h"
+#include "comm/communicator.h"
+#include "comm/nccl.h"
 
 namespace {
 

@@ -84,7 +84,7 @@ class Stale(unittest.TestCase):
 
     @unittest.skipUnless(shutil.which("git"), "needs git")
     def test_a_moved_folder_still_reads_as_a_path(self):
-        """After parallel/ moves to comm/, prose naming `parallel/` is stale, though no folder has that name now."""
+        """After a folder moves, prose naming the old one is stale, though no folder has that name now."""
         with tempfile.TemporaryDirectory() as root:
             git = ["git", "-C", root, "-c", "user.name=t", "-c", "user.email=t@t"]
             for path, text in {**BASE, "docs/C.md": "The `parallel/` folder; parallel/watchdog.h.\n"}.items():

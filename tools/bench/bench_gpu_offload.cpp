@@ -28,7 +28,7 @@
 #include "model/gpt.h"
 #include "optim/replica.h"
 #include "optim/zero.h"
-#include "parallel/communicator.h"
+#include "comm/communicator.h"
 #include "program/program.h"
 #include "util/error.h"
 #include "util/log.h"

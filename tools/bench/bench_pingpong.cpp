@@ -4,13 +4,12 @@
 // runs it over the same path as its training job, as the limit that job's gradient exchange meets. Ranks other than
 // 0 and 1 wait.
 //   mpirun -np 2 bin/bench_pingpong [--small 8] [--large 4194304] [--seconds 2]
-// The method is planner::ping_pong's, the same that `yuanlm plan --calibrate` measures a machine's links with.
-#include <mpi.h>
-
+// The method is comm::ping_pong's, the same that `yuanlm plan --calibrate` measures a machine's links with.
 #include <boost/program_options.hpp>
 #include <cstdio>
 
-#include "planner/calibrate.h"
+#include "comm/ping_pong.h"
+#include "comm/world.h"
 
 int main(int argc, char** argv) {
   namespace po = boost::program_options;
@@ -23,24 +22,19 @@ int main(int argc, char** argv) {
   po::variables_map vm;
   po::store(po::parse_command_line(argc, argv, opts), vm);
   po::notify(vm);
-  MPI_Init(&argc, &argv);
-  int rank = 0, size = 0, len = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  char host[MPI_MAX_PROCESSOR_NAME] = {}, peer[MPI_MAX_PROCESSOR_NAME] = {};
-  MPI_Get_processor_name(host, &len);
-  if (size < 2) {
-    std::fprintf(stderr, "error: bench_pingpong needs 2 ranks (mpirun -np 2), not %d\n", size);
-    MPI_Finalize();
+  yuan::comm::init(&argc, &argv);
+  const yuan::comm::WorldInfo& w = yuan::comm::world();
+  if (w.size < 2) {
+    std::fprintf(stderr, "error: bench_pingpong needs 2 ranks (mpirun -np 2), not %d\n", w.size);
+    yuan::comm::finalize();
     return 2;
   }
-  if (rank == 1) MPI_Send(host, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, 0, 0, MPI_COMM_WORLD);
-  if (rank == 0) MPI_Recv(peer, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-  MPI_Barrier(MPI_COMM_WORLD);
-  const yuan::planner::PingPong p = yuan::planner::ping_pong(MPI_COMM_WORLD, 0, 1, small, large, seconds);
-  if (rank == 0)
+  yuan::comm::barrier();
+  const yuan::comm::PingPong p = yuan::comm::ping_pong(0, 1, small, large, seconds);
+  if (w.rank == 0)
     std::printf("pingpong %s <-> %s: latency %.1f us (%zu B, half a round trip), bandwidth %.1f MB/s (%zu B each way)\n",
-                host, peer, p.latency_s * 1e6, small, p.bandwidth / 1e6, large);
-  MPI_Finalize();
+                w.host.c_str(), yuan::comm::world_hosts()[1].c_str(), p.latency_s * 1e6, small, p.bandwidth / 1e6,
+                large);
+  yuan::comm::finalize();
   return 0;
 }

@@ -12,7 +12,7 @@
 #include "ops/reference_ops.h"
 #include "optim/replica.h"
 #include "optim/zero.h"
-#include "parallel/communicator.h"
+#include "comm/communicator.h"
 #include "program/program.h"
 #include "util/log.h"
 #include "util/memory.h"

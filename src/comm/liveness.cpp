@@ -1,4 +1,4 @@
-#include "parallel/liveness.h"
+#include "comm/liveness.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -15,11 +15,11 @@
 #include <memory>
 #include <thread>
 
-#include "parallel/mpi_check.h"
-#include "parallel/world.h"
+#include "comm/mpi_check.h"
+#include "comm/world.h"
 #include "util/fs.h"
 
-namespace yuan::parallel {
+namespace yuan::comm {
 
 namespace {
 
@@ -203,7 +203,7 @@ void stop_liveness() {
 bool liveness_served() { return g_comm != MPI_COMM_NULL; }
 
 std::vector<int> silent_ranks(double seconds) {
-  YUAN_CHECK(liveness_served(), "parallel::silent_ranks without serve_liveness");
+  YUAN_CHECK(liveness_served(), "comm::silent_ranks without serve_liveness");
   ignore_sigpipe();
   using Clock = std::chrono::steady_clock;
   const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
@@ -259,7 +259,7 @@ std::string describe_ranks(const std::vector<int>& ranks, const std::vector<std:
   return out;
 }
 
-std::string describe_silent(const std::vector<int>& silent, double seconds, const NodeMap& nodes,
+std::string describe_silent(const std::vector<int>& silent, double seconds, const layout::NodeMap& nodes,
                             const std::vector<std::string>& hosts) {
   // The nodes of the silent ranks, named as lost only when every rank of each of them is silent.
   std::vector<int> lost;
@@ -328,4 +328,4 @@ void end_launcher_after(double seconds) {
   close(pidfd);
 }
 
-}  // namespace yuan::parallel
+}  // namespace yuan::comm

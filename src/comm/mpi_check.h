@@ -1,4 +1,4 @@
-// MPI_CHECK(call): MPI_COMM_WORLD is set to MPI_ERRORS_RETURN by parallel::init, so a failed call comes back as a
+// MPI_CHECK(call): MPI_COMM_WORLD is set to MPI_ERRORS_RETURN by comm::init, so a failed call comes back as a
 // code; this turns it into a yuan::Error naming the call site, the rank and MPI's own explanation.
 #pragma once
 // The deprecated MPI C++ bindings are unused and trip -Wcast-function-type.
@@ -12,7 +12,7 @@
 
 #include "util/error.h"
 
-namespace yuan::parallel {
+namespace yuan::comm {
 
 [[noreturn]] inline void throw_mpi_error(int code, const char* call, const char* file, int line) {
   char msg[MPI_MAX_ERROR_STRING];
@@ -22,10 +22,10 @@ namespace yuan::parallel {
                    len, msg));
 }
 
-}  // namespace yuan::parallel
+}  // namespace yuan::comm
 
 #define MPI_CHECK(call)                                                                       \
   do {                                                                                        \
     int yuan_mpi_rc_ = (call);                                                                \
-    if (yuan_mpi_rc_ != MPI_SUCCESS) ::yuan::parallel::throw_mpi_error(yuan_mpi_rc_, #call, __FILE__, __LINE__); \
+    if (yuan_mpi_rc_ != MPI_SUCCESS) ::yuan::comm::throw_mpi_error(yuan_mpi_rc_, #call, __FILE__, __LINE__); \
   } while (0)

@@ -12,7 +12,7 @@
 #pragma once
 #include <vector>
 
-namespace yuan::parallel {
+namespace yuan::layout {
 
 enum class ScheduleKind { GPipe, OneFOneB };
 const char* schedule_name(ScheduleKind k);
@@ -35,4 +35,4 @@ class Schedule {
   int slots_ = 1, micro_batches_ = 1;
 };
 
-}  // namespace yuan::parallel
+}  // namespace yuan::layout

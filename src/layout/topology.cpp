@@ -1,10 +1,10 @@
-#include "parallel/topology.h"
+#include "layout/topology.h"
 
 #include <algorithm>
 
 #include "util/error.h"
 
-namespace yuan::parallel {
+namespace yuan::layout {
 
 Topology::Topology(std::vector<Pipeline> pipelines, int tp_size, int n_modules)
     : pipelines_(std::move(pipelines)), tp_size_(tp_size), n_modules_(n_modules) {
@@ -122,4 +122,4 @@ std::string data_group_name(const ModuleRange& g) {
   return g.size() == 1 ? strf("data[module %d]", g.first) : strf("data[modules %d-%d]", g.first, g.end - 1);
 }
 
-}  // namespace yuan::parallel
+}  // namespace yuan::layout

@@ -1,10 +1,10 @@
-#include "parallel/schedule.h"
+#include "layout/schedule.h"
 
 #include <algorithm>
 
 #include "util/error.h"
 
-namespace yuan::parallel {
+namespace yuan::layout {
 
 const char* schedule_name(ScheduleKind k) { return k == ScheduleKind::GPipe ? "gpipe" : "1f1b"; }
 
@@ -30,4 +30,4 @@ Schedule::Schedule(ScheduleKind kind, int stage, int stages, int m) : micro_batc
   while (bwd < m) backward();
 }
 
-}  // namespace yuan::parallel
+}  // namespace yuan::layout

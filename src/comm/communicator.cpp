@@ -1,6 +1,6 @@
 // The one-rank communicator: part of the core objects (no MPI), so single-process GPU tools can drive the
 // ZeRO optimizer.
-#include "parallel/communicator.h"
+#include "comm/communicator.h"
 
 #include <numeric>
 

@@ -1,4 +1,4 @@
-#include "parallel/world.h"
+#include "comm/world.h"
 
 #include <algorithm>
 #include <atomic>
@@ -11,17 +11,17 @@
 #include <unistd.h>
 #include <vector>
 
-#include "parallel/liveness.h"
-#include "parallel/mpi_check.h"
-#include "parallel/watchdog.h"
+#include "comm/liveness.h"
+#include "comm/mpi_check.h"
+#include "comm/watchdog.h"
 #include "util/crash_report.h"
 
-namespace yuan::parallel {
+namespace yuan::comm {
 
 namespace {
 WorldInfo g_world;
 std::vector<std::string> g_hosts;  // by rank, so errors can say where the odd rank runs
-NodeMap g_nodes;
+layout::NodeMap g_nodes;
 MPI_Comm g_node_comm = MPI_COMM_NULL;
 bool g_initialized = false;
 bool g_owns_mpi = false;  // false when the embedding program initialised MPI itself
@@ -79,7 +79,7 @@ void init(int* argc, char*** argv) {
   MPI_Initialized(&already);
   if (!already) {
     int provided = 0;
-    // MULTIPLE lets ZeRO-3's gathers run on a thread of their own (parallel/comm_thread.h); everything else calls
+    // MULTIPLE lets ZeRO-3's gathers run on a thread of their own (comm/comm_thread.h); everything else calls
     // MPI from the main thread only (the loader thread never does), for which FUNNELED is enough. A library
     // offering less cannot be trusted with OpenMP regions around MPI calls.
     MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
@@ -116,7 +116,7 @@ void init(int* argc, char*** argv) {
                           MPI_COMM_WORLD));
   g_hosts.clear();
   for (int r = 0; r < g_world.size; r++) g_hosts.emplace_back(all.data() + static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME);
-  g_nodes = NodeMap::from_leaders(leaders, g_hosts);
+  g_nodes = layout::NodeMap::from_leaders(leaders, g_hosts);
   g_world.node = g_nodes.node[g_world.rank];
   set_process_identity(g_world.rank, g_world.host);
   // The fatal-signal report (installed by main before MPI_Init) names the rank and node from now on, and takes
@@ -139,12 +139,11 @@ void finalize() {
 
 bool initialized() { return g_initialized; }
 const WorldInfo& world() { return g_world; }
-const NodeMap& node_map() { return g_nodes; }
-MPI_Comm node_comm() { return g_node_comm; }
+const layout::NodeMap& node_map() { return g_nodes; }
 const std::vector<std::string>& world_hosts() { return g_hosts; }
 
 static double allreduce(double x, MPI_Op op) {
-  YUAN_CHECK(g_initialized, "parallel::allreduce before parallel::init");
+  YUAN_CHECK(g_initialized, "comm::allreduce before comm::init");
   Waiting wait(op == MPI_SUM ? "allreduce_sum" : "allreduce_max", "world");
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, op, MPI_COMM_WORLD));
   return x;
@@ -180,6 +179,61 @@ std::vector<double> gather(double mine) {
   return all;
 }
 
+std::vector<double> gather(const std::vector<double>& mine, const char* op) {
+  const WorldInfo& w = world();
+  const int n = static_cast<int>(mine.size());
+  std::vector<double> all(w.rank == 0 ? mine.size() * static_cast<size_t>(w.size) : 0);
+  Waiting wait(op, "world");
+  MPI_CHECK(MPI_Gather(mine.data(), n, MPI_DOUBLE, all.data(), n, MPI_DOUBLE, 0, MPI_COMM_WORLD));
+  return all;
+}
+
+std::vector<double> broadcast(std::vector<double> v, int root, const char* op) {
+  Waiting wait(op, "world", root);
+  MPI_CHECK(MPI_Bcast(v.data(), static_cast<int>(v.size()), MPI_DOUBLE, root, MPI_COMM_WORLD));
+  return v;
+}
+
+void barrier_doing(const char* op, const std::function<void()>& meanwhile) {
+  Waiting wait(op, "world");
+  MPI_Request everyone;
+  MPI_CHECK(MPI_Ibarrier(MPI_COMM_WORLD, &everyone));
+  for (int done = 0;;) {
+    MPI_CHECK(MPI_Test(&everyone, &done, MPI_STATUS_IGNORE));
+    if (done) return;
+    meanwhile();
+  }
+}
+
+static std::vector<unsigned long long> sum_over(MPI_Comm comm, const std::vector<unsigned long long>& values,
+                                                const char* group, int* ranks) {
+  std::vector<unsigned long long> sum(values.size());
+  {
+    Waiting wait("sum", group);
+    MPI_CHECK(MPI_Allreduce(values.data(), sum.data(), static_cast<int>(values.size()), MPI_UNSIGNED_LONG_LONG,
+                            MPI_SUM, comm));
+  }
+  MPI_CHECK(MPI_Comm_size(comm, ranks));
+  return sum;
+}
+
+std::vector<unsigned long long> sum_on_node(const std::vector<unsigned long long>& values, const char* group,
+                                            int* ranks) {
+  return sum_over(g_node_comm, values, group, ranks);
+}
+
+std::vector<unsigned long long> sum_on_node(const std::vector<unsigned long long>& values, int color,
+                                            const char* group, int* ranks) {
+  MPI_Comm same;
+  {
+    Waiting wait("comm_split", "node");
+    MPI_CHECK(MPI_Comm_split(g_node_comm, color, g_world.rank, &same));
+  }
+  std::vector<unsigned long long> sum = sum_over(same, values, group, ranks);
+  MPI_CHECK(MPI_Comm_free(&same));
+  return sum;
+}
+
 std::string broadcast_string(const std::string& s, int root) {
   unsigned long long len = s.size();
   Waiting wait("broadcast_string", "world");
@@ -200,7 +254,7 @@ std::string first_problem(const std::string& mine) {
 }
 
 void barrier() {
-  YUAN_CHECK(g_initialized, "parallel::barrier before parallel::init");
+  YUAN_CHECK(g_initialized, "comm::barrier before comm::init");
   Waiting wait("barrier", "world");
   MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
 }
@@ -214,7 +268,7 @@ static std::vector<uint64_t> allgather(uint64_t value, const char* op) {
 }
 
 void check_same_everywhere(uint64_t value, const char* what) {
-  YUAN_CHECK(g_initialized, "parallel::check_same_everywhere(%s) before parallel::init", what);
+  YUAN_CHECK(g_initialized, "comm::check_same_everywhere(%s) before comm::init", what);
   const std::vector<uint64_t> all = allgather(value, "check_same_everywhere");
   for (int r = 1; r < g_world.size; r++) {
     if (all[r] == all[0]) continue;
@@ -226,7 +280,7 @@ void check_same_everywhere(uint64_t value, const char* what) {
 }
 
 void check_same_command(const char* command) {
-  YUAN_CHECK(g_initialized, "parallel::check_same_command before parallel::init");
+  YUAN_CHECK(g_initialized, "comm::check_same_command before comm::init");
   constexpr int kLen = 32;  // longer than any command's name; a longer one is compared by its first 31 bytes
   char mine[kLen] = {};
   std::strncpy(mine, command, kLen - 1);
@@ -310,7 +364,7 @@ void check_same_text_everywhere(
     uint64_t hash, const std::string& text, const char* what,
     const std::function<std::string(const std::string&, const std::string&, const std::string&, const std::string&)>&
         describe) {
-  YUAN_CHECK(g_initialized, "parallel::check_same_text_everywhere(%s) before parallel::init", what);
+  YUAN_CHECK(g_initialized, "comm::check_same_text_everywhere(%s) before comm::init", what);
   const std::vector<uint64_t> all = allgather(hash, "check_same_text_everywhere");
   int r = 1;
   while (r < g_world.size && all[r] == all[0]) r++;
@@ -324,4 +378,4 @@ void check_same_text_everywhere(
   throw Error(strf("%s differs between ranks: %s", what, why.c_str()), true);
 }
 
-}  // namespace yuan::parallel
+}  // namespace yuan::comm

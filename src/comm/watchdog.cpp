@@ -1,4 +1,4 @@
-#include "parallel/watchdog.h"
+#include "comm/watchdog.h"
 
 #include <algorithm>
 #include <atomic>
@@ -11,11 +11,11 @@
 #include <thread>
 #include <unistd.h>
 
-#include "parallel/liveness.h"
-#include "parallel/mpi_check.h"
-#include "parallel/world.h"
+#include "comm/liveness.h"
+#include "comm/mpi_check.h"
+#include "comm/world.h"
 
-namespace yuan::parallel {
+namespace yuan::comm {
 
 namespace {
 
@@ -180,7 +180,7 @@ void end_job_for_wait(const char* op, const char* group, int peer, double waited
 }
 
 void watch_waits(double seconds) {
-  YUAN_CHECK(initialized(), "parallel::watch_waits before parallel::init");
+  YUAN_CHECK(initialized(), "comm::watch_waits before comm::init");
   if (world().size == 1) return;
   {
     StartupDeadline deadline;  // the watchdog is not watching yet
@@ -226,4 +226,4 @@ LongestWait take_longest_wait() {
   return out;
 }
 
-}  // namespace yuan::parallel
+}  // namespace yuan::comm

@@ -1,6 +1,6 @@
 // Which node every rank of a job runs on, and what that means for its groups: which of them stay inside a node
 // (shared memory) and which cross a node boundary (the network). Pure arithmetic over a Topology and a NodeMap, no
-// MPI: parallel/world.h builds the job's map at start-up, `yuanlm plan --nodes` one of whole nodes.
+// MPI: comm/world.h builds the job's map at start-up, `yuanlm plan --nodes` one of whole nodes.
 //
 // Topology numbers the ranks with the tensor rank innermost (as Megatron-LM does), so a stage's tensor ranks are
 // consecutive; launchers fill a node with consecutive ranks (mpirun --map-by slot, srun's block distribution).
@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "config/config.h"
-#include "parallel/topology.h"
+#include "layout/topology.h"
 
-namespace yuan::parallel {
+namespace yuan::layout {
 
 struct NodeMap {
   std::vector<int> node;            // by world rank: the index of its node; nodes are numbered by their lowest rank
@@ -63,4 +63,4 @@ std::vector<std::string> describe_crossings(const std::vector<GroupSpan>& spans)
 std::vector<std::string> tensor_crossing_warnings(const std::vector<GroupSpan>& spans, const NodeMap& nodes,
                                                   int tp_size);
 
-}  // namespace yuan::parallel
+}  // namespace yuan::layout

@@ -1,14 +1,15 @@
-#include "parallel/groups.h"
+#include "comm/groups.h"
 
 #include <climits>
 
-#include "parallel/watchdog.h"
-#include "parallel/world.h"
+#include "comm/mpi_group.h"
+#include "comm/watchdog.h"
+#include "comm/world.h"
 #ifdef YUAN_CUDA
-#include "parallel/nccl.h"
+#include "comm/nccl.h"
 #endif
 
-namespace yuan::parallel {
+namespace yuan::comm {
 
 const char* group_name(Group g) {
   switch (g) {
@@ -20,22 +21,24 @@ const char* group_name(Group g) {
   return "?";
 }
 
-ProcessGroup::ProcessGroup(MPI_Comm comm, std::string name, std::vector<int> world_ranks)
-    : comm_(comm), name_(std::move(name)), ranks_(std::move(world_ranks)) {
-  MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
-  MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+ProcessGroup::Mpi::~Mpi() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Comm_free(&comm);
+}
+
+ProcessGroup::ProcessGroup(std::unique_ptr<Mpi> mpi, std::string name, std::vector<int> world_ranks)
+    : mpi_(std::move(mpi)), name_(std::move(name)), ranks_(std::move(world_ranks)) {
+  MPI_CHECK(MPI_Comm_set_errhandler(mpi_->comm, MPI_ERRORS_RETURN));
+  MPI_CHECK(MPI_Comm_rank(mpi_->comm, &rank_));
   int size = 0;
-  MPI_CHECK(MPI_Comm_size(comm_, &size));
+  MPI_CHECK(MPI_Comm_size(mpi_->comm, &size));
   YUAN_CHECK(size == static_cast<int>(ranks_.size()) && ranks_[rank_] == world().rank,
              "process group %s: MPI made %d ranks with this one at %d, the topology says %zu", name_.c_str(), size,
              rank_, ranks_.size());
 }
 
-ProcessGroup::~ProcessGroup() {
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (!finalized) MPI_Comm_free(&comm_);
-}
+ProcessGroup::~ProcessGroup() = default;
 
 namespace {
 
@@ -45,18 +48,18 @@ std::unique_ptr<ProcessGroup> split(const std::vector<int>& mine, const std::str
   // The smallest member names the group: unique, and the same on every member.
   Waiting wait("comm_split", "world");
   MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, mine.front(), world().rank, &comm));
-  return std::make_unique<ProcessGroup>(comm, name, mine);
+  return std::make_unique<ProcessGroup>(std::make_unique<ProcessGroup::Mpi>(comm), name, mine);
 }
 
 }  // namespace
 
-ProcessGroups::ProcessGroups(const Topology& topology) : topology_(topology), rank_(world().rank) {
+ProcessGroups::ProcessGroups(const layout::Topology& topology) : topology_(topology), rank_(world().rank) {
   YUAN_CHECK(topology_.world_size() == world().size, "parallel layout: %d ranks, the job has %d",
              topology_.world_size(), world().size);
-  const Place& me = topology_.place(rank_);
+  const layout::Place& me = topology_.place(rank_);
   world_ = split(topology_.world_ranks(), "world");
-  pipeline_ = split(topology_.pipeline_ranks(rank_), pipeline_group_name(me));
-  tensor_ = split(topology_.tensor_ranks(rank_), tensor_group_name(me));
+  pipeline_ = split(topology_.pipeline_ranks(rank_), layout::pipeline_group_name(me));
+  tensor_ = split(topology_.tensor_ranks(rank_), layout::tensor_group_name(me));
   // One split per module group of the job, in the same order everywhere; ranks outside a group pass
   // MPI_UNDEFINED and get nothing.
   for (const ModuleRange& g : topology_.module_groups()) {
@@ -67,7 +70,8 @@ ProcessGroups::ProcessGroups(const Topology& topology) : topology_(topology), ra
     MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, in ? g.first * topology_.tp_size() + me.tp_rank : MPI_UNDEFINED,
                              rank_, &comm));
     if (!in) continue;
-    data_.push_back(std::make_unique<ProcessGroup>(comm, data_group_name(g), members));
+    data_.push_back(std::make_unique<ProcessGroup>(std::make_unique<ProcessGroup::Mpi>(comm),
+                                                   layout::data_group_name(g), members));
     data_modules_.push_back(g);
   }
 }
@@ -119,4 +123,4 @@ std::unique_ptr<Communicator> make_communicator(const ProcessGroup& group, Devic
 #endif
 }
 
-}  // namespace yuan::parallel
+}  // namespace yuan::comm

@@ -1,15 +1,15 @@
-// The parallel layout as arithmetic (parallel/topology.h) and the per-stage step schedules (parallel/schedule.h).
+// The parallel layout as arithmetic (layout/topology.h) and the per-stage step schedules (layout/schedule.h).
 // The MPI groups made from a topology are tested under mpirun in test_mpi_groups.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <vector>
 
-#include "parallel/schedule.h"
-#include "parallel/topology.h"
+#include "layout/schedule.h"
+#include "layout/topology.h"
 #include "test_util.h"
 
-namespace yuan::parallel {
+namespace yuan::layout {
 namespace {
 
 constexpr int kModules = 8;  // wte, wpe, h.0 .. h.4, ln_f
@@ -129,4 +129,4 @@ TEST(Schedule, OneFOneBWarmsUpByTheStagesBelowAndKeepsAtMostThatManyInFlight) {
 }
 
 }  // namespace
-}  // namespace yuan::parallel
+}  // namespace yuan::layout

@@ -1,5 +1,5 @@
 // Where every rank sits in a job's parallel layout, and who it talks to: pure arithmetic over the layout, no MPI
-// (parallel/groups.h turns the groups into MPI communicators).
+// (comm/groups.h turns the groups into MPI communicators).
 //
 // A job runs pipelines side by side. Each pipeline cuts the model's modules (wte, wpe, h.0 .. h.N-1, ln_f) into
 // stages, each a contiguous ModuleRange; pipelines may cut differently and have different depths (heterogeneous
@@ -23,7 +23,7 @@
 
 #include "model/gpt.h"
 
-namespace yuan::parallel {
+namespace yuan::layout {
 
 struct Pipeline {
   std::string name;                  // the template it was made from ("" for data parallelism)
@@ -84,10 +84,10 @@ class Topology {
   std::vector<ModuleRange> module_groups_;
 };
 
-// The names groups go by in messages (ProcessGroups, the watchdog, parallel/nodes.h): "pipeline[P]",
+// The names groups go by in messages (ProcessGroups, the watchdog, layout/nodes.h): "pipeline[P]",
 // "tensor[P.S]", and "data[module M]" or "data[modules A-B]" for a module group's data groups.
 std::string pipeline_group_name(const Place& p);
 std::string tensor_group_name(const Place& p);
 std::string data_group_name(const ModuleRange& modules);
 
-}  // namespace yuan::parallel
+}  // namespace yuan::layout

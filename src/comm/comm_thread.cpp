@@ -1,8 +1,8 @@
-#include "parallel/comm_thread.h"
+#include "comm/comm_thread.h"
 
 #include <utility>
 
-namespace yuan::parallel {
+namespace yuan::comm {
 
 CommThread::CommThread(std::unique_ptr<Communicator> comm) : comm_(std::move(comm)), thread_([this] { run(); }) {}
 
@@ -50,4 +50,4 @@ void CommThread::run() {
   }
 }
 
-}  // namespace yuan::parallel
+}  // namespace yuan::comm

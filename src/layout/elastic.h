@@ -25,7 +25,7 @@
 
 #include "config/config.h"
 
-namespace yuan::parallel {
+namespace yuan::layout {
 
 // Why the job of `c` on `world` ranks does not fit the surviving nodes ("" when it does), e.g. its memory per node.
 using FitCheck = std::function<std::string(const Config& c, int world)>;
@@ -52,4 +52,4 @@ Replan replan(const Config& c, int nodes, int ranks_per_node, const std::vector<
 std::vector<Replan> replan_candidates(const Config& c, int nodes, int ranks_per_node,
                                       const std::vector<int>& lost_nodes);
 
-}  // namespace yuan::parallel
+}  // namespace yuan::layout

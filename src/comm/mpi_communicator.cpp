@@ -3,13 +3,12 @@
 #include <numeric>
 
 // The MPI communicator: host buffers over one process group's MPI communicator.
-#include "parallel/communicator.h"
-#include "parallel/groups.h"
-#include "parallel/mpi_check.h"
-#include "parallel/watchdog.h"
-#include "parallel/world.h"
+#include "comm/communicator.h"
+#include "comm/mpi_group.h"
+#include "comm/watchdog.h"
+#include "comm/world.h"
 
-namespace yuan::parallel {
+namespace yuan::comm {
 
 namespace {
 
@@ -47,14 +46,14 @@ MPI_Datatype mpi_reduce_type(DType t, const char* what) {
 class MpiCommunicator final : public Communicator {
  public:
   MpiCommunicator(const ProcessGroup& group, size_t max_count, bool duplicate)
-      : comm_(group.comm()), name_(group.name()), label_(describe(group)), world_ranks_(group.world_ranks()),
+      : comm_(group.mpi().comm), name_(group.name()), label_(describe(group)), world_ranks_(group.world_ranks()),
         max_count_(max_count), rank_(group.rank()), size_(group.size()),
         owned_(duplicate) {
     YUAN_CHECK(max_count_ >= 1 && max_count_ <= static_cast<size_t>(INT_MAX), "MPI communicator: bad chunk %zu",
                max_count_);
     if (duplicate) {
       Waiting wait("comm_dup", label_.c_str());
-      MPI_CHECK(MPI_Comm_dup(group.comm(), &comm_));
+      MPI_CHECK(MPI_Comm_dup(group.mpi().comm, &comm_));
     }
   }
   ~MpiCommunicator() override {
@@ -190,4 +189,4 @@ std::unique_ptr<Communicator> make_mpi_communicator(const ProcessGroup& group, s
   return std::make_unique<MpiCommunicator>(group, max_count_per_call, duplicate);
 }
 
-}  // namespace yuan::parallel
+}  // namespace yuan::comm

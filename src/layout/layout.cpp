@@ -1,4 +1,4 @@
-#include "parallel/layout.h"
+#include "layout/layout.h"
 
 #include <algorithm>
 #include <charconv>
@@ -8,7 +8,7 @@
 #include "backend/backend.h"
 #include "util/error.h"
 
-namespace yuan::parallel {
+namespace yuan::layout {
 namespace {
 
 std::string trim(const std::string& s) {
@@ -309,4 +309,4 @@ void validate(const Config& c, int world) {
                   true);
 }
 
-}  // namespace yuan::parallel
+}  // namespace yuan::layout

@@ -1,12 +1,12 @@
-#include "parallel/nodes.h"
+#include "layout/nodes.h"
 
 #include <algorithm>
 #include <set>
 
-#include "parallel/layout.h"
+#include "layout/layout.h"
 #include "util/error.h"
 
-namespace yuan::parallel {
+namespace yuan::layout {
 
 std::vector<int> NodeMap::ranks_on(int n) const {
   std::vector<int> r;
@@ -193,4 +193,4 @@ std::vector<std::string> tensor_crossing_warnings(const std::vector<GroupSpan>& 
   return out;
 }
 
-}  // namespace yuan::parallel
+}  // namespace yuan::layout

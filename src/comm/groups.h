@@ -12,11 +12,10 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "parallel/communicator.h"
-#include "parallel/mpi_check.h"
-#include "parallel/topology.h"
+#include "comm/communicator.h"
+#include "layout/topology.h"
 
-namespace yuan::parallel {
+namespace yuan::comm {
 
 enum class Group { World, Pipeline, Tensor, Data };
 constexpr int kGroups = 4;
@@ -27,18 +26,19 @@ using GroupTraffic = std::array<Traffic, kGroups>;
 // One MPI communicator over some of the world's ranks.
 class ProcessGroup {
  public:
-  ProcessGroup(MPI_Comm comm, std::string name, std::vector<int> world_ranks);  // takes ownership of comm
+  struct Mpi;  // the MPI communicator, for comm/'s own files (comm/mpi_group.h)
+  ProcessGroup(std::unique_ptr<Mpi> mpi, std::string name, std::vector<int> world_ranks);  // owns mpi
   ~ProcessGroup();
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
-  MPI_Comm comm() const { return comm_; }
+  const Mpi& mpi() const { return *mpi_; }
   const std::string& name() const { return name_; }           // e.g. "data[h.0-h.3]"
   const std::vector<int>& world_ranks() const { return ranks_; }  // members, by group rank
   int rank() const { return rank_; }
   int size() const { return static_cast<int>(ranks_.size()); }
 
  private:
-  MPI_Comm comm_;
+  std::unique_ptr<Mpi> mpi_;
   std::string name_;
   std::vector<int> ranks_;
   int rank_ = 0;
@@ -47,11 +47,11 @@ class ProcessGroup {
 class ProcessGroups {
  public:
   // Collective over the world: every rank passes the same topology.
-  explicit ProcessGroups(const Topology& topology);
+  explicit ProcessGroups(const layout::Topology& topology);
   // Not copied or moved: the communicators count into traffic_ by address.
   ProcessGroups(const ProcessGroups&) = delete;
   ProcessGroups& operator=(const ProcessGroups&) = delete;
-  const Topology& topology() const { return topology_; }
+  const layout::Topology& topology() const { return topology_; }
   int rank() const { return rank_; }
   // Group::Data needs `index`: which of this rank's module groups (Topology::module_groups_of(rank)).
   const ProcessGroup& get(Group g, int index = 0) const;
@@ -72,7 +72,7 @@ class ProcessGroups {
   const GroupTraffic& traffic() const { return traffic_; }
 
  private:
-  Topology topology_;
+  layout::Topology topology_;
   int rank_;
   std::unique_ptr<ProcessGroup> world_, pipeline_, tensor_;
   std::vector<std::unique_ptr<ProcessGroup>> data_;
@@ -105,4 +105,4 @@ constexpr size_t kMpiChunk = size_t(1) << 20;
 std::unique_ptr<Communicator> make_mpi_communicator(const ProcessGroup& group, size_t max_count_per_call,
                                                     bool duplicate = false);
 
-}  // namespace yuan::parallel
+}  // namespace yuan::comm

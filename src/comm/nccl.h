@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "parallel/communicator.h"
+#include "comm/communicator.h"
 
 namespace yuan {
 
@@ -35,15 +35,15 @@ std::unique_ptr<Communicator> make_nccl_communicator(int rank, int size, const N
 // communicator's own waits do. make_group_nccl_communicator sets it with the job's handler.
 void bound_device_waits(double timeout_s, NcclTimeout on_timeout);
 
-namespace parallel {
+namespace comm {
 class ProcessGroup;
-// The same over a process group (src/parallel/nccl.cpp; a name of its own, apart from the one above): the group's rank 0 makes the id and MPI_Bcast brings it
+// The same over a process group (src/comm/nccl.cpp; a name of its own, apart from the one above): the group's rank 0 makes the id and MPI_Bcast brings it
 // to the others. Call after cuda_select_device (backend/cuda_backend.h), so each rank talks from its own GPU. A wait
-// past the deadline ends the job as an MPI wait past dist.timeout_s does (parallel/watchdog.h): one line for the
+// past the deadline ends the job as an MPI wait past dist.timeout_s does (comm/watchdog.h): one line for the
 // job, naming the ranks that do not answer a liveness ping, the operation and the group.
 std::unique_ptr<Communicator> make_group_nccl_communicator(const ProcessGroup& group, DeviceStream producer,
                                                            double timeout_s);
-}  // namespace parallel
+}  // namespace comm
 
 }  // namespace yuan
 #endif

@@ -1,7 +1,7 @@
 // A host communicator's collectives on a thread of their own, so that they run while the caller computes: what a
 // communication stream is to NCCL, for the CPU backend (ZeRO-3 prefetches the next module's weights this way).
 // Calls run one after the other in the order they are issued, on a communicator no other thread uses (a
-// duplicate of the group's MPI communicator, which needs MPI_THREAD_MULTIPLE: parallel/world.h). Every member of
+// duplicate of the group's MPI communicator, which needs MPI_THREAD_MULTIPLE: comm/world.h). Every member of
 // the group issues the same calls in the same order, as for any collective.
 #pragma once
 #include <condition_variable>
@@ -14,9 +14,9 @@
 #include <thread>
 #include <vector>
 
-#include "parallel/communicator.h"
+#include "comm/communicator.h"
 
-namespace yuan::parallel {
+namespace yuan::comm {
 
 class CommThread {
  public:
@@ -43,4 +43,4 @@ class CommThread {
   std::thread thread_;
 };
 
-}  // namespace yuan::parallel
+}  // namespace yuan::comm

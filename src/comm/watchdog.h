@@ -1,6 +1,6 @@
 // No wait without a deadline. Without one, a peer that is stopped (SIGSTOP), stuck or unreachable leaves every
 // other rank blocked in MPI for ever, busy-polling at 100% CPU with nothing printed, until the batch system's time
-// limit. Every blocking MPI call (the agreements of parallel/world.h, the MPI communicator's collectives and
+// limit. Every blocking MPI call (the agreements of comm/world.h, the MPI communicator's collectives and
 // transfers) runs inside a Waiting scope on its thread; a watchdog thread ends the job with one line naming the
 // rank, host, operation and group when one such wait lasts longer than the deadline (dist.timeout_s).
 //
@@ -9,11 +9,11 @@
 // one evaluation micro-batch). NCCL operations on the GPU have a deadline of their own (dist.nccl_timeout_s).
 #pragma once
 
-namespace yuan::parallel {
+namespace yuan::comm {
 
 constexpr double kDefaultTimeoutSeconds = 300;
 
-// Starts the watchdog on the first call (after parallel::init, with more than one rank) and sets its deadline in
+// Starts the watchdog on the first call (after comm::init, with more than one rank) and sets its deadline in
 // seconds; a later call changes the deadline.
 void watch_waits(double seconds);
 // Stops and joins the watchdog thread (before MPI_Finalize: it must not call MPI_Abort after it).
@@ -21,10 +21,10 @@ void stop_watchdog();
 
 // Ends the job for a wait in `op` on `group` (`peer` as in Waiting) that has lasted `waited` seconds, past the
 // deadline `limit` of the setting `limit_key`: every rank whose wait runs out calls it, and the job gets one line,
-// naming the ranks that do not answer a liveness ping (parallel/liveness.h), from the lowest rank that answers.
+// naming the ranks that do not answer a liveness ping (comm/liveness.h), from the lowest rank that answers.
 // The watchdog calls it for MPI waits (dist.timeout_s), the NCCL communicator for its own (dist.nccl_timeout_s).
 // A call while this process already ends the job with a line (another thread's wait ran out too, an error, the
-// check after a SIGTERM: parallel::claim_last_line) waits for that to end the process.
+// check after a SIGTERM: comm::claim_last_line) waits for that to end the process.
 [[noreturn]] void end_job_for_wait(const char* op, const char* group, int peer, double waited, const char* limit_key,
                                    double limit);
 
@@ -54,4 +54,4 @@ class Waiting {
   bool armed_ = false;
 };
 
-}  // namespace yuan::parallel
+}  // namespace yuan::comm

@@ -1,5 +1,5 @@
 // The MPI control plane: rendezvous, who-am-I, small host-side agreements (scalars, config hash) and ending
-// the job. Tensor traffic goes through a Communicator (parallel/communicator.h).
+// the job. Tensor traffic goes through a Communicator (comm/communicator.h).
 #pragma once
 #include <cstddef>
 #include <exception>
@@ -8,11 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "parallel/mpi_check.h"
-#include "parallel/nodes.h"
+#include "layout/nodes.h"
 #include "util/error.h"
 
-namespace yuan::parallel {
+namespace yuan::comm {
 
 struct WorldInfo {
   int rank = 0, size = 1;
@@ -42,9 +41,7 @@ bool initialized();
 const WorldInfo& world();
 // Every rank's node, gathered once by init(): a node is a shared-memory domain (MPI_COMM_TYPE_SHARED), named after
 // the processor name of its lowest rank, so that the ranks of one node agree on it.
-const NodeMap& node_map();
-// The ranks of this rank's node, in world order (MPI_COMM_NULL before init).
-MPI_Comm node_comm();
+const layout::NodeMap& node_map();
 const std::vector<std::string>& world_hosts();  // the processor name of each world rank, by rank
 
 double allreduce_sum(double x);
@@ -53,7 +50,21 @@ void barrier();
 // Small host-side exchanges for checkpoint bookkeeping (file names, checksums).
 std::vector<std::string> gather_strings(const std::string& mine);  // rank 0: every rank's, in rank order
 std::vector<double> gather(double mine);                           // rank 0: every rank's, in rank order
+// Rank 0: every rank's `mine` (as many on every rank), one after the other in rank order; the others: empty. `op`
+// names the wait to the watchdog.
+std::vector<double> gather(const std::vector<double>& mine, const char* op);
 std::string broadcast_string(const std::string& s, int root);
+// Root's `v` (as many on every rank), on every rank; `op` names the wait.
+std::vector<double> broadcast(std::vector<double> v, int root, const char* op);
+// A barrier over the world that calls `meanwhile` until every rank has reached it; `op` names the wait.
+void barrier_doing(const char* op, const std::function<void()>& meanwhile);
+// Collective over this rank's node: the sum of `values` over the node's ranks, and how many they are (`ranks`);
+// with a `color`, over those of them that pass the same one (every rank of the node takes part). `group` names the
+// ranks summed over to the watchdog.
+std::vector<unsigned long long> sum_on_node(const std::vector<unsigned long long>& values, const char* group,
+                                            int* ranks);
+std::vector<unsigned long long> sum_on_node(const std::vector<unsigned long long>& values, int color,
+                                            const char* group, int* ranks);
 // The non-empty `mine` of the lowest rank that has one, on every rank ("" when none has): one rank's problem, which
 // every rank then reports, so that all end with the same collective error.
 std::string first_problem(const std::string& mine);
@@ -87,7 +98,7 @@ void install_stop_handlers();
 int agreed_stop_signal();
 const char* signal_name(int sig);  // "SIGTERM", "SIGUSR1"
 // The stop signal this process has received (0: none), before any agreement: the liveness service
-// (parallel/liveness.h) checks on a SIGTERM whether the launcher is ending the job over a lost node.
+// (comm/liveness.h) checks on a SIGTERM whether the launcher is ending the job over a lost node.
 int stop_signal_received();
 
 // Ending the job. A launcher ends a job by sending SIGTERM to the ranks left, whatever the reason; a rank that gets
@@ -113,4 +124,4 @@ void check_same_text_everywhere(
     const std::function<std::string(const std::string&, const std::string&, const std::string&, const std::string&)>&
         describe);
 
-}  // namespace yuan::parallel
+}  // namespace yuan::comm

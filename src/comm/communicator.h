@@ -1,8 +1,8 @@
-// Tensor traffic inside one process group (parallel/topology.h): the collectives of data parallelism and the
+// Tensor traffic inside one process group (layout/topology.h): the collectives of data parallelism and the
 // point-to-point transfers between pipeline stages. Buffers are the backend's (host memory for the CPU backend,
 // device memory for CUDA) and all members call the collectives in the same order. MPI stays the control plane
-// (rendezvous, scalars, failure handling: parallel/world.h); an implementation of this interface carries the
-// tensors: MpiCommunicator for host buffers, NcclCommunicator (parallel/nccl.h) for GPU memory, and the one-rank
+// (rendezvous, scalars, failure handling: comm/world.h); an implementation of this interface carries the
+// tensors: MpiCommunicator for host buffers, NcclCommunicator (comm/nccl.h) for GPU memory, and the one-rank
 // LocalCommunicator for a process without MPI.
 //
 // Ranks are the group's own, 0 .. size()-1. Block partitions: reduce_scatter and all_gather take `counts` (one per

@@ -1,10 +1,10 @@
 #ifdef YUAN_CUDA
-#include "parallel/nccl.h"
+#include "comm/nccl.h"
 
-#include "parallel/groups.h"
-#include "parallel/watchdog.h"
+#include "comm/mpi_group.h"
+#include "comm/watchdog.h"
 
-namespace yuan::parallel {
+namespace yuan::comm {
 
 std::unique_ptr<Communicator> make_group_nccl_communicator(const ProcessGroup& group, DeviceStream producer,
                                                            double timeout_s) {
@@ -12,7 +12,7 @@ std::unique_ptr<Communicator> make_group_nccl_communicator(const ProcessGroup& g
   if (group.rank() == 0) id = nccl_unique_id();
   {
     Waiting wait("nccl_id_broadcast", group.name().c_str());
-    MPI_CHECK(MPI_Bcast(id.data(), static_cast<int>(id.size()), MPI_BYTE, 0, group.comm()));
+    MPI_CHECK(MPI_Bcast(id.data(), static_cast<int>(id.size()), MPI_BYTE, 0, group.mpi().comm));
   }
   bound_device_waits(timeout_s, [timeout_s](const char* op, double waited) {
     end_job_for_wait(op, "device", -1, waited, "dist.nccl_timeout_s", timeout_s);
@@ -24,5 +24,5 @@ std::unique_ptr<Communicator> make_group_nccl_communicator(const ProcessGroup& g
       });
 }
 
-}  // namespace yuan::parallel
+}  // namespace yuan::comm
 #endif

@@ -1,18 +1,17 @@
-#include "parallel/elastic.h"
+#include "layout/elastic.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <functional>
 #include <limits>
 #include <map>
 #include <set>
 
-#include "parallel/layout.h"
-#include "parallel/nodes.h"
+#include "layout/layout.h"
+#include "layout/nodes.h"
 #include "util/error.h"
 
-namespace yuan::parallel {
+namespace yuan::layout {
 namespace {
 
 [[noreturn]] void fail(const std::string& msg) { throw Error("replan: " + msg, true); }
@@ -140,18 +139,28 @@ void other_sharings(const Groups& g, int total, const std::vector<int>& rule, st
   // (2 window + 1)^(T - 1) shares are walked: at most about 4096.
   const int window = std::max(1, static_cast<int>((std::pow(4096.0, 1.0 / static_cast<double>(T - 1)) - 1) / 2));
   std::vector<std::pair<int, std::vector<int>>> found;  // distance (the largest change of a share), sharing
-  std::vector<int> m(T);
-  std::function<void(size_t, int, int)> walk = [&](size_t t, int left, int distance) {
-    if (t + 1 == T) {
-      if (left < g.counts[t] || left % g.counts[t] != 0) return;
-      m[t] = left / g.counts[t];
-      if (m != rule) found.push_back({std::max(distance, std::abs(m[t] - rule[t])), m});
-      return;
+  // An odometer over the shares of the first T - 1 templates, the first the slowest digit; each share runs up from
+  // max(1, rule - window) to rule + window while the micro-batches left hold it, and the last template takes
+  // what is left when that is a whole share for each of its copies.
+  std::vector<int> m(T), left(T);
+  const auto lowest = [&](size_t t) { return std::max(1, rule[t] - window); };
+  left[0] = total;
+  m[0] = lowest(0);
+  for (size_t t = 0;;) {
+    if (t + 1 < T && m[t] <= rule[t] + window && g.counts[t] * m[t] < left[t]) {
+      left[t + 1] = left[t] - g.counts[t] * m[t];
+      if (++t + 1 < T) m[t] = lowest(t);
+      continue;
     }
-    for (m[t] = std::max(1, rule[t] - window); m[t] <= rule[t] + window && g.counts[t] * m[t] < left; m[t]++)
-      walk(t + 1, left - g.counts[t] * m[t], std::max(distance, std::abs(m[t] - rule[t])));
-  };
-  walk(0, total, 0);
+    if (t + 1 == T && left[t] >= g.counts[t] && left[t] % g.counts[t] == 0) {
+      m[t] = left[t] / g.counts[t];
+      int distance = 0;
+      for (size_t i = 0; i < T; i++) distance = std::max(distance, std::abs(m[i] - rule[i]));
+      if (m != rule) found.push_back({distance, m});
+    }
+    if (t == 0) break;
+    m[--t]++;
+  }
   std::stable_sort(found.begin(), found.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
   for (size_t i = 0; i < found.size() && i < kMaxSharings; i++) out->push_back(found[i].second);
@@ -222,14 +231,14 @@ struct Rebuild {
   std::vector<std::string> notes;
 };
 
-// Every layout of the pipelines rule (the header's) on the survivors, appended to `out` from `base` (the notes so
-// far): the FLOPs rule's own first (each hit pipeline rebuilt with the most stages the ranks left over hold, in
-// order, the micro-batches shared by modelled throughput), then the other rebuilds (fewer stages, or dropped) and
-// the other sharings of the micro-batches, and other micro-batch sizes where the deck's has no sharing.
-void pipelines(const Config& c, int nodes, int per_node, std::vector<int> lost, const Replan& base,
-               std::vector<Replan>* out) {
-  const int tp = c.parallel.tp_size;
-  const Topology old = make_topology(c, layout_ranks(c));
+// The job's pipelines on the nodes it ran on, and which of them lost a rank with a lost node.
+struct Hit {
+  std::vector<Slot> slots;  // every pipeline, as it was
+  std::vector<size_t> hit;  // the indices of those with a rank on a lost node
+  int pool = 0;             // the survivors' ranks the pipelines not hit leave over: the hit ones are rebuilt on them
+};
+
+Hit hit_pipelines(const Topology& old, int nodes, int per_node, std::vector<int> lost, int tp) {
   if (lost.empty() && old.world_size() > nodes * per_node) {
     // Not told which went: the job's last nodes.
     const int had = (old.world_size() + per_node - 1) / per_node;
@@ -241,92 +250,131 @@ void pipelines(const Config& c, int nodes, int per_node, std::vector<int> lost, 
               "lost)", old.world_size(), had, per_node, nodes, lost.size()));
   const NodeMap map = NodeMap::blocks(had, per_node);
   const std::set<int> gone(lost.begin(), lost.end());
-  const std::vector<double> flops = module_flops(c.model);
-
-  std::map<std::string, Slot> declared;  // the deck's templates by name, the last given winning
-  std::vector<std::string> order;
-  for (const std::string& text : c.parallel.templates) {
-    PipelineTemplate t = parse_template(text, c.model);
-    if (!declared.count(t.name)) order.push_back(t.name);
-    declared[t.name] = {t.name, t.stages};
-  }
-
-  // Pipelines not hit keep their template; the ranks they leave over are the pool the hit ones are rebuilt from.
-  std::vector<Slot> slots;
-  std::vector<size_t> hit;
-  int pool = nodes * per_node;
+  Hit h;
+  h.pool = nodes * per_node;
   for (size_t p = 0; p < old.pipelines().size(); p++) {
     const Pipeline& pl = old.pipelines()[p];
     const int first = old.rank_of({static_cast<int>(p), 0, 0}), size = static_cast<int>(pl.stages.size()) * tp;
-    bool h = false;
-    for (int rank = first; rank < first + size; rank++) h = h || gone.count(map.node[rank]);
-    if (h) hit.push_back(p);
-    else pool -= size;
-    slots.push_back({pl.name, pl.stages});
+    bool hit = false;
+    for (int rank = first; rank < first + size; rank++) hit = hit || gone.count(map.node[rank]);
+    if (hit) h.hit.push_back(p);
+    else h.pool -= size;
+    h.slots.push_back({pl.name, pl.stages});
   }
-  // The templates a hit pipeline of `had_stages` stages may be rebuilt from with `left` ranks, most stages first:
-  // for each depth below its own, the deck's template of that depth, else auto:K; a one-stage pipeline (a
-  // data-parallel replica) again as it was, on ranks left idle before.
-  auto rebuilds = [&](const Slot& was, int left) {
+  return h;
+}
+
+// The templates a hit pipeline may be rebuilt from: the deck's (the last given of a name winning), else auto:K.
+class Templates {
+ public:
+  explicit Templates(const Config& c) : flops_(module_flops(c.model)), tp_(c.parallel.tp_size) {
+    for (const std::string& text : c.parallel.templates) {
+      PipelineTemplate t = parse_template(text, c.model);
+      if (!declared_.count(t.name)) order_.push_back(t.name);
+      declared_[t.name] = {t.name, t.stages};
+    }
+  }
+
+  // Those for a hit pipeline that was `was`, with `left` ranks, most stages first: for each depth below its own, the
+  // deck's template of that depth, else auto:K (FLOPs-balanced); a one-stage pipeline (a data-parallel replica)
+  // again as it was, on ranks left idle before.
+  std::vector<Slot> rebuilds(const Slot& was, int left) const {
     std::vector<Slot> options;
     const int had_stages = static_cast<int>(was.stages.size());
-    if (had_stages == 1 && tp <= left) options.push_back(was);
-    for (int k = std::min(had_stages - 1, left / tp); k >= 1; k--) {
-      Slot rebuilt;
-      for (const std::string& name : order)
-        if (static_cast<int>(declared[name].stages.size()) == k) {
-          rebuilt = declared[name];
-          break;
-        }
-      if (rebuilt.stages.empty()) {
-        rebuilt.name = strf("auto%d", k);
-        while (declared.count(rebuilt.name) && declared[rebuilt.name].stages.size() != static_cast<size_t>(k))
-          rebuilt.name += "x";
-        rebuilt.stages = balance(flops, k, block_module(0));
-      }
-      options.push_back(rebuilt);
-    }
+    if (had_stages == 1 && tp_ <= left) options.push_back(was);
+    for (int k = std::min(had_stages - 1, left / tp_); k >= 1; k--) options.push_back(of_depth(k));
     return options;
-  };
-  // Depth first over the hit pipelines, each taking its options in order and then being dropped: the first leaf
-  // is the FLOPs rule's (the most stages the pool holds, dropped when none fits).
-  std::vector<Rebuild> choices;
-  Rebuild now{slots, {}};
-  std::function<void(size_t, int)> walk = [&](size_t h, int left) {
-    if (choices.size() >= kMaxRebuilds) return;
-    if (h == hit.size()) {
-      Rebuild kept = now;
-      kept.slots.erase(std::remove_if(kept.slots.begin(), kept.slots.end(),
-                                      [](const Slot& s) { return s.stages.empty(); }), kept.slots.end());
-      if (!kept.slots.empty()) choices.push_back(kept);
-      return;
-    }
-    const size_t p = hit[h];
-    const int first = old.rank_of({static_cast<int>(p), 0, 0});
-    const Slot was{old.pipelines()[p].name, old.pipelines()[p].stages};
+  }
+
+ private:
+  Slot of_depth(int k) const {
+    for (const std::string& name : order_)
+      if (static_cast<int>(declared_.at(name).stages.size()) == k) return declared_.at(name);
+    Slot rebuilt{strf("auto%d", k), balance(flops_, k, block_module(0))};
+    while (declared_.count(rebuilt.name) && declared_.at(rebuilt.name).stages.size() != static_cast<size_t>(k))
+      rebuilt.name += "x";
+    return rebuilt;
+  }
+
+  std::map<std::string, Slot> declared_;  // by name
+  std::vector<std::string> order_;        // the names, in the deck's order
+  std::vector<double> flops_;
+  int tp_;
+};
+
+// The rebuild that `pick` names: hit pipeline i takes options[i][pick[i]], or is dropped where pick[i] is
+// options[i].size() (left[i]: the ranks there were for it); the pipelines dropped are left out.
+Rebuild rebuild_of(const Topology& old, const Hit& h, const std::vector<std::vector<Slot>>& options,
+                   const std::vector<size_t>& pick, const std::vector<int>& left, int tp) {
+  Rebuild r{h.slots, {}};
+  for (size_t i = 0; i < h.hit.size(); i++) {
+    const size_t p = h.hit[i];
+    const Slot& was = h.slots[p];
     const std::string what = strf("pipeline %zu (%s, %s)", p, was.name.c_str(),
-                                  ranks_text(first, static_cast<int>(was.stages.size()) * tp).c_str());
-    const std::vector<Slot> options = rebuilds(was, left);
-    for (const Slot& rebuilt : options) {
-      now.slots[p] = rebuilt;
-      now.notes.push_back(strf("%s had ranks on a lost node: re-formed from template %s (%zu stage%s)", what.c_str(),
-                               rebuilt.name.c_str(), rebuilt.stages.size(), rebuilt.stages.size() == 1 ? "" : "s"));
-      walk(h + 1, left - static_cast<int>(rebuilt.stages.size()) * tp);
-      now.notes.pop_back();
+                                  ranks_text(old.rank_of({static_cast<int>(p), 0, 0}),
+                                             static_cast<int>(was.stages.size()) * tp).c_str());
+    if (pick[i] < options[i].size()) {
+      const Slot& rebuilt = options[i][pick[i]];
+      r.slots[p] = rebuilt;
+      r.notes.push_back(strf("%s had ranks on a lost node: re-formed from template %s (%zu stage%s)", what.c_str(),
+                             rebuilt.name.c_str(), rebuilt.stages.size(), rebuilt.stages.size() == 1 ? "" : "s"));
+      continue;
     }
-    now.slots[p].stages.clear();
-    now.notes.push_back(options.empty()
-                            ? strf("%s had ranks on a lost node: dropped (%d rank%s left for it, a stage takes "
-                                   "parallel.tp_size %d)", what.c_str(), left, left == 1 ? "" : "s", tp)
-                            : strf("%s had ranks on a lost node: dropped", what.c_str()));
-    walk(h + 1, left);
-    now.notes.pop_back();
-    now.slots[p] = was;
+    r.slots[p].stages.clear();
+    r.notes.push_back(options[i].empty()
+                          ? strf("%s had ranks on a lost node: dropped (%d rank%s left for it, a stage takes "
+                                 "parallel.tp_size %d)", what.c_str(), left[i], left[i] == 1 ? "" : "s", tp)
+                          : strf("%s had ranks on a lost node: dropped", what.c_str()));
+  }
+  r.slots.erase(std::remove_if(r.slots.begin(), r.slots.end(), [](const Slot& s) { return s.stages.empty(); }),
+                r.slots.end());
+  return r;
+}
+
+// The ways of rebuilding the hit pipelines (at most kMaxRebuilds), each hit pipeline taking each of its options in
+// turn and then being dropped: an odometer whose first hit pipeline is the slowest digit, its options those the
+// ranks that the earlier ones leave over hold. The first is the FLOPs rule's (the most stages the pool holds,
+// dropped when none fits). Ways that leave no pipeline are skipped.
+std::vector<Rebuild> rebuild_choices(const Topology& old, const Hit& h, const Templates& templates, int tp) {
+  const size_t n = h.hit.size();
+  std::vector<std::vector<Slot>> options(n);
+  std::vector<size_t> pick(n);  // options[i].size(): dropped
+  std::vector<int> left(n + 1);
+  const auto taken = [&](size_t i) {
+    return pick[i] < options[i].size() ? static_cast<int>(options[i][pick[i]].stages.size()) * tp : 0;
   };
-  walk(0, pool);
+  left[0] = h.pool;
+  std::vector<Rebuild> choices;
+  for (size_t i = 0; choices.size() < kMaxRebuilds;) {
+    for (; i < n; i++) {  // the digits from i on start over from their first option
+      options[i] = templates.rebuilds(h.slots[h.hit[i]], left[i]);
+      pick[i] = 0;
+      left[i + 1] = left[i] - taken(i);
+    }
+    Rebuild r = rebuild_of(old, h, options, pick, left, tp);
+    if (!r.slots.empty()) choices.push_back(std::move(r));
+    while (i > 0 && pick[i - 1] == options[i - 1].size()) i--;  // the last digit with an option left
+    if (i == 0) break;
+    pick[i - 1]++;
+    left[i] = left[i - 1] - taken(i - 1);
+  }
+  return choices;
+}
+
+// Every layout of the pipelines rule (the header's) on the survivors, appended to `out` from `base` (the notes so
+// far): the FLOPs rule's own first (each hit pipeline rebuilt with the most stages the ranks left over hold, in
+// order, the micro-batches shared by modelled throughput), then the other rebuilds (fewer stages, or dropped) and
+// the other sharings of the micro-batches, and other micro-batch sizes where the deck's has no sharing.
+void pipelines(const Config& c, int nodes, int per_node, const std::vector<int>& lost, const Replan& base,
+               std::vector<Replan>* out) {
+  const int tp = c.parallel.tp_size;
+  const Topology old = make_topology(c, layout_ranks(c));
+  const Hit h = hit_pipelines(old, nodes, per_node, lost, tp);
+  std::vector<Rebuild> choices = rebuild_choices(old, h, Templates(c), tp);
   // At least one pipeline is left in the first choice: with every one hit, the pool is all the survivors' ranks.
   YUAN_CHECK(!choices.empty(), "replan: no pipeline left on %d ranks", nodes * per_node);
 
+  const std::vector<double> flops = module_flops(c.model);
   for (size_t i = 0; i < choices.size(); i++) {
     Rebuild& choice = choices[i];
     // The global batch over the pipelines; where no exact sharing exists, the last pipeline goes idle, and so on.
@@ -342,18 +390,18 @@ void pipelines(const Config& c, int nodes, int per_node, std::vector<int> lost, 
       continue;
     }
     const Groups g = group(choice.slots, flops);
-    for (size_t s = 0; s < sizes.size(); s++) {
+    for (const Shared& size : sizes) {
       Replan r = base;
       r.notes.insert(r.notes.end(), choice.notes.begin(), choice.notes.end());
       Replan rule = r;
-      write_pipelines(c, nodes * per_node, choice.slots, sizes[s], "shared by modelled throughput", &rule);
+      write_pipelines(c, nodes * per_node, choice.slots, size, "shared by modelled throughput", &rule);
       out->push_back(rule);
       std::vector<std::vector<int>> others;
-      other_sharings(g, c.train.global_batch / sizes[s].micro_batch, sizes[s].micro, &others);
+      other_sharings(g, c.train.global_batch / size.micro_batch, size.micro, &others);
       for (const std::vector<int>& micro : others) {
         Replan other = r;
-        write_pipelines(c, nodes * per_node, choice.slots, {sizes[s].micro_batch, g.names, micro},
-                        "another sharing", &other);
+        write_pipelines(c, nodes * per_node, choice.slots, {size.micro_batch, g.names, micro}, "another sharing",
+                        &other);
         out->push_back(other);
       }
     }
@@ -422,4 +470,4 @@ Replan replan(const Config& c, int nodes, int ranks_per_node, const std::vector<
   return r;
 }
 
-}  // namespace yuan::parallel
+}  // namespace yuan::layout

@@ -11,10 +11,10 @@
 
 #include "config/config.h"
 #include "model/gpt.h"
-#include "parallel/schedule.h"
-#include "parallel/topology.h"
+#include "layout/schedule.h"
+#include "layout/topology.h"
 
-namespace yuan::parallel {
+namespace yuan::layout {
 
 struct PipelineTemplate {
   std::string name;
@@ -49,4 +49,4 @@ int layout_ranks(const Config& c);
 // config/, because the device and the layout are known to layers above the deck's.
 void validate(const Config& c, int world);
 
-}  // namespace yuan::parallel
+}  // namespace yuan::layout
