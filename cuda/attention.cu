@@ -370,11 +370,15 @@ void attention_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int
   }
 }
 
+void attention_delta(float* delta, const bf16* dout, const bf16* out, int B, int T, int C, int NH, cudaStream_t s) {
+  launch(attention_delta_kernel, grid_for(static_cast<size_t>(B) * T * NH, 256), 256, 0, s, delta, dout, out, B, T, C,
+         NH);
+}
+
 void attention_backward(bf16* dqkv, float* delta, const bf16* dout, const bf16* qkv, const bf16* out,
                         const float* lse, int B, int T, int C, int NH, cudaStream_t s) {
   const int D = padded_head_size(C, NH);
-  launch(attention_delta_kernel, grid_for(static_cast<size_t>(B) * T * NH, 256), 256, 0, s, delta, dout, out, B, T, C,
-         NH);
+  attention_delta(delta, dout, out, B, T, C, NH, s);
   switch (D) {
     case 16: return backward_impl<16>(dqkv, delta, dout, qkv, lse, B, T, C, NH, s);
     case 32: return backward_impl<32>(dqkv, delta, dout, qkv, lse, B, T, C, NH, s);

@@ -15,6 +15,10 @@ constexpr const char* kAttentionForwardExempt = "K and V read once per query blo
 constexpr const char* kAttentionBackwardExempt =
     "K and V read once per query block and Q, dout once per key block (two kernels, one writer per gradient); "
     "delta written and read";
+// delta[b,h,t] = the sum over head h's channels of dout * out at (b, t): the first step of the backward, its own
+// kernel (a grid-stride loop over B T NH rows), apart so that a test reaches its second stride without the cost of
+// that much attention.
+void attention_delta(float* delta, const bf16* dout, const bf16* out, int B, int T, int C, int NH, cudaStream_t s);
 // dqkv = gradient of qkv (written); `delta` is scratch of B*NH*T floats.
 void attention_backward(bf16* dqkv, float* delta, const bf16* dout, const bf16* qkv, const bf16* out,
                         const float* lse, int B, int T, int C, int NH, cudaStream_t s);

@@ -111,4 +111,26 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,
                                   std::to_string(i.param.NH) + "_hs" + std::to_string(i.param.hs);
                          });
 
+// The backward's first kernel alone, just past one pass of its grid-stride loop on the target device (270,336 rows
+// on the H100 and H200, 221,184 on the A100: docs/EMULATOR.md, "Test shapes"): 271,200 rows of head size 8, whose
+// attention would take minutes here. delta = rowsum(dO * O) over each head's channels, summed in double here.
+TEST(CudaAttentionDelta, PastOneStrideMatchesTheRowSums) {
+  YUAN_REQUIRE_GPU();
+  const int B = 8475, T = 16, NH = 2, C = 16, hs = C / NH;
+  const size_t n = static_cast<size_t>(B) * T * C, rows = static_cast<size_t>(B) * T * NH;
+  const auto dout = round_bf16(randn(n, 1.0f, 31)), out = round_bf16(randn(n, 1.0f, 32));
+  DevArray<uint16_t> d_dout(to_bf16(dout)), d_out(to_bf16(out));
+  DevArray<float> d_delta(rows);
+  gpu::attention_delta(d_delta.get(), reinterpret_cast<const bf16*>(d_dout.get()),
+                       reinterpret_cast<const bf16*>(d_out.get()), B, T, C, NH, 0);
+  std::vector<double> ref(rows);
+  for (size_t bt = 0; bt < static_cast<size_t>(B) * T; bt++)
+    for (int h = 0; h < NH; h++) {
+      double acc = 0;
+      for (int c = 0; c < hs; c++) acc += double(dout[bt * C + h * hs + c]) * out[bt * C + h * hs + c];
+      ref[(bt / T * NH + h) * T + bt % T] = acc;
+    }
+  EXPECT_LT(rel_err(d_delta.download(), ref), 1e-6);
+}
+
 }  // namespace
