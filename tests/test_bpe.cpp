@@ -93,6 +93,18 @@ TEST_F(Bpe, VocabJsonAndMergesTxtGiveTheSameIdsWhicheverIsNamed) {
   expect_oracle(file("tokenizer.json", stored.text), false);
 }
 
+TEST_F(Bpe, IdsThatCutCharactersDecodeAsHuggingFaceDecodesThem) {
+  auto tok = yuan::load_tokenizer(kData + "/tokenizer.json");
+  const nlohmann::json j = nlohmann::json::parse(std::ifstream(kData + "/cases.json"));
+  int n = 0;
+  for (const auto& c : j.at("decode")) {
+    EXPECT_EQ(tok->decode(c.at("ids").get<std::vector<uint32_t>>()), c.at("text").get<std::string>()) << "case " << n;
+    n++;
+  }
+  EXPECT_GT(n, 100);
+  EXPECT_EQ(tok->decode({}), "");
+}
+
 TEST_F(Bpe, SplitPreTokenizerWithItsOwnPatternGivesHuggingFacesIds) {
   expect_oracle(kData + "/tokenizer_split.json", true);
 }

@@ -2,7 +2,7 @@
 """Writes tests/data/bpe/: a small GPT-2-style byte-level BPE trained with HuggingFace `tokenizers` (the oracle),
 the same tokenizer as GPT-2's vocab.json + merges.txt pair, a Llama-3-style variant (a Split with its own pattern
 before a regex-less ByteLevel, ignore_merges), and cases.json: adversarial texts with the ids HF gives them in each
-form. tests/test_prep.cpp checks yuanlm's BPE against these ids.
+form, and id lists (cut inside characters, random) with the text HF decodes them to. tests/test_prep.cpp checks yuanlm's BPE against these ids.
 
 Run with /usr/bin/python3 from the repository root after `pip install --break-system-packages tokenizers`:
   /usr/bin/python3 tools/make_bpe_fixture.py
@@ -11,6 +11,7 @@ need `tokenizers`.
 """
 import json
 import os
+import random
 import sys
 import tempfile
 import unicodedata
@@ -111,11 +112,19 @@ def main():
         assert pair.encode(text).ids == ids, f"vocab.json+merges.txt differ from tokenizer.json on {text!r}"
         assert tok.decode(ids, skip_special_tokens=False) == text, f"HF does not round-trip {text!r}"
         cases.append({"text": text, "ids": ids, "split_ids": split.encode(text).ids})
+    # Ids that stop or start inside a character, and random ids: HF's decode replaces what is not UTF-8 by U+FFFD.
+    rng = random.Random(1)
+    decodes = [c["ids"][1:] for c in cases if 1 < len(c["ids"]) <= 60 and 0 not in c["ids"]][:40]
+    decodes += [c["ids"][:-1] for c in cases if 1 < len(c["ids"]) <= 60 and 0 not in c["ids"]][:40]
+    decodes += [[rng.randrange(1, VOCAB) for _ in range(rng.randrange(1, 40))] for _ in range(40)]
+    decodes = [{"ids": ids, "text": tok.decode(ids)} for ids in decodes]
     with open(f"{OUT}/cases.json", "w", encoding="utf-8") as f:
         # A case per line keeps the file small and its diffs readable.
         head = {"tokenizers": tokenizers.__version__, "eot_id": tok.token_to_id(EOT), "vocab_size": tok.get_vocab_size()}
         f.write(json.dumps(head, ensure_ascii=False)[:-1] + ', "cases": [\n')
-        f.write(",\n".join(json.dumps(c, ensure_ascii=False, separators=(",", ":")) for c in cases) + "\n]}\n")
+        f.write(",\n".join(json.dumps(c, ensure_ascii=False, separators=(",", ":")) for c in cases) + "\n],\n")
+        f.write('"decode": [\n' + ",\n".join(json.dumps(c, ensure_ascii=False, separators=(",", ":"))
+                                              for c in decodes) + "\n]}\n")
     size = sum(os.path.getsize(f"{OUT}/{n}") for n in os.listdir(OUT))
     print(f"{OUT}: {len(cases)} cases, vocab {tok.get_vocab_size()}, {size} bytes", file=sys.stderr)
 

@@ -117,6 +117,32 @@ std::string pair_to_tokenizer_json(const std::string& vocab_path, const json& vo
   return t.dump() + "\n";
 }
 
+// `bytes` with each maximal ill-formed subsequence replaced by U+FFFD, as Rust's String::from_utf8_lossy (and so
+// HF's decode) does: a model's ids may stop or start inside a character.
+std::string lossy_utf8(std::string_view rest) {
+  std::string out;
+  for (;;) {
+    const size_t bad = find_invalid_utf8(rest);
+    if (bad == std::string_view::npos) return out.append(rest);
+    out.append(rest.substr(0, bad + (rest[bad] == '\0')));  // find_invalid_utf8 stops at NUL too: it is valid
+    if (rest[bad] == '\0') {
+      rest.remove_prefix(bad + 1);
+      continue;
+    }
+    // The subsequence is the lead byte and the continuation bytes that fit it, cut short; else the byte alone.
+    const unsigned c = static_cast<unsigned char>(rest[bad]);
+    const size_t need = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 1;
+    const unsigned lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80, hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
+    size_t len = 1;
+    for (; len < need && bad + len < rest.size(); len++) {
+      const unsigned b = static_cast<unsigned char>(rest[bad + len]);
+      if (len == 1 ? b < lo || b > hi : (b & 0xC0) != 0x80) break;
+    }
+    out += "\xEF\xBF\xBD";
+    rest.remove_prefix(bad + len);
+  }
+}
+
 // A compiled pattern; matching state is per thread (below), so one Regex serves every encoding thread.
 class Regex {
  public:
@@ -215,12 +241,12 @@ class BpeTokenizer : public Tokenizer {
   }
 
   std::string decode(const std::vector<uint32_t>& ids) const override {
-    std::string text;
+    std::string bytes;
     for (uint32_t id : ids) {
       check_id(id);
-      if (static_cast<int>(id) != eot_id_) text += decoded_[id];
+      if (static_cast<int>(id) != eot_id_) bytes += decoded_[id];
     }
-    return text;
+    return lossy_utf8(bytes);
   }
 
  private:
