@@ -80,6 +80,13 @@ TEST_F(Bpe, TokenizerJsonGivesHuggingFacesIds) {
   EXPECT_EQ(tok->vocab_size(), 800);
   EXPECT_EQ(tok->eot_id(), 0);
   EXPECT_EQ(tok->name(), "bpe:sha256:" + yuan::sha256_file(kData + "/tokenizer.json"));
+  // As tokenizers before 0.9 wrote it (GPT-2's tokenizer.json on the HF hub): no model type, merges as strings.
+  expect_oracle(edited("old.json",
+                       [](nlohmann::json& t) {
+                         t["model"].erase("type");
+                         for (auto& m : t["model"]["merges"]) m = m[0].get<std::string>() + " " + m[1].get<std::string>();
+                       }),
+                false);
 }
 
 TEST_F(Bpe, VocabJsonAndMergesTxtGiveTheSameIdsWhicheverIsNamed) {

@@ -266,8 +266,11 @@ class BpeTokenizer : public Tokenizer {
   }
 
   void read_model(const json& m) {
-    require(m.is_object() && m.value("type", "") == "BPE", ".model.type", "BPE",
-            m.is_object() && m.contains("type") ? m["type"].dump() : m.dump());
+    // Files from tokenizers before 0.9 (GPT-2's own on the HF hub) have no type: HF takes a model with merges for
+    // BPE.
+    const bool untyped_bpe = m.is_object() && !m.contains("type") && m.contains("merges");
+    require(untyped_bpe || (m.is_object() && m.value("type", "") == "BPE"), ".model.type", "BPE",
+            m.is_object() && m.contains("type") ? m["type"].dump() : "none");
     require(!m.contains("dropout") || m["dropout"].is_null(), ".model.dropout", "null", m.value("dropout", json()).dump());
     for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
       const json v = m.value(key, json());
