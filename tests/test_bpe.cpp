@@ -84,7 +84,8 @@ TEST_F(Bpe, TokenizerJsonGivesHuggingFacesIds) {
   expect_oracle(edited("old.json",
                        [](nlohmann::json& t) {
                          t["model"].erase("type");
-                         for (auto& m : t["model"]["merges"]) m = m[0].get<std::string>() + " " + m[1].get<std::string>();
+                         for (auto& m : t["model"]["merges"])
+                           m = m[0].get<std::string>() + " " + m[1].get<std::string>();
                        }),
                 false);
 }
@@ -114,6 +115,20 @@ TEST_F(Bpe, IdsThatCutCharactersDecodeAsHuggingFaceDecodesThem) {
 
 TEST_F(Bpe, SplitPreTokenizerWithItsOwnPatternGivesHuggingFacesIds) {
   expect_oracle(kData + "/tokenizer_split.json", true);
+}
+
+TEST_F(Bpe, AddedTokensAreSplitOutLeftmostLongestSpecialOnesFirst) {
+  const nlohmann::json added = nlohmann::json::parse(std::ifstream(kData + "/cases.json")).at("added");
+  auto tok = yuan::load_tokenizer(
+      edited("added.json", [&](nlohmann::json& t) { t["added_tokens"] = added["added_tokens"]; }));
+  EXPECT_EQ(tok->vocab_size(), 805);
+  int n = 0;
+  for (const auto& c : added.at("cases")) {
+    const std::string text = c.at("text").get<std::string>();
+    EXPECT_EQ(encode(*tok, text), c.at("ids").get<std::vector<uint32_t>>()) << text;
+    n++;
+  }
+  EXPECT_EQ(n, 7);
 }
 
 TEST_F(Bpe, ManyThreadsEncodeAsOne) {
@@ -159,8 +174,15 @@ TEST_F(Bpe, WhatIsNotByteLevelBpeIsRefusedNamingFileAndKey) {
       {[](json& t) { t["model"]["continuing_subword_prefix"] = "##"; }, ".model.continuing_subword_prefix"},
       {[](json& t) { t["model"]["end_of_word_suffix"] = "</w>"; }, ".model.end_of_word_suffix"},
       {[](json& t) { t["pre_tokenizer"] = {{"type", "Whitespace"}}; }, ".pre_tokenizer.type: expected ByteLevel last"},
-      {[](json& t) { t["pre_tokenizer"]["add_prefix_space"] = true; }, ".pre_tokenizer.add_prefix_space: expected false"},
-      {[](json& t) { t["decoder"] = {{"type", "WordPiece"}}; }, ".decoder: expected ByteLevel"},
+      {[](json& t) { t["pre_tokenizer"]["add_prefix_space"] = true; },
+       ".pre_tokenizer.add_prefix_space: expected false, found true"},
+      {[](json& t) { t["decoder"] = {{"type", "WordPiece"}}; },
+       ".decoder.type: expected ByteLevel, found \"WordPiece\""},
+      {[](json& t) { t["pre_tokenizer"] = nullptr; }, ".pre_tokenizer: expected ByteLevel, or a Sequence"},
+      {[](json& t) { t["added_tokens"][0]["rstrip"] = "yes"; },
+       ".added_tokens[0].rstrip: expected false, found \"yes\""},
+      {[](json& t) { t["model"]["vocab"]["!"] = "1"; },
+       ".model.vocab[\"!\"]: expected an id in [0, 2^31), found \"1\""},
       {[](json& t) { t["post_processor"] = {{"type", "TemplateProcessing"}}; }, ".post_processor.type: expected"},
       {[](json& t) { t["added_tokens"][0]["lstrip"] = true; }, ".added_tokens[0].lstrip: expected false"},
       {[](json& t) { t["model"]["vocab"].erase("Ġ"); }, ".model.vocab: expected a token for every byte"},

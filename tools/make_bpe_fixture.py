@@ -2,7 +2,8 @@
 """Writes tests/data/bpe/: a small GPT-2-style byte-level BPE trained with HuggingFace `tokenizers` (the oracle),
 the same tokenizer as GPT-2's vocab.json + merges.txt pair, a Llama-3-style variant (a Split with its own pattern
 before a regex-less ByteLevel, ignore_merges), and cases.json: adversarial texts with the ids HF gives them in each
-form, and id lists (cut inside characters, random) with the text HF decodes them to. tests/test_prep.cpp checks yuanlm's BPE against these ids.
+form, id lists (cut inside characters, random) with the text HF decodes them to, and more added tokens with the
+ids of texts holding them. tests/test_prep.cpp checks yuanlm's BPE against these ids.
 
 Run with /usr/bin/python3 from the repository root after `pip install --break-system-packages tokenizers`:
   /usr/bin/python3 tools/make_bpe_fixture.py
@@ -17,7 +18,7 @@ import tempfile
 import unicodedata
 
 import tokenizers
-from tokenizers import Tokenizer, decoders, pre_tokenizers, processors
+from tokenizers import AddedToken, Tokenizer, decoders, pre_tokenizers, processors
 from tokenizers.models import BPE
 from tokenizers.trainers import BpeTrainer
 
@@ -118,13 +119,24 @@ def main():
     decodes += [c["ids"][:-1] for c in cases if 1 < len(c["ids"]) <= 60 and 0 not in c["ids"]][:40]
     decodes += [[rng.randrange(1, VOCAB) for _ in range(rng.randrange(1, 40))] for _ in range(40)]
     decodes = [{"ids": ids, "text": tok.decode(ids)} for ids in decodes]
+    # More added tokens, overlapping and of both kinds (special ones matched first, then the normalized others):
+    # the test puts these added_tokens into tokenizer.json.
+    more = Tokenizer.from_file(f"{OUT}/tokenizer.json")
+    more.add_special_tokens(["<|a|>", "<|a|>b", EOT + "x"])
+    more.add_tokens([AddedToken(" world", normalized=True), AddedToken("a|", normalized=True)])
+    added_tokens = json.loads(more.to_str())["added_tokens"]
+    texts = ["a<|a|>b c<|a|>bb <|a|> hello world" + EOT + "x y", EOT + "<|a|>b world", " world world", "a|a||",
+             "the world<|a|>", "<|a|" + EOT + "x", "x<|a" + "|>b" + EOT]
+    added = {"added_tokens": added_tokens, "cases": [{"text": t, "ids": more.encode(t).ids} for t in texts]}
     with open(f"{OUT}/cases.json", "w", encoding="utf-8") as f:
         # A case per line keeps the file small and its diffs readable.
-        head = {"tokenizers": tokenizers.__version__, "eot_id": tok.token_to_id(EOT), "vocab_size": tok.get_vocab_size()}
+        head = {"tokenizers": tokenizers.__version__, "eot_id": tok.token_to_id(EOT),
+                "vocab_size": tok.get_vocab_size()}
         f.write(json.dumps(head, ensure_ascii=False)[:-1] + ', "cases": [\n')
         f.write(",\n".join(json.dumps(c, ensure_ascii=False, separators=(",", ":")) for c in cases) + "\n],\n")
         f.write('"decode": [\n' + ",\n".join(json.dumps(c, ensure_ascii=False, separators=(",", ":"))
-                                              for c in decodes) + "\n]}\n")
+                                              for c in decodes) + "\n],\n")
+        f.write('"added": ' + json.dumps(added, ensure_ascii=False, separators=(",", ":")) + "}\n")
     size = sum(os.path.getsize(f"{OUT}/{n}") for n in os.listdir(OUT))
     print(f"{OUT}: {len(cases)} cases, vocab {tok.get_vocab_size()}, {size} bytes", file=sys.stderr)
 

@@ -204,24 +204,11 @@ class Regex {
 class BpeTokenizer : public Tokenizer {
  public:
   BpeTokenizer(const std::string& path, const std::string& text) : file_(path) {
-    json t;
     try {
-      t = json::parse(text);
-    } catch (const json::exception& e) {
-      throw Error(strf("%s: not JSON: %s", path.c_str(), e.what()));
+      read(json::parse(text));
+    } catch (const json::exception& e) {  // what the checks below do not foresee: a value of another JSON type
+      throw Error(strf("%s: not a tokenizer.json yuanlm reads: %s", path.c_str(), e.what()));
     }
-    require(t.is_object() && t.contains("model"), ".model", "a HuggingFace tokenizer.json with a \"model\"", "none");
-    for (const char* key : {"truncation", "padding", "normalizer"})
-      require(!t.contains(key) || t[key].is_null(), std::string(".") + key, "null (yuanlm implements none)", t[key].dump());
-    read_model(t["model"]);
-    read_pre_tokenizer(t.value("pre_tokenizer", json()));
-    const json& dec = t.value("decoder", json());
-    require(dec.is_object() && dec.value("type", "") == "ByteLevel", ".decoder", "ByteLevel", dec.dump());
-    const json& post = t.value("post_processor", json());
-    require(post.is_null() || post.value("type", "") == "ByteLevel", ".post_processor.type",
-            "ByteLevel or null (yuanlm adds only the eot before each document)", post.dump());
-    read_added_tokens(t.value("added_tokens", json::array()));
-
     decoded_.assign(vocab_size_, "");
     std::unordered_map<std::string, unsigned char> char_byte;
     for (int b = 0; b < 256; b++) char_byte[kByteChars[b]] = static_cast<unsigned char>(b);
@@ -259,41 +246,75 @@ class BpeTokenizer : public Tokenizer {
     uint32_t rank, id;
   };
 
-  // `key` is the value's jq path (".model.type").
-  void require(bool ok, const std::string& key, const std::string& expected, const std::string& found) const {
-    YUAN_CHECK(ok, "%s: %s: expected %s, found %s (not a byte-level BPE tokenizer yuanlm reads)", file_.c_str(),
-               key.c_str(), expected.c_str(), found.size() > 80 ? (found.substr(0, 77) + "...").c_str() : found.c_str());
+  // `key` is the value's jq path (".model.type"); `found` is cut to 80 characters (it may be a whole vocabulary).
+  [[noreturn]] void refuse(const std::string& key, const std::string& expected, const std::string& found) const {
+    throw Error(strf("%s: %s: expected %s, found %s (not a byte-level BPE tokenizer yuanlm reads)", file_.c_str(),
+                     key.c_str(), expected.c_str(),
+                     found.size() > 80 ? (found.substr(0, 77) + "...").c_str() : found.c_str()));
+  }
+  [[noreturn]] void refuse(const std::string& key, const std::string& expected, const json& found) const {
+    refuse(key, expected, found.is_null() ? std::string("none") : found.dump());
+  }
+
+  // The member `key` of `o`; null when `o` is no object or lacks it.
+  static const json& member(const json& o, const char* key) {
+    static const json null;
+    if (!o.is_object()) return null;
+    auto it = o.find(key);
+    return it != o.end() ? *it : null;
+  }
+  // A flag that must be absent, null or false: what it turns on is not implemented.
+  void require_off(const json& o, const char* flag, const std::string& at) const {
+    const json& v = member(o, flag);
+    if (!v.is_null() && v != false) refuse(at + "." + flag, "false", v);
+  }
+
+  void read(const json& t) {
+    if (!t.is_object() || !t.contains("model"))
+      refuse(".model", "a HuggingFace tokenizer.json with a \"model\"", json());
+    for (const char* key : {"truncation", "padding", "normalizer"})
+      if (!member(t, key).is_null()) refuse(std::string(".") + key, "null (yuanlm implements none)", member(t, key));
+    read_model(member(t, "model"));
+    read_pre_tokenizer(member(t, "pre_tokenizer"));
+    const json& dec = member(t, "decoder");
+    if (member(dec, "type") != "ByteLevel") refuse(".decoder.type", "ByteLevel", member(dec, "type"));
+    const json& post = member(t, "post_processor");
+    if (!post.is_null() && member(post, "type") != "ByteLevel")
+      refuse(".post_processor.type", "ByteLevel or null (yuanlm adds only the eot before each document)",
+             member(post, "type"));
+    const json& added = member(t, "added_tokens");
+    if (!added.is_null()) read_added_tokens(added);
   }
 
   void read_model(const json& m) {
     // Files from tokenizers before 0.9 (GPT-2's own on the HF hub) have no type: HF takes a model with merges for
     // BPE.
-    const bool untyped_bpe = m.is_object() && !m.contains("type") && m.contains("merges");
-    require(untyped_bpe || (m.is_object() && m.value("type", "") == "BPE"), ".model.type", "BPE",
-            m.is_object() && m.contains("type") ? m["type"].dump() : "none");
-    require(!m.contains("dropout") || m["dropout"].is_null(), ".model.dropout", "null", m.value("dropout", json()).dump());
+    const bool untyped_bpe = !m.contains("type") && m.contains("merges");
+    if (!untyped_bpe && member(m, "type") != "BPE") refuse(".model.type", "BPE", member(m, "type"));
+    if (!member(m, "dropout").is_null()) refuse(".model.dropout", "null", member(m, "dropout"));
     for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
-      const json v = m.value(key, json());
-      require(v.is_null() || v == "", std::string(".model.") + key, "null or \"\"", v.dump());
+      const json& v = member(m, key);
+      if (!v.is_null() && v != "") refuse(std::string(".model.") + key, "null or \"\"", v);
     }
-    ignore_merges_ = m.value("ignore_merges", false);
-    const json& vocab = m.value("vocab", json());
-    require(vocab.is_object() && !vocab.empty(), ".model.vocab", "an object of token: id", vocab.dump());
+    ignore_merges_ = member(m, "ignore_merges") == true;
+    const json& vocab = member(m, "vocab");
+    if (!vocab.is_object() || vocab.empty()) refuse(".model.vocab", "an object of token: id", vocab);
     for (const auto& [token, id] : vocab.items()) {
-      require(id.is_number_unsigned() && id.get<uint64_t>() < (1u << 31), ".model.vocab[\"" + token + "\"]",
-              "an id in [0, 2^31)", id.dump());
+      if (!id.is_number_unsigned() || id.get<uint64_t>() >= (1u << 31))
+        refuse(".model.vocab[\"" + token + "\"]", "an id in [0, 2^31)", id);
       ids_[token] = id.get<uint32_t>();
       vocab_size_ = std::max<int>(vocab_size_, id.get<int>() + 1);
     }
     // Every byte must be a token: byte-level BPE never needs an unknown token.
     for (int b = 0; b < 256; b++) {
       auto it = ids_.find(kByteChars[b]);
-      require(it != ids_.end(), ".model.vocab", "a token for every byte",
-              strf("none for byte 0x%02X (\"%s\")", b, kByteChars[b].c_str()));
+      if (it == ids_.end())
+        refuse(".model.vocab", "a token for every byte",
+               strf("none for byte 0x%02X (\"%s\")", b, kByteChars[b].c_str()));
       byte_id_[b] = it->second;
     }
-    const json& merges = m.value("merges", json::array());
-    require(merges.is_array(), ".model.merges", "an array", merges.dump());
+    const json& merges = member(m, "merges");
+    if (!merges.is_array()) refuse(".model.merges", "an array", merges);
     for (size_t r = 0; r < merges.size(); r++) {
       const json& e = merges[r];
       std::string left, right;
@@ -304,63 +325,61 @@ class BpeTokenizer : public Tokenizer {
       } else if (e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string()) {
         left = e[0].get<std::string>(), right = e[1].get<std::string>();
       }
-      const std::string key = strf(".model.merges[%zu]", r);
-      require(!left.empty() && !right.empty(), key, "\"LEFT RIGHT\" or [\"LEFT\", \"RIGHT\"]", e.dump());
+      if (left.empty() || right.empty())
+        refuse(strf(".model.merges[%zu]", r), "\"LEFT RIGHT\" or [\"LEFT\", \"RIGHT\"]", e);
       auto l = ids_.find(left), rt = ids_.find(right), joined = ids_.find(left + right);
-      require(l != ids_.end() && rt != ids_.end() && joined != ids_.end(), key, "tokens of the vocabulary",
-              e.dump() + " (" + (l == ids_.end() ? left : rt == ids_.end() ? right : left + right) + " is not)");
+      if (l == ids_.end() || rt == ids_.end() || joined == ids_.end())
+        refuse(strf(".model.merges[%zu]", r), "tokens of the vocabulary",
+               e.dump() + " (" + (l == ids_.end() ? left : rt == ids_.end() ? right : left + right) + " is not)");
       // A later duplicate replaces an earlier one, as in HF's map.
       merges_[pair_key(l->second, rt->second)] = Merge{static_cast<uint32_t>(r), joined->second};
     }
   }
 
   void read_pre_tokenizer(const json& p) {
-    const json steps = p.is_object() && p.value("type", "") == "Sequence" ? p.value("pretokenizers", json()) : json{p};
-    require(steps.is_array() && !steps.empty(), ".pre_tokenizer", "ByteLevel, or a Sequence of Splits then ByteLevel",
-            p.dump());
-    for (size_t i = 0; i < steps.size(); i++) {
-      const json& s = steps[i];
-      const std::string key = steps.size() > 1 || p.value("type", "") == "Sequence"
-                                  ? strf(".pre_tokenizer.pretokenizers[%zu]", i)
-                                  : std::string(".pre_tokenizer");
-      const std::string type = s.is_object() ? s.value("type", "") : "";
-      const bool last = i + 1 == steps.size();
+    const bool sequence = member(p, "type") == "Sequence";
+    const json& steps = sequence ? member(p, "pretokenizers") : p;
+    if (sequence ? !steps.is_array() || steps.empty() : !p.is_object())
+      refuse(".pre_tokenizer", "ByteLevel, or a Sequence of Splits then ByteLevel", p);
+    const size_t n = sequence ? steps.size() : 1;
+    for (size_t i = 0; i < n; i++) {
+      const json& s = sequence ? steps[i] : p;
+      const std::string key = sequence ? strf(".pre_tokenizer.pretokenizers[%zu]", i) : ".pre_tokenizer";
+      const json& type = member(s, "type");
+      const bool last = i + 1 == n;
       if (type == "ByteLevel" && last) {
-        require(!s.value("add_prefix_space", false), key + ".add_prefix_space", "false", "true");
-        if (s.value("use_regex", true)) splits_.push_back(std::make_unique<Regex>(kGpt2Pattern, false, key));
+        require_off(s, "add_prefix_space", key);
+        if (member(s, "use_regex") != false) splits_.push_back(std::make_unique<Regex>(kGpt2Pattern, false, key));
         return;
       }
-      require(type == "Split", key + ".type", last ? "ByteLevel last" : "Split (before the ByteLevel)",
-              s.is_object() && s.contains("type") ? s["type"].dump() : s.dump());
-      require(s.value("behavior", "") == "Isolated", key + ".behavior", "\"Isolated\"",
-              s.value("behavior", json()).dump());
-      require(!s.value("invert", false), key + ".invert", "false", "true");
-      const json& pat = s.value("pattern", json());
-      const bool regex = pat.is_object() && pat.contains("Regex") && pat["Regex"].is_string();
-      const bool literal = pat.is_object() && pat.contains("String") && pat["String"].is_string();
-      require(regex || literal, key + ".pattern", "{\"Regex\": ...} or {\"String\": ...}", pat.dump());
-      splits_.push_back(std::make_unique<Regex>(pat[regex ? "Regex" : "String"].get<std::string>(), literal,
+      if (type != "Split") refuse(key + ".type", last ? "ByteLevel last" : "Split (before the ByteLevel)", type);
+      if (member(s, "behavior") != "Isolated") refuse(key + ".behavior", "\"Isolated\"", member(s, "behavior"));
+      require_off(s, "invert", key);
+      const json& pat = member(s, "pattern");
+      const bool regex = member(pat, "Regex").is_string(), literal = member(pat, "String").is_string();
+      if (!regex && !literal) refuse(key + ".pattern", "{\"Regex\": ...} or {\"String\": ...}", pat);
+      splits_.push_back(std::make_unique<Regex>(member(pat, regex ? "Regex" : "String").get<std::string>(), literal,
                                                 file_ + ": " + key + ".pattern"));
     }
   }
 
   void read_added_tokens(const json& added) {
-    require(added.is_array(), ".added_tokens", "an array", added.dump());
+    if (!added.is_array()) refuse(".added_tokens", "an array", added);
     for (size_t i = 0; i < added.size(); i++) {
       const json& a = added[i];
       const std::string key = strf(".added_tokens[%zu]", i);
-      require(a.is_object() && a.contains("content") && a["content"].is_string() && !a["content"].empty() &&
-                  a.contains("id") && a["id"].is_number_unsigned(),
-              key, "{\"id\": N, \"content\": \"...\"}", a.dump());
+      const json &content = member(a, "content"), &id = member(a, "id");
+      if (!content.is_string() || content == "" || !id.is_number_unsigned() || id.get<uint64_t>() >= (1u << 31))
+        refuse(key, "{\"id\": N, \"content\": \"...\"}", a);
       // HF strips spaces around such tokens or matches them as whole words only; yuanlm does not.
-      for (const char* flag : {"single_word", "lstrip", "rstrip"})
-        require(!a.value(flag, false), key + "." + flag, "false", "true");
-      added_.push_back({a["content"].get<std::string>(), a["id"].get<uint32_t>(), a.value("normalized", true)});
-      vocab_size_ = std::max<int>(vocab_size_, a["id"].get<int>() + 1);
+      for (const char* flag : {"single_word", "lstrip", "rstrip"}) require_off(a, flag, key);
+      added_.push_back({content.get<std::string>(), id.get<uint32_t>(), member(a, "normalized") != false});
+      vocab_size_ = std::max<int>(vocab_size_, id.get<int>() + 1);
     }
     // Leftmost-longest matching, as HF's: at one position the longest token wins.
     std::stable_sort(added_.begin(), added_.end(),
                      [](const Added& a, const Added& b) { return a.content.size() > b.content.size(); });
+    for (const Added& a : added_) in_group_[a.normalized] = true;
   }
 
   // The token's bytes: its characters through the byte table, or (an added token with other characters) its
@@ -401,19 +420,28 @@ class BpeTokenizer : public Tokenizer {
       pre_tokenize(text.data() + begin, end - begin, 0, out);
       return;
     }
+    if (!in_group_[group]) {
+      split_added(text, begin, end, group + 1, out);
+      return;
+    }
+    constexpr size_t npos = std::string_view::npos;
+    const std::string_view span(text.data(), end);
+    // Where each token of the group next occurs: searched again only once a hit has passed it, so a text full of
+    // one token is not searched again for the others each time.
+    std::vector<size_t> next(added_.size(), npos);
+    for (size_t i = 0; i < added_.size(); i++)
+      if (added_[i].normalized == (group == 1)) next[i] = span.find(added_[i].content, begin);
     size_t pos = begin;
-    while (pos < end) {
-      size_t best = end;
-      const Added* hit = nullptr;
-      for (const Added& a : added_) {
-        if (a.normalized != (group == 1)) continue;
-        const size_t at = text.find(a.content, pos);
-        if (at + a.content.size() <= end && at < best) best = at, hit = &a;  // longer first: ties keep the longest
+    for (;;) {
+      size_t best = npos, hit = 0;
+      for (size_t i = 0; i < added_.size(); i++) {
+        if (next[i] != npos && next[i] < pos) next[i] = span.find(added_[i].content, pos);
+        if (next[i] < best) best = next[i], hit = i;  // longest first: at one position the longest token wins
       }
-      if (!hit) break;
+      if (best == npos) break;
       if (best > pos) split_added(text, pos, best, group + 1, out);
-      out.push_back(hit->id);
-      pos = best + hit->content.size();
+      out.push_back(added_[hit].id);
+      pos = best + added_[hit].content.size();
     }
     if (pos < end) split_added(text, pos, end, group + 1, out);
   }
@@ -522,8 +550,9 @@ class BpeTokenizer : public Tokenizer {
   uint32_t byte_id_[256] = {};
   bool ignore_merges_ = false;
   std::vector<std::unique_ptr<Regex>> splits_;
-  std::vector<Added> added_;        // longest first
-  std::vector<std::string> decoded_;  // the bytes of each id
+  std::vector<Added> added_;          // longest first
+  bool in_group_[2] = {false, false};  // whether any added token is [not normalized, normalized]
+  std::vector<std::string> decoded_;   // the bytes of each id
 };
 
 }  // namespace

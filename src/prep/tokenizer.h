@@ -1,6 +1,7 @@
 // Tokenizers for `yuanlm prep` (encode) and `yuanlm sample` (decode): a SentencePiece model (trained here or
-// brought along), a Yuan-style WordPiece vocab.txt, or a GPT-2-style byte-level BPE (prep/bpe.h). Each is named "<kind>:sha256:<hex of the file>", the
-// name every shard carries so that shards from different tokenizers are never mixed.
+// brought along), a Yuan-style WordPiece vocab.txt, or a GPT-2-style byte-level BPE (prep/bpe.h). Each is named
+// "<kind>:sha256:<hex of the file>", the name every shard carries so that shards from different tokenizers are
+// never mixed.
 #pragma once
 #include <cstdint>
 #include <memory>

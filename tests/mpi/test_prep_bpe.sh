@@ -48,14 +48,15 @@ printf 'seed 1: %s\nseed 1: %s\n' "$a" "$b"
 [ "$a" = "$b" ] || { echo "same seed, different text"; exit 1; }
 case "$a" in "the model 床前"?*) ;; *) echo "sample does not continue the prompt: '$a'"; exit 1 ;; esac
 
-$PY -c 'import json, sys; t = json.load(open(sys.argv[1])); t["model"]["type"] = "WordPiece"; json.dump(t, open(sys.argv[2], "w"))' \
-  tests/data/bpe/tokenizer.json "$WORK/wordpiece.json"
+$PY -c 'import json, sys; t = json.load(open(sys.argv[1])); t["model"]["type"] = "WordPiece"
+json.dump(t, open(sys.argv[2], "w"))' tests/data/bpe/tokenizer.json "$WORK/wordpiece.json"
 if bin/yuanlm prep -i "$WORK/text.txt" --tokenizer "$WORK/wordpiece.json" -o "$WORK/wp" >/dev/null 2>"$WORK/err"; then
   echo "prep accepted a WordPiece tokenizer.json"
   exit 1
 fi
 cat "$WORK/err"
-[ "$(wc -l <"$WORK/err")" -eq 1 ] && grep -qF "$WORK/wordpiece.json: .model.type: expected BPE, found \"WordPiece\"" "$WORK/err" ||
+want="$WORK/wordpiece.json: .model.type: expected BPE, found \"WordPiece\""
+[ "$(wc -l <"$WORK/err")" -eq 1 ] && grep -qF "$want" "$WORK/err" ||
   { echo "expected one line naming the file and .model.type"; exit 1; }
 [ ! -e "$WORK/wp" ] || { echo "a refused prep left $WORK/wp"; exit 1; }
 echo "PASS"
