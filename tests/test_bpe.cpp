@@ -154,6 +154,18 @@ TEST_F(Bpe, LongRunsOfOneCharacterClass) {
   }
 }
 
+// A Split pattern repeating a group with alternatives needs more than PCRE2's default JIT stack on a long word.
+TEST_F(Bpe, AGroupRepeatedOverALongWordMatches) {
+  auto tok = yuan::load_tokenizer(edited("group.json", [](nlohmann::json& t) {
+    t["pre_tokenizer"] = {{"type", "Sequence"},
+                          {"pretokenizers", {{{"type", "Split"}, {"pattern", {{"Regex", "(?:\\p{L}|\\p{N})+"}}},
+                                              {"behavior", "Isolated"}, {"invert", false}},
+                                             {{"type", "ByteLevel"}, {"use_regex", false}}}}};
+  }));
+  const std::string word = std::string(300000, 'a') + " b";
+  EXPECT_EQ(tok->decode(encode(*tok, word)), word);
+}
+
 TEST_F(Bpe, InvalidUtf8IsRefusedWithItsOffset) {
   auto tok = yuan::load_tokenizer(kData + "/tokenizer.json");
   std::vector<uint32_t> ids;

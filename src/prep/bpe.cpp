@@ -172,9 +172,10 @@ class Regex {
   }
 
  private:
-  // One match block and JIT stack per thread. The default 32 KiB JIT stack is too small for a long run of spaces
-  // against `\s+(?!\S)`; the stack grows to 64 MiB as needed. One ovector pair suffices: only the whole match is
-  // read (pcre2_match returns 0, not an error, when captures do not fit).
+  // One match block and JIT stack per thread. A pattern that repeats a group with alternatives, as
+  // `(?:\p{L}|\p{N})+`, overflows the default 32 KiB JIT stack on a long word (PCRE2_ERROR_JIT_STACKLIMIT); this
+  // one grows to 64 MiB as needed. One ovector pair suffices: only the whole match is read (pcre2_match returns 0,
+  // not an error, when captures do not fit).
   struct MatchState {
     pcre2_match_data* data = pcre2_match_data_create(1, nullptr);
     pcre2_jit_stack* stack = pcre2_jit_stack_create(32 << 10, 64 << 20, nullptr);
