@@ -1,5 +1,6 @@
-# yuanlm build. `make` builds bin/yuanlm and the test binaries; `make run` the demo; `make test` the tests;
-# `make bench` the CPU benchmarks. CUDA=auto builds the CUDA backend when nvcc is found, CUDA=0 skips it.
+# yuanlm build. `make` builds bin/yuanlm and the test binaries; `make run` the demo (`make run-bpe`: the same with a
+# GPT-2-style byte-level BPE); `make test` the tests; `make bench` the CPU benchmarks. CUDA=auto builds the CUDA
+# backend when nvcc is found, CUDA=0 skips it.
 # Library locations come from pkg-config, or from MPI_HOME / HDF5_HOME / CUDA_HOME / NCCL_HOME / OPENBLAS_HOME /
 # BOOST_HOME / SPM_HOME / PCRE2_HOME / OPENSSL_HOME / JSON_HOME on machines with modules instead of Debian packages.
 
@@ -115,7 +116,7 @@ endif
 # Keep every object (make would delete the benchmarks' as intermediates and relink them each time).
 .SECONDARY:
 
-.PHONY: all emu deps test bench bench-gpu run clean
+.PHONY: all emu deps test bench bench-gpu run run-bpe clean
 all: bin/yuanlm bin/test_yuanlm $(BENCH_BIN) $(if $(CU_OBJ),bin/test_cuda)
 	@echo "built backends: $(BACKENDS)"
 
@@ -272,6 +273,11 @@ bench-gpu:
 run: deps
 	$(MAKE) -j$(JOBS) bin/yuanlm
 	tools/demo.sh
+
+# The demo with a GPT-2-style byte-level BPE tokenizer (tools/demo_bpe.sh).
+run-bpe: deps
+	$(MAKE) -j$(JOBS) bin/yuanlm
+	tools/demo_bpe.sh
 
 clean:
 	rm -rf build bin
