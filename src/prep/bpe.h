@@ -19,7 +19,8 @@ bool is_bpe_path(const std::string& path);
 std::string bpe_tokenizer_json(const std::string& path);
 
 // Named "bpe:sha256:<sha256 of bpe_tokenizer_json(path)>"; eot is <|endoftext|> when the vocabulary or the added
-// tokens hold it, else a dedicated id = vocabulary size.
+// tokens hold it, else a dedicated id = vocabulary size. encode gives HF's `encode(text)` ids; decode gives the
+// bytes back, with what is not UTF-8 (ids cut inside a character) replaced by U+FFFD as HF's decode does.
 std::unique_ptr<Tokenizer> load_bpe(const std::string& path);
 
 }  // namespace yuan
