@@ -82,17 +82,19 @@ int main(int argc, char** argv) {
   FILE* f = popen(cmd.c_str(), "r");
   double peer = -1, fast = -1;
   unsigned long long peer_tokens = 0;
+  std::string why;  // what the peer said instead of its numbers
   char line[512];
   while (f && std::fgets(line, sizeof line, f)) {
     if (std::sscanf(line, "tokens %llu", &peer_tokens) != 1 && std::sscanf(line, "tokens_per_s %lf", &peer) != 1 &&
         std::sscanf(line, "fast_tokens_per_s %lf", &fast) != 1)
-      std::printf("bpe encode (HF tokenizers): %s", line);
+      why = line;
   }
   const bool ran = f && pclose(f) == 0 && peer > 0;
   std::remove(jsonl.c_str());
   if (!ran) {
-    std::printf("bpe encode vs HF tokenizers: no peer in this run; yuanlm alone: %.0f tokens/s per core\n",
-                ours / threads);
+    if (!why.empty() && why.back() == '\n') why.pop_back();
+    std::printf("bpe encode vs HF tokenizers: no peer (%s); yuanlm alone: %.0f tokens/s per core\n",
+                why.empty() ? "tools/bench/bpe_hf.py did not run" : why.c_str(), ours / threads);
     return 0;
   }
   // The same ids give the same count: a different count means the two did not tokenize alike.

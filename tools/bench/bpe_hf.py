@@ -15,7 +15,7 @@ os.environ["RAYON_NUM_THREADS"] = threads
 try:
     from tokenizers import Tokenizer
 except ImportError:
-    print("HF tokenizers is not importable (pip install tokenizers): no peer")
+    print("HF tokenizers is not importable: pip install tokenizers")
     sys.exit(2)
 tok = Tokenizer.from_file(tokenizer)
 with open(docs_path, encoding="utf-8") as f:
