@@ -131,6 +131,23 @@ TEST_F(Bpe, AddedTokensAreSplitOutLeftmostLongestSpecialOnesFirst) {
   EXPECT_EQ(n, 7);
 }
 
+TEST_F(Bpe, SplitPatternsThatMatchNothingCutWhereTheyMatch) {
+  const nlohmann::json cases = nlohmann::json::parse(std::ifstream(kData + "/cases.json")).at("empty_matches");
+  int n = 0;
+  for (const auto& c : cases) {
+    const std::string pattern = c.at("pattern").get<std::string>(), text = c.at("text").get<std::string>();
+    auto tok = yuan::load_tokenizer(edited("empty.json", [&](nlohmann::json& t) {
+      t["pre_tokenizer"] = {{"type", "Sequence"},
+                            {"pretokenizers", {{{"type", "Split"}, {"pattern", {{"Regex", pattern}}},
+                                                {"behavior", "Isolated"}, {"invert", false}},
+                                               {{"type", "ByteLevel"}, {"use_regex", false}}}}};
+    }));
+    EXPECT_EQ(encode(*tok, text), c.at("ids").get<std::vector<uint32_t>>()) << pattern << " on " << text;
+    n++;
+  }
+  EXPECT_EQ(n, 30);
+}
+
 TEST_F(Bpe, ManyThreadsEncodeAsOne) {
   auto tok = yuan::load_tokenizer(kData + "/tokenizer.json");
   const std::vector<Case> all = cases();

@@ -3,7 +3,7 @@
 the same tokenizer as GPT-2's vocab.json + merges.txt pair, a Llama-3-style variant (a Split with its own pattern
 before a regex-less ByteLevel, ignore_merges), and cases.json: adversarial texts with the ids HF gives them in each
 form, id lists (cut inside characters, random) with the text HF decodes them to, and more added tokens with the
-ids of texts holding them. tests/test_prep.cpp checks yuanlm's BPE against these ids.
+ids of texts holding them, and the ids of texts split by patterns that can match nothing. tests/test_prep.cpp checks yuanlm's BPE against these ids.
 
 Run with /usr/bin/python3 from the repository root after `pip install --break-system-packages tokenizers`:
   /usr/bin/python3 tools/make_bpe_fixture.py
@@ -128,6 +128,16 @@ def main():
     texts = ["a<|a|>b c<|a|>bb <|a|> hello world" + EOT + "x y", EOT + "<|a|>b world", " world world", "a|a||",
              "the world<|a|>", "<|a|" + EOT + "x", "x<|a" + "|>b" + EOT]
     added = {"added_tokens": added_tokens, "cases": [{"text": t, "ids": more.encode(t).ids} for t in texts]}
+
+    # Split patterns that can match nothing: HF cuts at an empty match too. The test puts each pattern into a Split
+    # before a regex-less ByteLevel.
+    empty = []
+    for pattern in ["x*", "a?", "(?=b)", r"\s*", r"(?<=\p{L})(?=\p{N})"]:
+        spec["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {"Regex": pattern}
+        spec["model"]["ignore_merges"] = False
+        variant = Tokenizer.from_str(json.dumps(spec))
+        for t in ["abxxc", "xab", "bab the cat", "  a  b\n", "abc123def 45 x6", ""]:
+            empty.append({"pattern": pattern, "text": t, "ids": variant.encode(t).ids})
     with open(f"{OUT}/cases.json", "w", encoding="utf-8") as f:
         # A case per line keeps the file small and its diffs readable.
         head = {"tokenizers": tokenizers.__version__, "eot_id": tok.token_to_id(EOT),
@@ -136,7 +146,8 @@ def main():
         f.write(",\n".join(json.dumps(c, ensure_ascii=False, separators=(",", ":")) for c in cases) + "\n],\n")
         f.write('"decode": [\n' + ",\n".join(json.dumps(c, ensure_ascii=False, separators=(",", ":"))
                                               for c in decodes) + "\n],\n")
-        f.write('"added": ' + json.dumps(added, ensure_ascii=False, separators=(",", ":")) + "}\n")
+        f.write('"added": ' + json.dumps(added, ensure_ascii=False, separators=(",", ":")) + ",\n")
+        f.write('"empty_matches": ' + json.dumps(empty, ensure_ascii=False, separators=(",", ":")) + "}\n")
     size = sum(os.path.getsize(f"{OUT}/{n}") for n in os.listdir(OUT))
     print(f"{OUT}: {len(cases)} cases, vocab {tok.get_vocab_size()}, {size} bytes", file=sys.stderr)
 

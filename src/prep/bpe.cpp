@@ -447,8 +447,8 @@ class BpeTokenizer : public Tokenizer {
     if (pos < end) split_added(text, pos, end, group + 1, out);
   }
 
-  // Cuts s[0, n) into the pieces of split `level` (a match and the text between matches are each a piece), each
-  // cut by the next level; the pieces of the last level go to the BPE model.
+  // Cuts s[0, n) into the pieces of split `level` (a match and the text between matches are each a piece; an empty
+  // match cuts there, as in HF), each cut by the next level; the pieces of the last level go to the BPE model.
   void pre_tokenize(const char* s, size_t n, size_t level, std::vector<uint32_t>& out) const {
     if (level == splits_.size()) {
       if (n > 0) bpe(s, n, out);
@@ -456,7 +456,9 @@ class BpeTokenizer : public Tokenizer {
     }
     size_t pos = 0, b = 0, e = 0;
     for (size_t from = 0; from < n && splits_[level]->find(s, n, from, b, e);) {
-      if (e == b) {  // an empty match cuts nothing: step over one character
+      if (e == b) {  // a cut at b, then the search goes on one character further
+        if (b > pos) pre_tokenize(s + pos, b - pos, level + 1, out);
+        pos = b;
         from = b + 1;
         while (from < n && (static_cast<unsigned char>(s[from]) & 0xC0) == 0x80) from++;
         continue;
