@@ -2,8 +2,9 @@
 """Writes tests/data/bpe/: a small GPT-2-style byte-level BPE trained with HuggingFace `tokenizers` (the oracle),
 the same tokenizer as GPT-2's vocab.json + merges.txt pair, a Llama-3-style variant (a Split with its own pattern
 before a regex-less ByteLevel, ignore_merges), and cases.json: adversarial texts with the ids HF gives them in each
-form, id lists (cut inside characters, random) with the text HF decodes them to, and more added tokens with the
-ids of texts holding them, and the ids of texts split by patterns that can match nothing. tests/test_prep.cpp checks yuanlm's BPE against these ids.
+form, id lists (cut inside characters, random) with the text HF decodes them to, more added tokens with the ids
+of texts holding them, and the ids of texts split by patterns that can match nothing. tests/test_bpe.cpp checks
+yuanlm's BPE against them.
 
 Run with /usr/bin/python3 from the repository root after `pip install --break-system-packages tokenizers`:
   /usr/bin/python3 tools/make_bpe_fixture.py
