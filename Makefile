@@ -1,7 +1,8 @@
-# yuanlm build. `make` builds bin/yuanlm and the test binaries; `make run` the demo; `make test` the tests;
-# `make bench` the CPU benchmarks. CUDA=auto builds the CUDA backend when nvcc is found, CUDA=0 skips it.
+# yuanlm build. `make` builds bin/yuanlm and the test binaries; `make run` the demo (`make run-bpe`: the same with a
+# GPT-2-style byte-level BPE); `make test` the tests; `make bench` the CPU benchmarks. CUDA=auto builds the CUDA
+# backend when nvcc is found, CUDA=0 skips it.
 # Library locations come from pkg-config, or from MPI_HOME / HDF5_HOME / CUDA_HOME / NCCL_HOME / OPENBLAS_HOME /
-# BOOST_HOME / SPM_HOME / OPENSSL_HOME / JSON_HOME on machines with modules instead of Debian packages.
+# BOOST_HOME / SPM_HOME / PCRE2_HOME / OPENSSL_HOME / JSON_HOME on machines with modules instead of Debian packages.
 
 CUDA      ?= auto
 CUDA_HOME ?= /usr/local/cuda
@@ -53,9 +54,17 @@ else
   CRYPTO_LIB = $(or $(call pc,--libs,libcrypto),-lcrypto)
 endif
 JSON_INC  := $(if $(JSON_HOME),-I$(JSON_HOME)/include)
+# PCRE2 (UTF, Unicode properties, JIT): the pre-tokenizer patterns of byte-level BPE tokenizers (src/prep/bpe.cpp).
+ifdef PCRE2_HOME
+  PCRE2_INC := -I$(PCRE2_HOME)/include
+  PCRE2_LIB := $(call libdir,$(PCRE2_HOME)) -lpcre2-8
+else
+  PCRE2_INC = $(call pc,--cflags,libpcre2-8)
+  PCRE2_LIB = $(or $(call pc,--libs,libpcre2-8),-lpcre2-8)
+endif
 
 CPPFLAGS += -DOMPI_SKIP_MPICXX $(MPI_INC) $(HDF5_INC) $(BOOST_INC) $(SPM_INC) $(BLAS_INC) $(CRYPTO_INC) $(JSON_INC)
-HOST_LIBS = $(MPI_LIB) $(HDF5_LIB) $(BOOST_LIB) $(SPM_LIB) $(BLAS_LIB) $(CRYPTO_LIB) -lpthread
+HOST_LIBS = $(MPI_LIB) $(HDF5_LIB) $(BOOST_LIB) $(SPM_LIB) $(PCRE2_LIB) $(BLAS_LIB) $(CRYPTO_LIB) -lpthread
 LIBS      = $(HOST_LIBS)
 
 # core: the model program, the backend registry with the CPU backend, the ZeRO-Offload optimizer and its one-rank
@@ -107,7 +116,7 @@ endif
 # Keep every object (make would delete the benchmarks' as intermediates and relink them each time).
 .SECONDARY:
 
-.PHONY: all emu deps test bench bench-gpu run clean
+.PHONY: all emu deps test bench bench-gpu run run-bpe clean
 all: bin/yuanlm bin/test_yuanlm $(BENCH_BIN) $(if $(CU_OBJ),bin/test_cuda)
 	@echo "built backends: $(BACKENDS)"
 
@@ -135,6 +144,8 @@ bin/bench_gpu_%: build/tools/bench/bench_gpu_%.o $(CU_OBJ) $(CORE_OBJ)
 build/%.o: %.cpp $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(CXX) $(CPPFLAGS) -DYUAN_BACKENDS='"$(BACKENDS)"' $(CXXFLAGS) -c -o $@ $<
+# Only src/prep/bpe.cpp includes PCRE2's header.
+build/src/prep/bpe.o: CPPFLAGS += $(PCRE2_INC)
 
 # The CUDA backend's host-only files and tests (cuda/*.cpp, tests/cuda/*.cpp: the ones over the cuDNN frontend's
 # headers, which nvcc's front end takes minutes to get through) by the host compiler; -O1 is all graph-building code
@@ -262,6 +273,11 @@ bench-gpu:
 run: deps
 	$(MAKE) -j$(JOBS) bin/yuanlm
 	tools/demo.sh
+
+# The demo with a GPT-2-style byte-level BPE tokenizer (tools/demo_bpe.sh).
+run-bpe: deps
+	$(MAKE) -j$(JOBS) bin/yuanlm
+	tools/demo_bpe.sh
 
 clean:
 	rm -rf build bin

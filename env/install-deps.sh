@@ -12,6 +12,7 @@ pkgs=(
   libboost-context-dev                     # the CUDA emulator's thread switches (cuda/emu)
   libgtest-dev                             # tests
   libsentencepiece-dev sentencepiece       # tokenizer training and encoding
+  libpcre2-dev                             # byte-level BPE's pre-tokenizer patterns (GPT-2 tokenizers)
   libopenblas-openmp-dev                   # CPU GEMM (the OpenMP build: see src/ops/matmul.cpp)
   fortunes-zh                              # the demo corpus (Tang poems, Song ci, quotations)
   python3-h5py python3-numpy               # test fixtures written by a second HDF5 writer

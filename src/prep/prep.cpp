@@ -186,7 +186,7 @@ bool parse_options(const std::vector<std::string>& args, PrepOptions& o) {
   po::options_description desc(
       "yuanlm prep: tokenize text into HDF5 shards (docs/FORMAT.md)\n\n"
       "Every document is written preceded by eot_id: the SentencePiece model's eos id, or a dedicated id\n"
-      "(= piece count) for models without one; for vocab.txt, <eod> if present.\n\nOptions");
+      "(= piece count) for models without one; for vocab.txt, <eod> if present; for BPE, <|endoftext|>.\n\nOptions");
   desc.add_options()
       ("help,h", "print this help")
       ("input,i", po::value(&o.inputs)->multitoken()->required(), "input files or globs (several allowed)")
@@ -198,7 +198,9 @@ bool parse_options(const std::vector<std::string>& args, PrepOptions& o) {
       ("doc-sep", po::value(&o.doc_sep)->default_value(o.doc_sep),
        "text inputs: line (a document per line) | blank (documents separated by blank lines)")
       ("tokenizer", po::value(&o.tokenizer),
-       "reuse a tokenizer: a SentencePiece FILE.model, or a WordPiece vocab.txt (Yuan/ASC vocabulary)")
+       "reuse a tokenizer: a SentencePiece FILE.model, a WordPiece vocab.txt (Yuan/ASC vocabulary), or a\n"
+       "byte-level BPE: a HuggingFace tokenizer.json, or GPT-2's vocab.json + merges.txt (name either; the other\n"
+       "is read from beside it), stored as OUT/tokenizer.json")
       ("train-tokenizer", po::bool_switch(&o.train_tokenizer),
        "train a byte-fallback BPE SentencePiece model on the input, saved as OUT/tokenizer.model")
       ("vocab-size", po::value(&o.spm.vocab_size)->default_value(o.spm.vocab_size),
@@ -376,9 +378,10 @@ int prep_main(const std::vector<std::string>& args) {
       warn("prep: the input holds too little text for --vocab-size %d: the tokenizer has %d pieces", o.spm.vocab_size,
            tok->vocab_size());
   } else {
-    const std::string copy = out.dir() + "/tokenizer" + fs::path(o.tokenizer).extension().string();
+    const StoredTokenizer stored = stored_tokenizer(o.tokenizer);
+    const std::string copy = out.dir() + "/tokenizer" + stored.extension;
     // Not fs::copy_file: libstdc++ reports a short sendfile(2), which is what a full disk gives, as an I/O error.
-    write_file_atomic(copy, read_text(o.tokenizer));
+    write_file_atomic(copy, stored.text);
     o.tokenizer = copy;
   }
   const ShardMeta meta{tok->vocab_size(), tok->eot_id(), tok->name()};

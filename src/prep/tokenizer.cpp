@@ -7,11 +7,14 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <fstream>
 #include <unordered_map>
 
+#include "prep/bpe.h"
 #include "util/error.h"
+#include "util/fs.h"
 #include "util/log.h"
 #include "util/rng.h"
 #include "util/sha256.h"
@@ -254,7 +257,13 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
   YUAN_CHECK(probe, "%s: cannot open tokenizer: %s", path.c_str(), std::strerror(errno));
   if (path.size() >= 6 && path.compare(path.size() - 6, 6, ".model") == 0)
     return std::make_unique<SentencePieceTokenizer>(path);
+  if (is_bpe_path(path)) return load_bpe(path);
   return std::make_unique<WordPieceTokenizer>(path);
+}
+
+StoredTokenizer stored_tokenizer(const std::string& path) {
+  if (is_bpe_path(path)) return {".json", bpe_tokenizer_json(path)};
+  return {std::filesystem::path(path).extension().string(), read_text(path)};
 }
 
 void train_sentencepiece(Documents& docs, const SentencePieceTraining& opt, const std::string& model_path) {

@@ -1,6 +1,7 @@
 // Tokenizers for `yuanlm prep` (encode) and `yuanlm sample` (decode): a SentencePiece model (trained here or
-// brought along) or a Yuan-style WordPiece vocab.txt. Each is named "<kind>:sha256:<hex of the file>", the
-// name every shard carries so that shards from different tokenizers are never mixed.
+// brought along), a Yuan-style WordPiece vocab.txt, or a GPT-2-style byte-level BPE (prep/bpe.h). Each is named
+// "<kind>:sha256:<hex of the file>", the name every shard carries so that shards from different tokenizers are
+// never mixed.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -30,8 +31,18 @@ class Tokenizer {
 };
 
 // `*.model`: SentencePiece; eot is its eos id, or a dedicated id = piece count when the model has no eos.
+// `*.json`, `*merges.txt`, `*vocab.bpe`: byte-level BPE, a HuggingFace tokenizer.json or one half of GPT-2's
+// vocab.json + merges.txt pair; eot is <|endoftext|> when present, else a dedicated id.
 // Anything else: a WordPiece vocab.txt, one piece per line; eot is "<eod>" when present, else a dedicated id.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path);
+
+// The tokenizer as prep stores it beside the shards, "tokenizer" + extension: the bytes whose sha256 its name
+// carries. The file itself, except that GPT-2's vocab.json + merges.txt pair becomes the one tokenizer.json it
+// amounts to, so that a single file travels into every checkpoint.
+struct StoredTokenizer {
+  std::string extension, text;
+};
+StoredTokenizer stored_tokenizer(const std::string& path);
 
 // SentencePiece's own limit: its trainer refuses a lower character coverage.
 constexpr double kMinCharacterCoverage = 0.98;
