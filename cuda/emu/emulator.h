@@ -238,6 +238,11 @@ void settle(const std::shared_ptr<Operation>& op);
 bool ordered_so_far();
 // Freed memory: its history goes (the addresses are never handed out again).
 void forget_order(uintptr_t begin, size_t bytes);
+// The pinned host buffers of asynchronous copies that the host has not synchronised with (runtime.cpp): checked
+// for a host write, and let go, once it has (host_join calls it); let go unchecked where the device writes them
+// (operation `by` on a stream, whose own buffer is kept) or they are freed.
+void check_owned_pinned();
+void release_owned_pinned(uintptr_t begin, uintptr_t end, const Operation* by);
 // "stream 3 (0x...)", "the legacy default stream", "the host": for reports (streams.cpp).
 std::string stream_name(int stream);
 
@@ -259,6 +264,8 @@ void host_sees_stream(cudaStream_t s);  // all of its work so far
 void host_sees_all();
 // A new access of the host, ordered after what it has seen.
 std::shared_ptr<Operation> host_operation();
+// Whether the host has synchronised with point `seq` of stream `stream` (or a later one of it).
+bool host_has_seen(int stream, uint64_t seq);
 // Runs the work up to a point, or all of a stream's; with block false stops at an operation still in flight and
 // returns false.
 bool run_until(const StreamPoint& p, bool block);

@@ -124,6 +124,7 @@ bool check(const Operation& op, uintptr_t b, uintptr_t e, bool write) {
 }
 
 void record_write(const std::shared_ptr<Operation>& op, uintptr_t b, uintptr_t e) {
+  if (op->stream != 0 && in_arena(Space::Pinned, b)) release_owned_pinned(b, e, op.get());
   auto& h = history();
   split(b);
   split(e);
@@ -208,6 +209,7 @@ void settle(const std::shared_ptr<Operation>& op) {
 }
 
 void forget_order(uintptr_t begin, size_t bytes) {
+  release_owned_pinned(begin, begin + bytes, nullptr);
   auto& h = history();
   split(begin);
   split(begin + bytes);

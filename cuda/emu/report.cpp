@@ -52,7 +52,6 @@ const char* check_name(Check c) {
     case Check::SharedRace: return "shared-memory race";
     case Check::GlobalRace: return "device-memory race";
     case Check::OrderDependence: return "order-dependent result";
-    case Check::StreamOrder: return "host buffer touched before its asynchronous copy completed";
     case Check::StreamRace: return "stream race";
     case Check::BarrierDivergence: return "barrier divergence";
     case Check::WarpDivergence: return "warp divergence";

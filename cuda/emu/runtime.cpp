@@ -7,6 +7,7 @@
 // stream's work; cudaMemcpyAsync runs in stream order when the host side is pinned memory, and otherwise, like
 // the driver's staged copies of pageable memory, completes before it returns, after the stream's earlier work.
 // In the Latest stream mode a pageable upload is staged at the call and lands in stream order, as the driver's does.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -90,61 +91,93 @@ std::string check_side(const void* p, size_t n, bool is_device) {
   return {};
 }
 
-// Latest mode watches the pinned host memory of copies in flight: a source is snapshotted at the enqueue and must
-// still hold the snapshot when the copy runs; a device-to-host destination is filled with the NaN pattern of fresh
-// device memory (what a host read before the completion sees) and must still hold it. Memory that another pending
-// copy of the opposite direction also uses is left unwatched: a stream may carry a staging buffer down and up
-// again in order without the host touching it.
-struct Watched {
-  uintptr_t begin, end;
+// Every mode: the pinned host buffer of an asynchronous copy is the copy's from its enqueue until the host
+// synchronises with it (a stream or event synchronise, a query that found it complete, a device synchronise), and a
+// host write in between is a race whatever the timing. A source is held to what it held at the enqueue, when the
+// host synchronises; a destination to what it held at the enqueue, when the copy writes it, and then to what the
+// copy wrote, when the host synchronises. Where the device writes the buffer meanwhile (a copy down into a staging
+// buffer that an upload enqueued earlier reads, in stream order) the buffer is let go unchecked: that change is the
+// device's, held to the happens-before check. A host read in between is not seen this way: Latest mode fills a
+// pending download's destination with the NaN pattern of fresh device memory, which such a read gets.
+struct Owned {
+  int stream;
+  uint64_t seq;  // the copy: a point of its stream
+  const char* call;
+  std::string caller;  // the code that enqueued the copy
+  const void* p;
+  std::string bytes;  // what the buffer must still hold
   bool source;
 };
-std::vector<Watched>& watched() {
-  static std::vector<Watched>* w = new std::vector<Watched>;
-  return *w;
+std::vector<Owned>& owned() {
+  static std::vector<Owned>* o = new std::vector<Owned>;
+  return *o;
 }
 
-// Whether [begin, end) overlaps a watched destination, or with `any` a watched source too (two copies reading one
-// buffer leave it alone, any other pair changes it in an order the host does not see).
-bool overlaps_watched(uintptr_t begin, uintptr_t end, bool any) {
-  for (const Watched& w : watched())
-    if ((any || !w.source) && w.begin < end && begin < w.end) return true;
+Owned* owned_by(const Operation& op) {
+  for (Owned& w : owned())
+    if (w.stream == op.stream && w.seq == op.seq) return &w;
+  return nullptr;
+}
+
+bool overlaps_owned(uintptr_t begin, uintptr_t end) {
+  for (const Owned& w : owned())
+    if (reinterpret_cast<uintptr_t>(w.p) < end && begin < reinterpret_cast<uintptr_t>(w.p) + w.bytes.size())
+      return true;
   return false;
 }
 
-void unwatch(uintptr_t begin, bool source) {
-  auto& w = watched();
-  for (auto it = w.begin(); it != w.end(); ++it)
-    if (it->begin == begin && it->source == source) {
-      w.erase(it);
-      return;
-    }
+// The `n` bytes at `p` that `op`, a copy of `call` from `caller`, reads (a source) or writes, held as they are now.
+void hold(const Operation& op, const char* call, const std::string& caller, const void* p, size_t n, bool source) {
+  std::string now(static_cast<const char*>(p), n);
+  if (Owned* w = owned_by(op)) return void(w->bytes = std::move(now));
+  owned().push_back(Owned{op.stream, op.seq, call, caller, p, std::move(now), source});
 }
 
-// What a host buffer of a copy held, or was made to hold, at the enqueue; empty when unwatched.
-struct HostWatch {
-  const char* call;
-  std::string caller;  // the code that enqueued the copy
-  const void* p = nullptr;
-  std::string bytes;
-  bool source = false;
-};
-
-void check_watch(const HostWatch& w) {
-  if (w.bytes.empty()) return;
-  const uintptr_t b = reinterpret_cast<uintptr_t>(w.p);
-  unwatch(b, w.source);
-  if (!std::memcmp(w.p, w.bytes.data(), w.bytes.size())) return;
-  size_t i = 0;
-  while (static_cast<const char*>(w.p)[i] == w.bytes[i]) i++;
+// Reports a host write of `w`'s buffer since it was held.
+void verify(const Owned& w) {
+  if (sticky_error() || !std::memcmp(w.p, w.bytes.data(), w.bytes.size())) return;
+  const char* at = static_cast<const char*>(w.p);
+  size_t k = 0;
+  while (at[k] == w.bytes[k]) k++;
+  const uintptr_t b = reinterpret_cast<uintptr_t>(at);
   const Allocation* a = allocation_near(b);
-  report(Check::StreamOrder, Where{}, b + i,
+  report(Check::StreamRace, Where{}, b + k,
          format("the host wrote byte %zu of the %zu-byte pinned %s %p (offset %zu of the %zu-byte allocation at "
-                "0x%zx) of %s called from %s before the copy completed at %s",
-                i, w.bytes.size(), w.source ? "source" : "destination", w.p, b + i - a->begin, a->bytes, a->begin,
-                w.call, w.caller.c_str(), current_call().c_str()),
+                "0x%zx) of %s called from %s on %s, which %s it, with no synchronisation with the copy ordering the "
+                "two: found at %s",
+                k, w.bytes.size(), w.source ? "source" : "destination", w.p, b + k - a->begin, a->bytes, a->begin,
+                w.call, w.caller.c_str(), stream_name(w.stream).c_str(), w.source ? "reads" : "writes",
+                current_call().c_str()),
          true, cudaErrorLaunchFailure);
 }
+
+}  // namespace
+
+void check_owned_pinned() {
+  auto& o = owned();
+  for (size_t i = 0; i < o.size();) {
+    if (!host_has_seen(o[i].stream, o[i].seq)) {
+      i++;
+      continue;
+    }
+    const Owned w = std::move(o[i]);
+    o.erase(o.begin() + static_cast<std::ptrdiff_t>(i));
+    verify(w);
+  }
+}
+
+void release_owned_pinned(uintptr_t begin, uintptr_t end, const Operation* by) {
+  auto& o = owned();
+  o.erase(std::remove_if(o.begin(), o.end(),
+                         [&](const Owned& w) {
+                           const uintptr_t b = reinterpret_cast<uintptr_t>(w.p);
+                           const bool own = by && by->stream == w.stream && by->seq == w.seq;
+                           return !own && b < end && begin < b + w.bytes.size();
+                         }),
+          o.end());
+}
+
+namespace {
 
 cudaError_t copy(const char* call, const void* caller, void* dst, const void* src, size_t width, size_t height,
                  size_t dpitch, size_t spitch, cudaMemcpyKind kind, cudaStream_t stream, bool async) {
@@ -186,29 +219,26 @@ cudaError_t copy(const char* call, const void* caller, void* dst, const void* sr
   // Host memory that is not pinned is copied when the call returns, after the stream's work so far.
   const bool deferred = async && (src_dev || pinned(src) || staged) && (dst_dev || pinned(dst));
   if (deferred) {
-    HostWatch watch;
-    watch.call = call;
-    if (latest && !staged && (pinned(src) != pinned(dst))) {
-      watch.caller = function_name(caller);
-      watch.source = pinned(src);
-      watch.p = watch.source ? src : dst;
-      const size_t n = watch.source ? sspan : dspan;
-      const uintptr_t b = reinterpret_cast<uintptr_t>(watch.p);
-      if (n && !overlaps_watched(b, b + n, !watch.source)) {
-        if (!watch.source) std::memset(dst, 0xff, n);
-        watch.bytes.assign(static_cast<const char*>(watch.p), n);
-        watched().push_back(Watched{b, b + n, watch.source});
-      }
-    }
-    enqueue(stream, [run, note, staged, watch](bool) {
-      // The happens-before check before the watch's: another stream's copy that changed the buffer out of order
-      // is a race between the two, not a host write.
+    // The pinned side of a copy between the device and the host, the copy's until the host synchronises with it
+    // (Owned): a contiguous one, as the offload pipeline's are.
+    const bool owns_src = pinned(src) && dst_dev && height == 1, owns_dst = pinned(dst) && src_dev && height == 1;
+    const uintptr_t d = reinterpret_cast<uintptr_t>(dst);
+    if (latest && owns_dst && !overlaps_owned(d, d + width)) std::memset(dst, 0xff, width);
+    const std::string from = owns_src || owns_dst ? function_name(caller) : std::string();
+    const std::shared_ptr<Operation> op = enqueue(stream, [run, note, staged, owns_dst, call, from, dst,
+                                                           width](bool) {
+      // The happens-before check first: another stream's copy that changed the buffer out of order is a race
+      // between the two, not a host write.
       note();
       if (!ordered_so_far()) return true;
-      check_watch(watch);
+      if (owns_dst)
+        if (const Owned* w = owned_by(*t_operation)) verify(*w);
       run();
+      if (owns_dst) hold(*t_operation, call, from, dst, width, false);
       return true;
     });
+    if ((owns_src || owns_dst) && !owned_by(*op))  // Earliest has run it already
+      hold(*op, call, from, owns_src ? src : dst, width, owns_src);
     return cudaSuccess;
   }
   if (async) note_host_call(call, caller);  // pageable memory: the call waits for the stream, as the driver's does

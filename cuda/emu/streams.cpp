@@ -93,7 +93,9 @@ void host_join(const VectorClock& seen, int id, uint64_t seq) {
   Streams& all = streams();
   const auto before = all.host_seen;
   join(all.host_seen, seen, id, seq);
-  if (all.host_seen != before) all.host_version++;
+  if (all.host_seen == before) return;
+  all.host_version++;
+  check_owned_pinned();
 }
 
 // Runs s's operations up to number `upto`.
@@ -236,6 +238,8 @@ std::shared_ptr<Operation> host_operation() {
   all.host_version++;
   return op;
 }
+
+bool host_has_seen(int stream, uint64_t seq) { return entry(*streams().host_seen, stream) >= seq; }
 
 // A stream's clock has joined nothing since its last operation's enqueue beyond what that operation saw (joins come
 // with an enqueue), so it stands for that operation.

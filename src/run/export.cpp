@@ -32,10 +32,11 @@ namespace po = boost::program_options;
 
 namespace {
 
-// The name HF's tokenizers look for: SentencePiece models as tokenizer.model, WordPiece vocabularies
-// (BertTokenizer) as vocab.txt.
+// The name HF's tokenizers look for: SentencePiece models as tokenizer.model, a byte-level BPE as tokenizer.json
+// (GPT2TokenizerFast), WordPiece vocabularies (BertTokenizer) as vocab.txt.
 std::string hf_tokenizer_name(const std::string& path) {
-  return fs::path(path).extension() == ".model" ? "tokenizer.model" : "vocab.txt";
+  const fs::path ext = fs::path(path).extension();
+  return ext == ".model" ? "tokenizer.model" : ext == ".json" ? "tokenizer.json" : "vocab.txt";
 }
 
 bool is_checkpoint(const fs::path& dir) {

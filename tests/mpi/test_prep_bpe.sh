@@ -47,6 +47,9 @@ a=$(sample --seed 1) b=$(sample --seed 1)
 printf 'seed 1: %s\nseed 1: %s\n' "$a" "$b"
 [ "$a" = "$b" ] || { echo "same seed, different text"; exit 1; }
 case "$a" in "the model 床前"?*) ;; *) echo "sample does not continue the prompt: '$a'"; exit 1 ;; esac
+# export writes the tokenizer under the name HuggingFace's GPT-2 tokenizer loads it by, byte for byte.
+bin/yuanlm export --checkpoint "$run" --out "$WORK/hf" >/dev/null 2>&1 || { echo "export failed"; exit 1; }
+cmp "$WORK/hf/tokenizer.json" "$WORK/merges.txt/tokenizer.json" || { echo "export: no tokenizer.json"; exit 1; }
 
 $PY -c 'import json, sys; t = json.load(open(sys.argv[1])); t["model"]["type"] = "WordPiece"
 json.dump(t, open(sys.argv[2], "w"))' tests/data/bpe/tokenizer.json "$WORK/wordpiece.json"

@@ -165,9 +165,9 @@ enum class Check {
   Launch,            // a launch CUDA refuses: block or grid size, shared memory beyond the kernel's limit
   Library,           // a CUDA, cuBLASLt or NCCL call the library would refuse or that the emulator does not model
   OrderDependence,   // a kernel that left different results when its blocks and threads ran in another order
-  StreamOrder,       // host memory of an asynchronous copy touched by the host before the copy completed
   StreamRace,        // two operations touch a byte of device or pinned memory, one writing, and no event wait or
-                     // synchronisation orders them (whatever the timing)
+                     // synchronisation orders them (whatever the timing); among them the host writing the pinned
+                     // buffer of an asynchronous copy before it synchronised with the copy
 };
 const char* check_name(Check c);
 
@@ -191,9 +191,9 @@ Schedule schedule();
 
 // Default: work runs when the host needs its result, pageable copies complete at the call, and an NCCL operation
 // starts at its enqueue after its stream's earlier work. Latest: every asynchronous operation (kernels, copies of
-// pinned or pageable memory, NCCL) runs at the sync, event wait or stream wait that forces it; the host side of a
-// pinned copy is watched until the copy completes (a source written, a destination written, is a StreamOrder
-// report) and a device-to-host destination holds a NaN pattern until then. Earliest: every operation runs at its
+// pinned or pageable memory, NCCL) runs at the sync, event wait or stream wait that forces it, and a
+// device-to-host pinned destination holds a NaN pattern from the enqueue until then (what a host read before the
+// synchronise gets; a host write before it is a StreamRace in every mode). Earliest: every operation runs at its
 // enqueue, as far as its dependencies allow. YUAN_EMU_STREAMS=default|latest|earliest sets the mode at start.
 enum class StreamMode { Default, Latest, Earliest };
 void set_stream_mode(StreamMode m);
