@@ -94,6 +94,8 @@ TEST(ConfigDefaults, MatchStructAndTable) {
   EXPECT_EQ(c.train.micro_batch, 4);
   EXPECT_EQ(c.optim.zero.number(), 1);
   EXPECT_EQ(c.train.device, "auto");
+  EXPECT_EQ(c.optim.offload, yuan::Offload::Auto);
+  EXPECT_EQ(c.model.attention, yuan::AttentionKernels::Auto);
   auto opts = yuan::config_options();
   ASSERT_FALSE(opts.empty());
   EXPECT_EQ(opts.front().key, "model.n_layer");
@@ -187,6 +189,12 @@ TEST(ConfigErrors, BadTypeNamesKey) {
   EXPECT_EQ(parse_error({deck.path()}), deck.path() + ": optim.lr: '1e-3x' is not a finite number");
   TempDeck stage("[optim]\nzero = 2.5\n");
   EXPECT_EQ(parse_error({stage.path()}), stage.path() + ": optim.zero: '2.5' is not an integer");
+  // A key that takes one of a few names lists them, in order.
+  EXPECT_EQ(parse_error({"--optim.offload=gpu"}), "optim.offload must be auto, host or none (got 'gpu')");
+  EXPECT_EQ(parse_error({"--model.attention=x"}), "model.attention must be auto, cudnn or own (got 'x')");
+  TempDeck placement("[optim]\noffload = Host\n");
+  EXPECT_EQ(parse_error({placement.path()}),
+            placement.path() + ": optim.offload must be auto, host or none (got 'Host')");
 }
 
 TEST(ConfigErrors, DeckProblems) {
@@ -373,6 +381,8 @@ TEST(ConfigIni, RoundTrips) {
   c.data.val = "";
   c.run.dir = "runs/with space";
   c.optim.zero = yuan::ZeroStage(3);
+  c.optim.offload = yuan::Offload::None;
+  c.model.attention = yuan::AttentionKernels::Own;
   TempDeck deck(c.to_ini());
   Config back = parse({deck.path()});
   EXPECT_EQ(back.to_ini(), c.to_ini());
@@ -380,6 +390,10 @@ TEST(ConfigIni, RoundTrips) {
   EXPECT_EQ(back.optim.lr, c.optim.lr);
   EXPECT_EQ(back.optim.zero.number(), 3);
   EXPECT_NE(c.to_ini().find("\nzero = 3\n"), std::string::npos);
+  EXPECT_EQ(back.optim.offload, yuan::Offload::None);
+  EXPECT_NE(c.to_ini().find("\noffload = none\n"), std::string::npos);
+  EXPECT_EQ(back.model.attention, yuan::AttentionKernels::Own);
+  EXPECT_NE(c.to_ini().find("\nattention = own\n"), std::string::npos);
   EXPECT_NE(c.to_ini().find("[optim]\n"), std::string::npos);
 }
 
@@ -389,6 +403,8 @@ TEST(ConfigIni, HashChangesWithAnyValue) {
   for (const auto& o : yuan::config_options()) {
     std::string v = o.default_value == "1" ? "2" : "1";
     if (o.key == "train.device") v = "cpu";
+    if (o.key == "model.attention") v = "own";
+    if (o.key == "optim.offload") v = "host";
     if (o.key == "parallel.template") v = "t: auto:1";
     Config c = parse({"--" + o.key + "=" + v});
     EXPECT_NE(c.hash(), base) << o.key;

@@ -378,7 +378,7 @@ TEST(PlannerSearch, RespectsMemoryAndRanksByTokens) {
     recompute |= c.config.train.recompute;
     gpipe |= c.config.parallel.schedule == "gpipe";
     // The cpu backend's optimizer is in host memory, which is its device's: one placement.
-    EXPECT_EQ(c.config.optim.offload, "host") << c.layout;
+    EXPECT_EQ(c.config.optim.offload, Offload::Host) << c.layout;
   }
   EXPECT_TRUE(tensor && pipeline && mixed && zero3 && recompute && gpipe);
   // A node of between the smallest and the largest need: what fits is within it, and what does not is over.
@@ -433,26 +433,27 @@ TEST(PlannerSearch, RanksBothPlacementsWhereTheDeviceHoldsTheState) {
   const Search roomy = search_layouts(deck, 1, 4, m);
   ASSERT_FALSE(roomy.fitting.empty());
   EXPECT_TRUE(roomy.rejected.empty());
-  std::map<std::string, std::map<std::string, const Candidate*>> twins;  // by the layout less its placement
+  std::map<std::string, std::map<Offload, const Candidate*>> twins;  // by the layout less its placement
   for (const Candidate& c : roomy.fitting) {
     SCOPED_TRACE(c.layout);
-    const std::string& offload = c.config.optim.offload;
-    ASSERT_TRUE(offload == "none" || offload == "host");
+    const Offload offload = c.config.optim.offload;
+    ASSERT_TRUE(offload == Offload::None || offload == Offload::Host);
     EXPECT_EQ(c.prediction.offload, offload);
-    EXPECT_NE(std::find(c.overrides.begin(), c.overrides.end(), "--optim.offload=" + offload), c.overrides.end());
-    const std::string where = offload == "none" ? ", optimizer on the device" : ", optimizer on the host";
+    const std::string flag = offload == Offload::None ? "--optim.offload=none" : "--optim.offload=host";
+    EXPECT_NE(std::find(c.overrides.begin(), c.overrides.end(), flag), c.overrides.end());
+    const std::string where = offload == Offload::None ? ", optimizer on the device" : ", optimizer on the host";
     const size_t at = c.layout.find(where);
     ASSERT_NE(at, std::string::npos);
-    EXPECT_EQ(c.prediction.device_optimizer_bytes > 0, offload == "none");
+    EXPECT_EQ(c.prediction.device_optimizer_bytes > 0, offload == Offload::None);
     twins[c.layout.substr(0, at) + c.layout.substr(at + where.size())][offload] = &c;
   }
-  EXPECT_EQ(roomy.fitting.front().config.optim.offload, "none");
+  EXPECT_EQ(roomy.fitting.front().config.optim.offload, Offload::None);
   size_t pairs = 0, zero3_pairs = 0;
   for (const auto& [layout, by] : twins) {
     SCOPED_TRACE(layout);
     ASSERT_EQ(by.size(), 2u);
     zero3_pairs += by.begin()->second->config.optim.zero.shards_weights();
-    const Prediction &none = by.at("none")->prediction, &host = by.at("host")->prediction;
+    const Prediction &none = by.at(Offload::None)->prediction, &host = by.at(Offload::Host)->prediction;
     EXPECT_GT(none.tokens_per_s, host.tokens_per_s);
     EXPECT_GT(none.device_bytes, host.device_bytes);
     pairs++;
@@ -464,13 +465,13 @@ TEST(PlannerSearch, RanksBothPlacementsWhereTheDeviceHoldsTheState) {
   // rejected for the device's memory.
   m.mem_bytes = 1e300;
   for (const Candidate& c : roomy.fitting)
-    if (c.config.optim.offload == "host") m.mem_bytes = std::min(m.mem_bytes, c.prediction.device_bytes);
+    if (c.config.optim.offload == Offload::Host) m.mem_bytes = std::min(m.mem_bytes, c.prediction.device_bytes);
   const Search small = search_layouts(deck, 1, 4, m);
   ASSERT_FALSE(small.fitting.empty());
-  for (const Candidate& c : small.fitting) EXPECT_EQ(c.config.optim.offload, "host") << c.layout;
+  for (const Candidate& c : small.fitting) EXPECT_EQ(c.config.optim.offload, Offload::Host) << c.layout;
   size_t refused = 0;
   for (const Candidate& c : small.rejected)
-    if (c.config.optim.offload == "none") {
+    if (c.config.optim.offload == Offload::None) {
       refused++;
       EXPECT_EQ(c.prediction.short_of.rfind("device memory: rank ", 0), 0u) << c.prediction.short_of;
     }
@@ -642,18 +643,18 @@ TEST(PlannerPredict, AttentionChargedOnThePathTheRunTakes) {
     return predict(c, 1, 1, m).split.compute - base;
   };
   const double own_s = micro * blocks * 4.5 * causal / (peak * with.attention_efficiency);
-  c.model.attention = "own";
+  c.model.attention = AttentionKernels::Own;
   EXPECT_EQ(attention_charge(c, with).path, AttentionPath::Own);
   EXPECT_EQ(attention_charge(c, with).efficiency, with.attention_efficiency);
   EXPECT_NEAR(attention_s(with, &Machine::attention_efficiency), own_s, 1e-9 * own_s);
   EXPECT_EQ(attention_s(with, &Machine::cudnn_attention_efficiency), 0);
-  c.model.attention = "auto";
+  c.model.attention = AttentionKernels::Auto;
   const AttentionCharge on_without = attention_charge(c, without, "m.ini");
   EXPECT_EQ(on_without.path, AttentionPath::Own);
   EXPECT_EQ(on_without.efficiency, without.attention_efficiency);
   EXPECT_NEAR(attention_s(without, &Machine::attention_efficiency), own_s, 1e-9 * own_s);
   // model.attention = cudnn where the machine file has no cuDNN: refused, naming the file and the key.
-  c.model.attention = "cudnn";
+  c.model.attention = AttentionKernels::Cudnn;
   try {
     attention_charge(c, without, "input/machines/m.ini");
     ADD_FAILURE() << "model.attention = cudnn planned on a machine without cuDNN's attention";
@@ -662,9 +663,9 @@ TEST(PlannerPredict, AttentionChargedOnThePathTheRunTakes) {
     EXPECT_NE(std::string(e.what()).find("cudnn_attention_efficiency"), std::string::npos) << e.what();
   }
   EXPECT_THROW(predict(c, 1, 1, without), Error);
-  c.model.attention = "auto";
-  if (choose_attention(Device::Cuda, "auto", hs, 2048).path != AttentionPath::Cudnn)
-    GTEST_SKIP() << "this build runs no cuDNN attention: " << choose_attention(Device::Cuda, "auto", hs, 2048).why;
+  c.model.attention = AttentionKernels::Auto;
+  if (choose_attention(Device::Cuda, std::nullopt, hs, 2048).path != AttentionPath::Cudnn)
+    GTEST_SKIP() << "this build runs no cuDNN attention: " << choose_attention(Device::Cuda, std::nullopt, hs, 2048).why;
   EXPECT_NE(on_without.why.find("m.ini gives no cudnn_attention_efficiency"), std::string::npos) << on_without.why;
   const AttentionCharge on_with = attention_charge(c, with);
   EXPECT_EQ(on_with.path, AttentionPath::Cudnn);
@@ -720,7 +721,7 @@ TEST(PlannerPredict, ZeroTwoSumsEveryMicroBatchOnTheHost) {
     Config c = tiny_deck();
     c.train.device = "cuda";
     c.optim.zero = ZeroStage(zero);
-    c.optim.offload = "host";
+    c.optim.offload = Offload::Host;
     const double one = predict(c, 2, 2, m).split.optimizer;
     c.train.micro_batch = 2;
     const double four = predict(c, 2, 2, m).split.optimizer;
@@ -729,7 +730,7 @@ TEST(PlannerPredict, ZeroTwoSumsEveryMicroBatchOnTheHost) {
   Config c = tiny_deck();
   c.train.device = "cuda";
   c.train.micro_batch = 2;
-  c.optim.offload = "none";
+  c.optim.offload = Offload::None;
   c.optim.zero = ZeroStage(1);
   const double zero1 = predict(c, 2, 2, m).step_s;
   c.optim.zero = ZeroStage(2);
@@ -748,18 +749,18 @@ TEST(PlannerPredict, TheOptimizerOnTheDeviceIsTheGpuAdamW) {
   Machine m = parse_machine(kMachine, "m.ini");
   const double n = static_cast<double>(ParamLayout(c.model).total()), hbm = m.mem_bw * m.mem_efficiency;
   EXPECT_DOUBLE_EQ(ops::adamw_cost(n, 2).bytes + ops::grad_norm_cost(n).bytes, 34 * n);
-  c.optim.offload = "none";
+  c.optim.offload = Offload::None;
   const Prediction none = predict(c, 1, 1, m);
-  EXPECT_EQ(none.offload, "none");
+  EXPECT_EQ(none.offload, Offload::None);
   EXPECT_NEAR(none.split.optimizer, (ops::adamw_cost(n, 2).bytes + ops::grad_norm_cost(n).bytes) / hbm,
               1e-12 * none.split.optimizer);
   Config delayed = c;
   delayed.optim.delayed_update = true;
   EXPECT_NEAR(predict(delayed, 1, 1, m).split.optimizer, none.split.optimizer + 8 * n / hbm,
               1e-12 * none.split.optimizer);
-  c.optim.offload = "host";
+  c.optim.offload = Offload::Host;
   const Prediction host = predict(c, 1, 1, m);
-  EXPECT_EQ(host.offload, "host");
+  EXPECT_EQ(host.offload, Offload::Host);
   EXPECT_NEAR(host.split.optimizer, 34 * n / m.host_mem_bw + 6 * n / m.pcie_bw, 1e-12 * host.split.optimizer);
   // The state's 12 bytes an element on the device (plan_rank's RankMemory::device_optimizer), the rest alike.
   EXPECT_DOUBLE_EQ(none.device_optimizer_bytes, 12 * n);
@@ -768,22 +769,22 @@ TEST(PlannerPredict, TheOptimizerOnTheDeviceIsTheGpuAdamW) {
   // PCIe does not touch the step with the state on the device.
   Machine slow_pcie = m;
   slow_pcie.pcie_bw = 1e3;
-  c.optim.offload = "none";
+  c.optim.offload = Offload::None;
   EXPECT_DOUBLE_EQ(predict(c, 1, 1, slow_pcie).step_s, none.step_s);
   // auto, as the trainer resolves it: none where the device holds the state, else host.
-  c.optim.offload = "auto";
-  EXPECT_EQ(predict(c, 1, 1, m).offload, "none");
+  c.optim.offload = Offload::Auto;
+  EXPECT_EQ(predict(c, 1, 1, m).offload, Offload::None);
   EXPECT_DOUBLE_EQ(predict(c, 1, 1, m).step_s, none.step_s);
   m.mem_bytes = (host.device_bytes + none.device_bytes) / 2;
-  EXPECT_EQ(predict(c, 1, 1, m).offload, "host");
+  EXPECT_EQ(predict(c, 1, 1, m).offload, Offload::Host);
   EXPECT_DOUBLE_EQ(predict(c, 1, 1, m).step_s, host.step_s);
   c.optim.zero = ZeroStage(3);
-  EXPECT_EQ(predict(c, 1, 1, parse_machine(kMachine, "m.ini")).offload, "none");
-  EXPECT_EQ(predict(c, 1, 1, cpu_node(64)).offload, "host");
+  EXPECT_EQ(predict(c, 1, 1, parse_machine(kMachine, "m.ini")).offload, Offload::None);
+  EXPECT_EQ(predict(c, 1, 1, cpu_node(64)).offload, Offload::Host);
   // At ZeRO 3 the state on the device keeps the shard's reduced gradient there too: 16 bytes an element. Each of
   // the step's 2 micro-batches lands its reduced shard in it, the first written (copy_cost: 8 bytes an element),
   // the second added (add_cost: 12), on top of the AdamW and the norm's 34.
-  c.optim.offload = "none";
+  c.optim.offload = Offload::None;
   const Prediction z3 = predict(c, 1, 1, parse_machine(kMachine, "m.ini"));
   EXPECT_DOUBLE_EQ(z3.device_optimizer_bytes, 16 * n);
   EXPECT_NEAR(z3.split.optimizer, (34 + 8 + 12) * n / hbm, 1e-12 * z3.split.optimizer);
@@ -910,10 +911,10 @@ TEST(PlannerAnchors, OneH100AsMeasured) {
   for (const Run& r : runs) {
     Config c = cuda_deck(r.model, r.micro_batch, r.global_batch);
     c.optim.zero = ZeroStage(0);
-    c.optim.offload = "host";  // as they ran
+    c.optim.offload = Offload::Host;  // as they ran
     c.train.recompute = r.recompute;
     c.optim.delayed_update = r.delayed;
-    c.model.attention = "own";  // as they ran, before cuDNN's attention
+    c.model.attention = AttentionKernels::Own;  // as they ran, before cuDNN's attention
     const Prediction p = predict(c, 1, 1, h100);
     ASSERT_TRUE(p.fits) << r.what << ": " << p.short_of;
     std::printf("%s\n", ratio_line(r.what, p.step_s, r.measured_s, "s").c_str());
@@ -946,7 +947,7 @@ TEST(PlannerAnchors, Yuan47BOnOneH100NodeAgainstMegatron) {
   std::printf("%s (%s; 1B tokens in %.3g h)\n",
               ratio_line("Yuan-4.7B, 8 H100, MFU (Megatron-LM 41-48%)", 100 * p.mfu, 48, "%").c_str(),
               s.fitting[0].layout.c_str(), 1e9 / p.tokens_per_s / 3600);
-  EXPECT_EQ(s.fitting[0].config.optim.offload, "none") << s.fitting[0].layout;
+  EXPECT_EQ(s.fitting[0].config.optim.offload, Offload::None) << s.fitting[0].layout;
   EXPECT_GT(p.mfu, 0.41 * 1.15);
   EXPECT_LT(p.mfu, 0.48 * 1.3);
 }

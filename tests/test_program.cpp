@@ -264,22 +264,30 @@ TEST(ProgramErrors, ShapesTheBackendsOpsCannotRun) {
 // model.attention: what each request gets, and the refusals, on the CPU and (built in, no device visible here:
 // the build and the shape decide) on CUDA.
 TEST(ProgramErrors, AttentionChoice) {
-  EXPECT_EQ(choose_attention(Device::Cpu, "auto", 64, 64).path, AttentionPath::Own);
-  EXPECT_EQ(choose_attention(Device::Cpu, "own", 64, 64).path, AttentionPath::Own);
-  EXPECT_EQ(testing::error_of([] { choose_attention(Device::Cpu, "cudnn", 64, 64); }),
+  EXPECT_EQ(choose_attention(Device::Cpu, std::nullopt, 64, 64).path, AttentionPath::Own);
+  EXPECT_EQ(choose_attention(Device::Cpu, AttentionPath::Own, 64, 64).path, AttentionPath::Own);
+  EXPECT_EQ(testing::error_of([] { choose_attention(Device::Cpu, AttentionPath::Cudnn, 64, 64); }),
+            "model.attention = cudnn on train.device=cpu: the cpu backend runs the reference attention");
+  // The model's request as the backend takes it: auto leaves the choice to the backend, the others name a path.
+  GPTConfig c{1, 1, 64, 64, 8};
+  EXPECT_EQ(choose_attention(Device::Cpu, c).path, AttentionPath::Own);
+  c.attention = AttentionKernels::Own;
+  EXPECT_EQ(choose_attention(Device::Cpu, c).why, "as model.attention asks");
+  c.attention = AttentionKernels::Cudnn;
+  EXPECT_EQ(testing::error_of([&] { choose_attention(Device::Cpu, c); }),
             "model.attention = cudnn on train.device=cpu: the cpu backend runs the reference attention");
 #ifdef YUAN_CUDA
-  EXPECT_EQ(choose_attention(Device::Cuda, "own", 64, 64).path, AttentionPath::Own);
-  const AttentionChoice odd = choose_attention(Device::Cuda, "auto", 12, 64);
+  EXPECT_EQ(choose_attention(Device::Cuda, AttentionPath::Own, 64, 64).path, AttentionPath::Own);
+  const AttentionChoice odd = choose_attention(Device::Cuda, std::nullopt, 12, 64);
   EXPECT_EQ(odd.path, AttentionPath::Own);
   EXPECT_NE(odd.why.find("no cuDNN: "), std::string::npos) << odd.why;
-  EXPECT_NE(testing::error_of([] { choose_attention(Device::Cuda, "cudnn", 264, 64); }).find("model.attention = cudnn on "
-                                                                                          "train.device=cuda: "),
+  EXPECT_NE(testing::error_of([] { choose_attention(Device::Cuda, AttentionPath::Cudnn, 264, 64); })
+                .find("model.attention = cudnn on train.device=cuda: "),
             std::string::npos);
 #ifdef YUAN_CUDNN
-  EXPECT_EQ(choose_attention(Device::Cuda, "auto", 64, 64).path, AttentionPath::Cudnn);
-  EXPECT_EQ(choose_attention(Device::Cuda, "cudnn", 256, 64).path, AttentionPath::Cudnn);
-  EXPECT_EQ(choose_attention(Device::Cuda, "auto", 64, 1).path, AttentionPath::Own) << "one position";
+  EXPECT_EQ(choose_attention(Device::Cuda, std::nullopt, 64, 64).path, AttentionPath::Cudnn);
+  EXPECT_EQ(choose_attention(Device::Cuda, AttentionPath::Cudnn, 256, 64).path, AttentionPath::Cudnn);
+  EXPECT_EQ(choose_attention(Device::Cuda, std::nullopt, 64, 1).path, AttentionPath::Own) << "one position";
 #else
   EXPECT_NE(odd.why.find("this build has no cuDNN"), std::string::npos) << odd.why;
 #endif

@@ -122,7 +122,7 @@ TEST(ZeroSpec, PlanCountsWhatTheUnitsAllocate) {
 // micro-batch, zero 2 then once a step.
 TEST(ZeroSpec, StateOnTheDeviceCountsItsGradientShardAtZeroThree) {
   OptimConfig oc = optim(2, 0.001);
-  oc.offload = "none";
+  oc.offload = Offload::None;
   for (int zero : {0, 1, 2, 3})
     for (bool delayed : {false, true}) {
       SCOPED_TRACE(strf("zero %d, delayed %d", zero, delayed));

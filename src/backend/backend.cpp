@@ -137,15 +137,14 @@ Device planned_device(const DeviceRequest& req) {
 
 const char* attention_path_name(AttentionPath p) { return p == AttentionPath::Cudnn ? "cudnn" : "own"; }
 
-AttentionChoice choose_attention(Device device, const std::string& request, int head_size, int seq_len) {
+AttentionChoice choose_attention(Device device, std::optional<AttentionPath> request, int head_size, int seq_len) {
   const Registered& r = require(device);
-  if (request == "own") return {AttentionPath::Own, "as model.attention asks"};
+  if (request == AttentionPath::Own) return {AttentionPath::Own, "as model.attention asks"};
   const std::string problem = r.cudnn_problem(head_size, seq_len);
-  if (request == "cudnn") {
+  if (request == AttentionPath::Cudnn) {
     YUAN_CHECK(problem.empty(), "model.attention = cudnn on train.device=%s: %s", device_name(device), problem.c_str());
     return {AttentionPath::Cudnn, r.cudnn_library()};
   }
-  YUAN_CHECK(request == "auto", "model.attention must be auto, cudnn or own (got '%s')", request.c_str());
   if (problem.empty()) return {AttentionPath::Cudnn, r.cudnn_library()};
   return {AttentionPath::Own, device == Device::Cpu ? problem : "no cuDNN: " + problem};
 }

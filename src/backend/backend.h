@@ -189,15 +189,15 @@ int select_device(Device d, int local_rank);
 // first backend built in (cuda when built with it) for auto. Throws for a backend not built in.
 Device planned_device(const DeviceRequest& r);
 
-// Whose attention kernels a backend runs, and why (model.attention): `request` auto takes cuDNN's where the
-// device's backend has them and they run heads of `head_size` over `seq_len` positions here, this project's
-// otherwise (`why` then says what cuDNN lacked); cudnn throws Error naming the reason where they cannot run; own
-// takes this project's.
+// Whose attention kernels a backend runs, and why (model.attention, which program/program.h choose_attention
+// brings here as `request`): nullopt takes cuDNN's where the device's backend has them and they run heads of
+// `head_size` over `seq_len` positions here, this project's otherwise (`why` then says what cuDNN lacked); Cudnn
+// throws Error naming the reason where they cannot run; Own takes this project's.
 struct AttentionChoice {
   AttentionPath path = AttentionPath::Own;
   std::string why;  // the library and its version on cudnn, what ruled cuDNN out on an automatic own
 };
-AttentionChoice choose_attention(Device device, const std::string& request, int head_size, int seq_len);
+AttentionChoice choose_attention(Device device, std::optional<AttentionPath> request, int head_size, int seq_len);
 
 // How `device` stores the program's tensors; needs no device.
 const TensorFormats& tensor_formats(Device device);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <type_traits>
@@ -29,7 +30,9 @@ struct Field {
   const char* key;
   // A vector holds a repeatable key's "NAME: ..." entries: each occurrence adds one, or replaces the one of the
   // same NAME.
-  std::variant<bool*, int*, uint64_t*, double*, std::string*, std::vector<std::string>*, ZeroStage*> ptr;
+  std::variant<bool*, int*, uint64_t*, double*, std::string*, std::vector<std::string>*, ZeroStage*, Offload*,
+               AttentionKernels*>
+      ptr;
   const char* help;
 };
 
@@ -139,6 +142,7 @@ std::string render(const Field& f) {
         else if constexpr (std::is_same_v<T, bool>) return *p ? "true" : "false";
         else if constexpr (std::is_same_v<T, double>) return format_double(*p);
         else if constexpr (std::is_same_v<T, ZeroStage>) return std::to_string(p->number());
+        else if constexpr (is_named<T>::value) return name_of(*p);
         else return std::to_string(*p);
       },
       f.ptr);
@@ -182,6 +186,13 @@ void assign(const Field& f, const std::string& text, const std::string& where) {
           int number = 0;  // any integer: validate_optim_run names the stages it takes
           assign(Field{f.key, &number, f.help}, text, where);
           *p = ZeroStage(number);
+        } else if constexpr (is_named<T>::value) {
+          const std::optional<T> named = from_name<T>(text);
+          if (!named)
+            throw Error(strf("%s%s must be %s (got '%s')", where.c_str(), f.key, names_listed<T>().c_str(),
+                             text.c_str()),
+                        true);
+          *p = *named;
         } else {
           const char* what = std::is_same_v<T, double> ? "a finite number"
                              : std::is_same_v<T, int>  ? "an integer"
@@ -481,8 +492,6 @@ void validate_model_data_train(const Config& c) {
   if (c.model.n_embd % c.model.n_head != 0)
     throw Error(strf("model.n_embd (%d) must be divisible by model.n_head (%d)", c.model.n_embd, c.model.n_head),
                 true);
-  if (c.model.attention != "auto" && c.model.attention != "cudnn" && c.model.attention != "own")
-    throw Error(strf("model.attention must be auto, cudnn or own (got '%s')", c.model.attention.c_str()), true);
 
   if (c.data.train.empty()) throw Error("data.train must name the training shards (a glob of *.h5)", true);
   at_least("data.prefetch", c.data.prefetch, 1);
@@ -529,8 +538,6 @@ void validate_optim_run(const Config& c) {
   at_least("optim.grad_clip", o.grad_clip, 0);
   if (!o.zero.valid()) throw Error(strf("optim.zero must be 0, 1, 2 or 3 (got %d)", o.zero.number()), true);
   above("optim.bucket_mb", o.bucket_mb, 0);
-  if (o.offload != "auto" && o.offload != "host" && o.offload != "none")
-    throw Error(strf("optim.offload must be auto, host or none (got '%s')", o.offload.c_str()), true);
   validate_dist(c);
 
   if (c.run.dir.empty()) throw Error("run.dir must not be empty", true);

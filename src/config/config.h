@@ -10,6 +10,7 @@
 
 #include "config/zero_stage.h"
 #include "model/gpt.h"
+#include "util/names.h"
 
 namespace boost::program_options {
 class options_description;
@@ -37,6 +38,15 @@ struct TrainConfig {
   bool recompute = false; // recompute each block's activations in backward
 };
 
+// Where the fp32 master weights and AdamW moments live on a GPU backend (optim.offload): Host (offloaded, the OpenMP
+// AdamW), None (on the device, the backend's adamw op), or Auto (the trainer takes none where its plan fits the
+// device, else host: train/memory_plan.h choose_offload).
+enum class Offload { Auto, Host, None };
+template <>
+struct Names<Offload> {
+  static constexpr std::array<const char*, 3> names{"auto", "host", "none"};
+};
+
 struct OptimConfig {
   double lr = 6e-4;
   int warmup_steps = 10;
@@ -49,13 +59,11 @@ struct OptimConfig {
   ZeroStage zero{1};       // 0 replicated, 1 optimizer state sharded, 2 gradients too, 3 working weights too
   double bucket_mb = 25;   // gradient communication bucket size
   bool delayed_update = false;  // step t's AdamW beside step t+1's forward/backward (weights one step stale)
-  // Where the fp32 master weights and moments live on a GPU backend: "host" (offloaded, OpenMP AdamW), "none"
-  // (on the device, the backend's adamw op), "auto" (the trainer takes none where its plan fits the device, else
-  // host). Everything built from an OptimConfig reads it through optimizer_on_device(), which takes auto as host:
-  // the trainer resolves it first.
-  std::string offload = "auto";
+  // Where the fp32 master weights and moments live on a GPU backend (Offload). Everything built from an
+  // OptimConfig reads it through optimizer_on_device(), which takes auto as host: the trainer resolves it first.
+  Offload offload = Offload::Auto;
 };
-inline bool optimizer_on_device(const OptimConfig& o) { return o.offload == "none"; }
+inline bool optimizer_on_device(const OptimConfig& o) { return o.offload == Offload::None; }
 
 // The job's parallel layout (src/layout/layout.h turns it into a Topology). Without pipelines the job is pure
 // data parallelism: one one-stage pipeline per rank.

@@ -14,7 +14,17 @@
 #include <string>
 #include <vector>
 
+#include "util/names.h"
+
 namespace yuan {
+
+// Whose attention kernels a run asks for on a GPU (model.attention): cuDNN's fused attention where it runs the
+// model's shape, else this project's (Auto); cuDNN's or refuse to start (Cudnn); this project's (Own).
+enum class AttentionKernels { Auto, Cudnn, Own };
+template <>
+struct Names<AttentionKernels> {
+  static constexpr std::array<const char*, 3> names{"auto", "cudnn", "own"};
+};
 
 struct GPTConfig {
   int n_layer = 0;
@@ -22,9 +32,9 @@ struct GPTConfig {
   int n_embd = 0;
   int seq_len = 0;     // maximum context = rows of wpe
   int vocab_size = 0;  // rows of wte (tied with the output classifier)
-  // Whose attention kernels run on a GPU: auto, cudnn or own (backend/backend.h choose_attention). Not the
-  // model's math, which is the same on both; the key sits here because the model's shape decides what cuDNN takes.
-  std::string attention = "auto";
+  // Whose attention kernels run on a GPU (program/program.h choose_attention). Not the model's math, which is the
+  // same on both; the key sits here because the model's shape decides what cuDNN takes.
+  AttentionKernels attention = AttentionKernels::Auto;
 };
 
 // How a tensor is cut over the tensor-parallel ranks (Megatron-LM): the column-parallel layers (attn.c_attn, with

@@ -16,7 +16,7 @@ std::vector<std::string> layout_overrides(const Config& c, const Machine& m) {
       strf("--train.micro_batch=%d", c.train.micro_batch),
       strf("--train.recompute=%s", c.train.recompute ? "true" : "false"),
       strf("--optim.zero=%d", c.optim.zero.number()),
-      "--optim.offload=" + c.optim.offload,
+      std::string("--optim.offload=") + name_of(c.optim.offload),
       strf("--parallel.tp_size=%d", p.tp_size),
       "--parallel.schedule=" + p.schedule,
   };
@@ -43,7 +43,7 @@ std::string pipelines_text(const std::vector<Pipelines>& ps) {
 
 // The deck with one layout applied: pipelines as auto:K templates (empty for plain data parallelism).
 Config with_layout(const Config& deck, const Machine& m, int tp, const std::vector<Pipelines>& ps, int micro_batch,
-                   ZeroStage zero, const std::string& offload, bool recompute, layout::ScheduleKind schedule) {
+                   ZeroStage zero, Offload offload, bool recompute, layout::ScheduleKind schedule) {
   Config c = deck;
   c.train.device = m.kind;
   c.train.micro_batch = micro_batch;
@@ -92,9 +92,9 @@ Search search_layouts(const Config& deck, int nodes, int ranks_per_node, const M
       if (zero.shards_optimizer_state() && replicas == 1 && !deep) continue;  // nothing to shard over
       // The optimizer state on the GPUs where the trainer can keep it there (cuda), else on the host; the memory
       // check (predict) rejects a device that cannot hold it, the host twin still standing.
-      const std::vector<std::string> placements =
-          !m.cpu() ? std::vector<std::string>{"none", "host"} : std::vector<std::string>{"host"};
-      for (const std::string& offload : placements)
+      const std::vector<Offload> placements =
+          !m.cpu() ? std::vector<Offload>{Offload::None, Offload::Host} : std::vector<Offload>{Offload::Host};
+      for (Offload offload : placements)
         for (bool recompute : {false, true})
           for (layout::ScheduleKind schedule : {layout::ScheduleKind::OneFOneB, layout::ScheduleKind::GPipe}) {
             if (!deep && schedule == layout::ScheduleKind::GPipe) continue;  // one stage: the schedules are the same
@@ -102,8 +102,8 @@ Search search_layouts(const Config& deck, int nodes, int ranks_per_node, const M
             cand.config = with_layout(deck, m, tp, ps, b, zero, offload, recompute, schedule);
             cand.world = world;
             cand.layout = strf("tp %d, %s, micro-batch %d, ZeRO %d, optimizer on the %s%s%s", tp,
-                               pipelines_text(ps).c_str(), b, zero.number(), offload == "none" ? "device" : "host",
-                               recompute ? ", recompute" : "",
+                               pipelines_text(ps).c_str(), b, zero.number(),
+                               offload == Offload::None ? "device" : "host", recompute ? ", recompute" : "",
                                deep ? strf(", %s", layout::schedule_name(schedule)).c_str() : "");
             cand.overrides = layout_overrides(cand.config, m);
             try {

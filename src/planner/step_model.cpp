@@ -9,6 +9,7 @@
 #include "model/gpt.h"
 #include "ops/op_cost.h"
 #include "optim/zero_spec.h"
+#include "program/program.h"
 #include "layout/layout.h"
 #include "layout/topology.h"
 #include "train/memory_plan.h"
@@ -456,11 +457,11 @@ std::string gib(double b) { return strf("%.2f GiB", b / kGiB); }
 AttentionCharge attention_charge(const Config& c, const Machine& m, const std::string& file) {
   const Device device = m.cpu() ? Device::Cpu : Device::Cuda;
   const std::string where = file.empty() ? "machine '" + m.name + "'" : file;
-  if (c.model.attention == "cudnn" && m.cudnn_attention_efficiency == 0)
+  if (c.model.attention == AttentionKernels::Cudnn && m.cudnn_attention_efficiency == 0)
     throw Error(strf("model.attention = cudnn, but %s gives no [device] cudnn_attention_efficiency: cuDNN's fused "
                      "attention is not available on that machine (auto or own plan for this project's)",
                      where.c_str()), true);
-  const AttentionChoice chosen = choose_attention(device, c.model.attention, c.model.n_embd / c.model.n_head, c.model.seq_len);
+  const AttentionChoice chosen = choose_attention(device, c.model);
   if (chosen.path == AttentionPath::Own)
     return {AttentionPath::Own, m.attention_efficiency, "own kernels at device.attention_efficiency: " + chosen.why};
   if (m.cudnn_attention_efficiency == 0)
@@ -478,13 +479,13 @@ Prediction predict(const Config& c, int world, int ranks_per_node, const Machine
   // optim.offload resolved as the trainer resolves it (train/memory_plan.h choose_offload), the machine's memory
   // in place of the node's: where auto leaves it to the memory, none if the layout fits with the state on the
   // device, else host.
-  const std::string settled = settled_offload(c, device).offload;
-  if (settled != c.optim.offload) {
+  const Offload settled = settled_offload(c, device).offload;  // none refused where the trainer refuses it
+  if (c.optim.offload == Offload::Auto) {
     Config resolved = c;
-    resolved.optim.offload = settled.empty() ? "none" : settled;
+    resolved.optim.offload = settled == Offload::Auto ? Offload::None : settled;
     const Prediction p = predict(resolved, world, ranks_per_node, m);
-    if (!settled.empty() || p.fits) return p;
-    resolved.optim.offload = "host";
+    if (settled != Offload::Auto || p.fits) return p;
+    resolved.optim.offload = Offload::Host;
     return predict(resolved, world, ranks_per_node, m);
   }
   layout::validate(c, world);

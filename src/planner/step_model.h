@@ -132,7 +132,7 @@ struct Prediction {
   double over = 0;        // when !fits: the largest shortfall as a share of what is available (for ranking)
   double step_s = 0, tokens_per_s = 0, mfu = 0;
   StepSplit split;
-  std::string offload;      // where the optimizer state is: none (on the devices) or host (optim.offload resolved)
+  Offload offload = Offload::Auto;  // where the optimizer state is: None (the devices) or Host (optim.offload resolved)
   double device_bytes = 0;  // the fullest device (cuda; 0 on cpu), plan_rank's figure plus the per-rank margin
   double device_optimizer_bytes = 0;  // of it, the optimizer state (offload none; 0 with host)
   double host_bytes = 0;    // the fullest node's host memory (host's, where nodes share one: nodes_per_host)

@@ -131,6 +131,13 @@ std::string MemoryPlan::describe() const {
               grads / kGiB, activations / kGiB, buffers / kGiB);
 }
 
+AttentionChoice choose_attention(Device device, const GPTConfig& c) {
+  std::optional<AttentionPath> request;
+  if (c.attention == AttentionKernels::Cudnn) request = AttentionPath::Cudnn;
+  if (c.attention == AttentionKernels::Own) request = AttentionPath::Own;
+  return choose_attention(device, request, c.n_embd / c.n_head, c.seq_len);
+}
+
 void check_op_constraints(const GPTConfig& c, Device device, AttentionPath attention) {
   const TensorFormats& f = tensor_formats(device);
   const int w = f.vector_width;

@@ -62,6 +62,10 @@ struct ParamMemory {
   ParamMemory(size_t w, size_t g) : weights(w), grads(g) {}
 };
 
+// Whose attention kernels a model of `c` runs on `device`, as c.attention asks (backend/backend.h
+// choose_attention: Auto leaves it to the backend, which knows devices and not the model's config).
+AttentionChoice choose_attention(Device device, const GPTConfig& c);
+
 // Throws Error when `device`'s ops cannot run a model of shape `c` (TensorFormats::vector_width, max_head_size):
 // "cuda backend: n_embd = 100 must be a multiple of 8 (16-byte bf16 vectors)". Where a model meets a backend: a
 // Program's construction, and a rank's plan before anything is allocated (train/memory_plan.h plan_rank).

@@ -165,7 +165,7 @@ nlohmann::ordered_json split_json(const planner::StepSplit& s) {
 nlohmann::ordered_json prediction_json(const planner::Prediction& p, const std::vector<std::string>& overrides,
                                        int world, int per_node) {
   nlohmann::ordered_json j = {{"fits", p.fits}, {"step_s", p.step_s}, {"tokens_per_s", p.tokens_per_s},
-                              {"mfu", p.mfu}, {"split", split_json(p.split)}, {"offload", p.offload},
+                              {"mfu", p.mfu}, {"split", split_json(p.split)}, {"offload", name_of(p.offload)},
                               {"device_bytes", p.device_bytes}, {"device_optimizer_bytes", p.device_optimizer_bytes},
                               {"host_bytes", p.host_bytes}, {"world", world}, {"ranks_per_node", per_node},
                               {"overrides", overrides}};
@@ -191,12 +191,12 @@ void print_prediction(const planner::Prediction& p) {
       "%s, bubble %s, optimizer %s", p.step_s, p.tokens_per_s, 1e9 / p.tokens_per_s / 3600, 100 * p.mfu,
       part(p.split.compute, p.step_s).c_str(), part(p.split.comm, p.step_s).c_str(),
       part(p.split.bubble, p.step_s).c_str(), part(p.split.optimizer, p.step_s).c_str());
-  const bool on_device = p.offload == "none";
+  const bool on_device = p.offload == Offload::None;
   const std::string state = on_device ? " (" + format_bytes(static_cast<size_t>(p.device_optimizer_bytes)) +
                                             " of it the optimizer state)"
                                       : "";
   say("memory: optimizer state on the %s (optim.offload = %s); fullest device %s%s, fullest node's host %s%s",
-      on_device ? "device" : "host", p.offload.c_str(), format_bytes(static_cast<size_t>(p.device_bytes)).c_str(),
+      on_device ? "device" : "host", name_of(p.offload), format_bytes(static_cast<size_t>(p.device_bytes)).c_str(),
       state.c_str(), format_bytes(static_cast<size_t>(p.host_bytes)).c_str(),
       p.fits ? "" : ("; does not fit: " + p.short_of).c_str());
 }

@@ -24,8 +24,7 @@ RankPlan plan_rank(const Config& c, const layout::Topology& topo, Device device,
   const int stages = static_cast<int>(pl.stages.size());
   const ModuleRange& range = pl.stages[place.stage];
   const TensorParallel tp{place.tp_rank, topo.tp_size()};
-  const AttentionChoice attention = choose_attention(device, c.model.attention, c.model.n_embd / c.model.n_head,
-                                                     c.model.seq_len);
+  const AttentionChoice attention = choose_attention(device, c.model);
   check_op_constraints(c.model, device, attention.path);
   RankPlan plan{ParamLayout(c.model, held_modules(c.model, range), tp), {}, {}, {}, attention};
   const ParamLayout& held = plan.layout;
@@ -171,29 +170,29 @@ void check_node_memory(const RankMemory& mine, int device_index, const std::stri
 }
 
 OffloadChoice settled_offload(const Config& c, Device device) {
-  const std::string& asked = c.optim.offload;
+  const Offload asked = c.optim.offload;
   if (device == Device::Cpu) {
-    if (asked == "none")
+    if (asked == Offload::None)
       throw Error("optim.offload = none: the cpu backend keeps the optimizer in host memory, which is its device "
                   "memory too (use host or auto, or train.device = cuda)", true);
-    return {"host", "the cpu backend's memory is the host's"};
+    return {Offload::Host, "the cpu backend's memory is the host's"};
   }
-  if (asked != "auto") return {asked, "optim.offload = " + asked};
+  if (asked != Offload::Auto) return {asked, std::string("optim.offload = ") + name_of(asked)};
   return {};
 }
 
 OffloadChoice choose_offload(const Config& c, const layout::Topology& topo, Device device, int rank,
                              int device_index) {
   const OffloadChoice settled = settled_offload(c, device);
-  if (!settled.offload.empty()) return settled;
+  if (settled.offload != Offload::Auto) return settled;
   Config on_device = c;
-  on_device.optim.offload = "none";
+  on_device.optim.offload = Offload::None;
   const RankMemory m = plan_rank(on_device, topo, device, rank).memory;
   const std::string problem = node_memory_problem(m, device_index);
   if (problem.empty())
-    return {"none", strf("optim.offload = auto: the state fits on the device (%.2f GiB of this rank's %.2f)",
+    return {Offload::None, strf("optim.offload = auto: the state fits on the device (%.2f GiB of this rank's %.2f)",
                          m.device_optimizer / kGiB, m.device_bytes() / kGiB)};
-  return {"host", "optim.offload = auto: the device would not hold it: " + problem};
+  return {Offload::Host, "optim.offload = auto: the device would not hold it: " + problem};
 }
 
 }  // namespace yuan

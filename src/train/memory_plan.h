@@ -57,13 +57,14 @@ void check_node_memory(const RankMemory& mine, int device_index, const std::stri
 // rank's shortfall (the same on every rank). Collective over the world.
 std::string node_memory_problem(const RankMemory& mine, int device_index);
 
-// Where the job's optimizer state lives (optim.offload resolved), and why: `offload` is host or none.
+// Where the job's optimizer state lives (optim.offload resolved), and why: `offload` is Host or None.
 struct OffloadChoice {
-  std::string offload, why;
+  Offload offload = Offload::Auto;
+  std::string why;
 };
 // optim.offload where no memory plan decides it: host or none as asked (none refused, naming the reason, on the cpu
-// backend), host for auto on the cpu backend; an empty `offload` where auto leaves it to the memory
-// (choose_offload asks the node's, the planner its machine's).
+// backend), host for auto on the cpu backend; `offload` Auto where auto leaves it to the memory (choose_offload
+// asks the node's, the planner its machine's).
 OffloadChoice settled_offload(const Config& c, Device device);
 // optim.offload for rank `rank` of the job of `c` on `topo` with its device `device_index`: settled_offload, and
 // where that leaves it open none where every rank's plan with the state on its device passes node_memory_problem's

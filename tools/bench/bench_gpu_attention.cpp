@@ -135,7 +135,7 @@ int main(int argc, char** argv) {
   try {
     for (const Shape& s : shapes) {
       const int hs = s.C / s.NH;
-      const AttentionChoice cudnn = choose_attention(Device::Cuda, "auto", hs, s.T);
+      const AttentionChoice cudnn = choose_attention(Device::Cuda, std::nullopt, hs, s.T);
       if (cudnn.path != AttentionPath::Cudnn) std::printf("%s: own only, %s\n", s.name, cudnn.why.c_str());
       const double flops_f = ops::attention_forward_cost(s.B, s.T, s.C, s.NH, kBf16).flops;
       const double flops_b = ops::attention_backward_cost(s.B, s.T, s.C, s.NH, kBf16).flops;

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <nlohmann/json.hpp>
 #include <vector>
@@ -52,10 +53,11 @@ static void train_step(Program& program, CudaAdamW& opt, const std::vector<int32
   program.backend().zero_grads(0, program.backend().size());
 }
 
-static void run(const Bench& b, int steps, bool recompute, const std::string& attention, const PeakFlops& peak) {
-  const GPTConfig& c = b.cfg;
+static void run(const Bench& b, int steps, bool recompute, AttentionKernels attention, const PeakFlops& peak) {
+  GPTConfig c = b.cfg;
+  c.attention = attention;
   const ParamLayout layout(c);
-  const AttentionChoice path = choose_attention(Device::Cuda, attention, c.n_embd / c.n_head, c.seq_len);
+  const AttentionChoice path = choose_attention(Device::Cuda, c);
   std::vector<float> init(layout.total());
   init_gpt2(layout, 1, init.data());
   for (int B = 32; B >= 1; B /= 2) {
@@ -97,14 +99,14 @@ static void run(const Bench& b, int steps, bool recompute, const std::string& at
 int main(int argc, char** argv) {
   int steps = 10;
   bool recompute = false;
-  std::string attention = "auto", only;
+  std::string attention_text = "auto", only;
   for (int i = 1; i < argc; i++) {
     if (!std::strcmp(argv[i], "--steps") && i + 1 < argc)
       steps = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--recompute"))
       recompute = true;
     else if (!std::strncmp(argv[i], "--attention=", 12))
-      attention = argv[i] + 12;
+      attention_text = argv[i] + 12;
     else if (!std::strcmp(argv[i], "--only") && i + 1 < argc)
       only = argv[++i];
     else {
@@ -113,8 +115,10 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (attention != "auto" && attention != "cudnn" && attention != "own") {
-    std::fprintf(stderr, "%s: --attention must be auto, cudnn or own (got '%s')\n", argv[0], attention.c_str());
+  const std::optional<AttentionKernels> attention = from_name<AttentionKernels>(attention_text);
+  if (!attention) {
+    std::fprintf(stderr, "%s: --attention must be %s (got '%s')\n", argv[0], names_listed<AttentionKernels>().c_str(),
+                 attention_text.c_str());
     return 2;
   }
   if (!cuda_device_available()) {
@@ -128,7 +132,7 @@ int main(int argc, char** argv) {
   std::printf("peak: %.0f TFLOP/s (%s)\n", peak.flops / 1e12, peak.source.c_str());
   try {
     for (const Bench& b : benches)
-      if (only.empty() || only == b.name) run(b, steps, recompute, attention, peak);
+      if (only.empty() || only == b.name) run(b, steps, recompute, *attention, peak);
   } catch (const Error& e) {  // --attention=cudnn where cuDNN's attention does not run
     std::printf("error: %s\n", e.what());
     return 1;
