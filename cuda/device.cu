@@ -9,9 +9,9 @@
 #include <utility>
 
 #include "backend/cuda_backend.h"
+#include "comm/nccl.h"
 #include "cuda_check.h"
 #include "kernel_account.cuh"
-#include "comm/nccl.h"
 
 namespace yuan {
 

@@ -16,10 +16,10 @@
 #include <numeric>
 #include <thread>
 
+#include "comm/nccl.h"
 #include "cuda_check.h"
 #include "kernel_account.cuh"
 #include "ops/op_cost.h"
-#include "comm/nccl.h"
 
 namespace yuan {
 namespace {

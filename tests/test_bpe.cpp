@@ -15,9 +15,9 @@
 #include "data/shard.h"
 #include "prep/prep.h"
 #include "prep/tokenizer.h"
+#include "test_util.h"
 #include "util/fs.h"
 #include "util/sha256.h"
-#include "test_util.h"
 
 namespace fs = std::filesystem;
 

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "config/config.h"
-#include "model/gpt.h"
 #include "layout/layout.h"
+#include "model/gpt.h"
 #include "test_util.h"
 
 namespace yuan::layout {

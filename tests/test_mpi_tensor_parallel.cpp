@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "model/gpt.h"
 #include "comm/groups.h"
 #include "comm/world.h"
+#include "model/gpt.h"
 #include "program/program.h"
 #include "test_util.h"
 #include "util/rng.h"

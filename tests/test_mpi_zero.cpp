@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -245,6 +246,9 @@ class QuadraticBackend : public CpuBackend {
 // uploads to wait_upload), reading their source only then. An optimizer that reads a host gradient before
 // waiting, or refills a staging buffer whose upload is still in flight, computes with stale values and fails
 // the comparison with the serial run. Compute and zero_grads run after pending transfers, as on the GPU.
+// Thread-safe as a device backend is: the delayed update's thread waits for the uploads (HostAdamW::update)
+// while the training thread enqueues more and computes, so the queues and what flushing them writes are
+// guarded (without it, the two threads' pushes and flushes of one queue corrupted the heap, at 4 ranks on 2 cores).
 class DeferredBackend final : public QuadraticBackend {
  public:
   DeferredBackend(const GPTConfig& c, DType working)
@@ -253,35 +257,49 @@ class DeferredBackend final : public QuadraticBackend {
   }
 
   void set_params(const float* src, size_t off, size_t n) override {
+    std::lock_guard<std::mutex> lock(mu_);
     flush_all();
     CpuBackend::set_params(src, off, n);
     for (size_t i = 0; i < bf16_.size() && i < n; i++) bf16_[off + i] = f32_to_bf16(src[i]);
   }
   void get_params(float* dst, size_t off, size_t n) override {
+    std::lock_guard<std::mutex> lock(mu_);
     compute_view();
     CpuBackend::get_params(dst, off, n);
   }
   float forward_backward(const int32_t* tokens, int B, float grad_scale, const ModuleReadyFn& ready) override {
-    compute_view();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      compute_view();
+    }
     return QuadraticBackend::forward_backward(tokens, B, grad_scale, ready);
   }
   void zero_grads(size_t off, size_t n) override {
+    std::lock_guard<std::mutex> lock(mu_);
     run(copies_);
     CpuBackend::zero_grads(off, n);
   }
   void to_host_async(float* dst, const Tensor& src, DeviceStream) override {
+    std::lock_guard<std::mutex> lock(mu_);
     copies_.push_back([dst, src] { std::memcpy(dst, src.data, src.numel() * sizeof(float)); });
   }
-  void wait_transfers() override { run(copies_); }
+  void wait_transfers() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    run(copies_);
+  }
   void params_from_host_async(const void* src, size_t off, size_t n, int lane) override {
     check_range(off, n);
     ASSERT_TRUE(lane == 0 || lane == 1) << lane;
     char* dst = working_ == DType::BF16 ? reinterpret_cast<char*>(bf16_.data() + off)
                                         : reinterpret_cast<char*>(param_mem_.data() + off);
     const size_t bytes = n * dtype_size(working_);
+    std::lock_guard<std::mutex> lock(mu_);
     uploads_[lane].push_back([dst, src, bytes] { std::memcpy(dst, src, bytes); });
   }
-  void wait_upload(int lane) override { run(uploads_[lane]); }
+  void wait_upload(int lane) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    run(uploads_[lane]);
+  }
 
  private:
   using Queue = std::vector<std::function<void()>>;
@@ -300,6 +318,7 @@ class DeferredBackend final : public QuadraticBackend {
   }
   DType working_;
   std::vector<uint16_t> bf16_;
+  std::mutex mu_;  // the queues, and the weights their flushing writes
   Queue copies_, uploads_[2];
 };
 

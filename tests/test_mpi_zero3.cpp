@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "optim/replica.h"
-#include "optim/zero.h"
 #include "comm/groups.h"
 #include "comm/world.h"
+#include "optim/replica.h"
+#include "optim/zero.h"
 #include "program/program.h"
 #include "test_util.h"
 #include "util/memory.h"

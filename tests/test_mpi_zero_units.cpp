@@ -9,9 +9,9 @@
 
 #include "backend/backend.h"
 #include "backend/cpu_backend.h"
-#include "optim/zero.h"
 #include "comm/groups.h"
 #include "comm/world.h"
+#include "optim/zero.h"
 
 namespace yuan {
 namespace {

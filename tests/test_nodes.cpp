@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "layout/nodes.h"
 #include "comm/world.h"
+#include "layout/nodes.h"
 #include "test_util.h"
 
 namespace yuan::layout {

@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "model/gpt.h"
-#include "ops/op_cost.h"
 #include "layout/elastic.h"
 #include "layout/schedule.h"
+#include "model/gpt.h"
+#include "ops/op_cost.h"
 #include "planner/machine.h"
 #include "planner/replan.h"
 #include "planner/search.h"

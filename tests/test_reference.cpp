@@ -22,12 +22,12 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "comm/communicator.h"
 #include "config/config.h"
 #include "model/gpt.h"
 #include "optim/lr_schedule.h"
 #include "optim/replica.h"
 #include "optim/zero.h"
-#include "comm/communicator.h"
 #include "program/program.h"
 #include "run/commands.h"
 #include "test_util.h"

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "backend/cpu_backend.h"
+#include "comm/communicator.h"
 #include "ops/adamw.h"
 #include "optim/zero.h"
-#include "comm/communicator.h"
 #include "util/memory.h"
 
 namespace yuan {

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "config/config.h"
-#include "model/gpt.h"
 #include "layout/schedule.h"
 #include "layout/topology.h"
+#include "model/gpt.h"
 
 namespace yuan::layout {
 

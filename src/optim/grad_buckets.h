@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "optim/zero_spec.h"
 #include "comm/communicator.h"
+#include "optim/zero_spec.h"
 
 namespace yuan {
 

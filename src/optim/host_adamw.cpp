@@ -98,7 +98,9 @@ HostAdamW::UpdateTimes HostAdamW::update_and_upload(const float* g, const ops::A
 }
 
 void HostAdamW::update(const float* g, const ops::AdamWHyper& h) {
-  for (int lane : {0, 1}) backend_.wait_upload(lane);  // the previous upload_shard's reads of what this rewrites
+  // The previous upload_shard's reads of what this rewrites. With the delayed update this runs on its thread while
+  // the training thread enqueues and computes: a backend's wait_upload is safe from another thread.
+  for (int lane : {0, 1}) backend_.wait_upload(lane);
   uint16_t* out = spec_.bf16 ? buf_.bf16_shard.as<uint16_t>() : nullptr;
   for (const Tile& t : tiles_) update_tile(t, g, out ? out + t.offset : nullptr, h);
 }

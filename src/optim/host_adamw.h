@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "comm/communicator.h"
 #include "ops/adamw.h"
 #include "optim/zero_spec.h"
-#include "comm/communicator.h"
 
 namespace yuan {
 

@@ -6,8 +6,8 @@
 #include <memory>
 
 #include "backend/backend.h"
-#include "optim/zero.h"
 #include "comm/communicator.h"
+#include "optim/zero.h"
 #include "program/program.h"
 
 namespace yuan {

@@ -47,6 +47,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "comm/communicator.h"
 #include "config/config.h"
 #include "optim/delayed_update.h"
 #include "optim/device_adamw.h"
@@ -54,7 +55,6 @@
 #include "optim/host_adamw.h"
 #include "optim/zero3_params.h"
 #include "optim/zero_spec.h"
-#include "comm/communicator.h"
 #include "program/program.h"
 
 namespace yuan {

@@ -22,11 +22,11 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "comm/comm_thread.h"
+#include "comm/communicator.h"
 #include "optim/device_adamw.h"
 #include "optim/grad_buckets.h"
 #include "optim/zero_spec.h"
-#include "comm/comm_thread.h"
-#include "comm/communicator.h"
 #include "program/program.h"
 
 namespace yuan {

@@ -23,10 +23,10 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "ops/adamw.h"
-#include "ops/reference_ops.h"
 #include "comm/ping_pong.h"
 #include "comm/world.h"
+#include "ops/adamw.h"
+#include "ops/reference_ops.h"
 #include "planner/machine.h"
 #include "util/fs.h"
 #include "util/log.h"

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "model/gpt.h"
 #include "layout/schedule.h"
+#include "model/gpt.h"
 #include "util/error.h"
 
 namespace yuan::planner {

@@ -6,12 +6,12 @@
 #include <tuple>
 
 #include "backend/backend.h"
+#include "layout/layout.h"
+#include "layout/topology.h"
 #include "model/gpt.h"
 #include "ops/op_cost.h"
 #include "optim/zero_spec.h"
 #include "program/program.h"
-#include "layout/layout.h"
-#include "layout/topology.h"
 #include "train/memory_plan.h"
 #include "util/dtype.h"
 #include "util/error.h"

@@ -33,8 +33,8 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "model/gpt.h"
 #include "comm/communicator.h"
+#include "model/gpt.h"
 #include "program/params.h"
 
 namespace yuan {

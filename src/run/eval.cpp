@@ -7,9 +7,9 @@
 #include <cstdio>
 #include <optional>
 
+#include "comm/world.h"
 #include "data/loader.h"
 #include "layout/layout.h"
-#include "comm/world.h"
 #include "run/commands.h"
 #include "train/metrics.h"
 #include "train/train.h"

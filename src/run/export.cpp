@@ -15,9 +15,9 @@
 #include <cstring>
 #include <filesystem>
 
+#include "comm/world.h"
 #include "model/gpt.h"
 #include "model/hf_gpt2.h"
-#include "comm/world.h"
 #include "prep/tokenizer.h"
 #include "run/commands.h"
 #include "util/error.h"

@@ -15,12 +15,12 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "comm/watchdog.h"
 #include "config/config.h"
 #include "layout/elastic.h"
 #include "layout/layout.h"
 #include "layout/nodes.h"
 #include "layout/schedule.h"
-#include "comm/watchdog.h"
 #include "planner/calibrate.h"
 #include "planner/machine.h"
 #include "planner/replan.h"

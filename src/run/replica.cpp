@@ -1,7 +1,7 @@
 #include "run/commands.h"
 
-#include "layout/topology.h"
 #include "comm/world.h"
+#include "layout/topology.h"
 #include "train/memory_plan.h"
 
 namespace yuan {

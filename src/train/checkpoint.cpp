@@ -12,8 +12,8 @@
 #include <sstream>
 #include <tuple>
 
-#include "data/shard.h"
 #include "comm/world.h"
+#include "data/shard.h"
 #include "model/gpt.h"
 #include "model/hf_gpt2.h"
 #include "util/error.h"

@@ -16,8 +16,8 @@
 #include <nlohmann/json.hpp>
 
 #include "config/config.h"
-#include "optim/zero.h"
 #include "layout/nodes.h"
+#include "optim/zero.h"
 
 namespace yuan {
 

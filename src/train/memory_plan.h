@@ -10,8 +10,8 @@
 
 #include "backend/backend.h"
 #include "config/config.h"
-#include "optim/zero.h"
 #include "layout/topology.h"
+#include "optim/zero.h"
 #include "program/program.h"
 
 namespace yuan {

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "optim/zero.h"
 #include "comm/groups.h"
 #include "comm/watchdog.h"
+#include "optim/zero.h"
 
 namespace yuan {
 

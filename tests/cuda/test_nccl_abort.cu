@@ -14,9 +14,9 @@
 #include <thread>
 #include <unistd.h>
 
+#include "comm/nccl.h"
 #include "device.cuh"
 #include "gpu_test.h"
-#include "comm/nccl.h"
 #ifdef YUAN_EMU
 #include <mpi.h>
 #endif

@@ -10,11 +10,11 @@
 
 #include "backend/cuda_adamw.h"
 #include "backend/cuda_backend.h"
+#include "comm/communicator.h"
+#include "comm/nccl.h"
 #include "gpu_test.h"
 #include "model/gpt.h"
 #include "optim/zero.h"
-#include "comm/communicator.h"
-#include "comm/nccl.h"
 
 namespace {
 

@@ -25,10 +25,10 @@
 
 #ifdef YUAN_CUDA
 #include "backend/cuda_backend.h"
+#include "comm/communicator.h"
 #include "model/gpt.h"
 #include "optim/replica.h"
 #include "optim/zero.h"
-#include "comm/communicator.h"
 #include "program/program.h"
 #include "util/error.h"
 #include "util/log.h"

@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "comm/communicator.h"
 #include "ops/reference_ops.h"
 #include "optim/replica.h"
 #include "optim/zero.h"
-#include "comm/communicator.h"
 #include "program/program.h"
 #include "util/log.h"
 #include "util/memory.h"
