@@ -171,13 +171,7 @@ std::vector<std::string> gather_strings(const std::string& mine) {
   return out;
 }
 
-std::vector<double> gather(double mine) {
-  const WorldInfo& w = world();
-  std::vector<double> all(static_cast<size_t>(w.rank == 0 ? w.size : 0));
-  Waiting wait("gather", "world");
-  MPI_CHECK(MPI_Gather(&mine, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, 0, MPI_COMM_WORLD));
-  return all;
-}
+std::vector<double> gather(double mine) { return gather(std::vector<double>{mine}, "gather"); }
 
 std::vector<double> gather(const std::vector<double>& mine, const char* op) {
   const WorldInfo& w = world();

@@ -264,7 +264,7 @@ class BpeTokenizer : public Tokenizer {
     auto it = o.find(key);
     return it != o.end() ? *it : null;
   }
-  // A flag that must be absent, null or false: what it turns on is not implemented.
+  // A flag that must be absent, null or false: a tokenizer that turns it on is refused, naming it (README, prep).
   void require_off(const json& o, const char* flag, const std::string& at) const {
     const json& v = member(o, flag);
     if (!v.is_null() && v != false) refuse(at + "." + flag, "false", v);
